@@ -1,0 +1,44 @@
+# opsgate: `make demo` runs the product on the embedded default; `make test` checks everything.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: help install demo test lint typecheck unit services bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@echo "==> installing opsgate into $(VENV)"
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip uv
+	@$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install opsgate with its dev tools
+
+demo: install ## run opsgate on the embedded default (SQLite, in-process, offline model)
+	$(BIN)/opsgate demo
+
+services: ## start the local PostgreSQL and Redis if they are down
+	@pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start || true
+	@redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 || redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no || true
+
+lint: install ## ruff
+	$(BIN)/ruff check .
+
+typecheck: install ## mypy --strict on the packages
+	$(BIN)/mypy
+
+unit: install ## the fast tests only
+	$(BIN)/pytest -q tests/unit
+
+test: install services lint typecheck ## install, lint, type-check and run every test
+	$(BIN)/pytest -q
+
+bench: install services ## run the benchmarks (PostgreSQL, Redis)
+	$(BIN)/python bench/transitions.py
+
+clean: ## remove the venv and caches
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis opsgate.db*

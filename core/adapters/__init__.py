@@ -1,0 +1,1 @@
+"""Adapters from the core to its engines: SQL tables and sessions, Redis stores."""

@@ -1,0 +1,53 @@
+"""Engines for the two databases opsgate runs on, with the transaction behaviour the core needs.
+
+PostgreSQL: psycopg 3, READ COMMITTED, row locks with ``SELECT … FOR UPDATE``.
+SQLite: WAL, a busy timeout, and ``BEGIN IMMEDIATE`` so every write transaction takes the write
+lock up front; that is SQLite's equivalent of locking the case row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+
+
+def normalize_url(url: str) -> str:
+    """Use the psycopg 3 driver for plain ``postgresql://`` URLs."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+def is_sqlite(engine: Engine) -> bool:
+    return engine.dialect.name == "sqlite"
+
+
+def make_engine(url: str, *, pool_size: int = 10, **kwargs: Any) -> Engine:
+    """An engine for ``url`` set up for opsgate's transactions."""
+    url = normalize_url(url)
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 30}, **kwargs)
+        _setup_sqlite(engine)
+        return engine
+    return create_engine(
+        url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, **kwargs
+    )
+
+
+def _setup_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event below issue BEGIN, not pysqlite's own deferred BEGIN.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")

@@ -1,0 +1,128 @@
+"""The SQL tables of the core, declared once for SQLAlchemy and alembic, for SQLite and PostgreSQL.
+
+JSON columns are JSONB on PostgreSQL; big integer ids fall back to INTEGER on SQLite so that
+autoincrement works there.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    Uuid,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(column_0_label)s",
+        "uq": "uq_%(table_name)s_%(column_0_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+Json = JSON().with_variant(JSONB(), "postgresql")
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def _now() -> Column[object]:
+    return Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
+ops_case = Table(
+    "ops_case",
+    metadata,
+    Column("id", Uuid(), primary_key=True),
+    Column("tenant", String(64), nullable=False),
+    Column("title", String(200), nullable=False),
+    Column("severity", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("version", Integer, nullable=False),
+    _now(),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Index("ix_ops_case_status", "status"),
+)
+
+case_timeline = Table(
+    "case_timeline",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("case_id", Uuid(), ForeignKey("ops_case.id"), nullable=False),
+    Column("event", String(64), nullable=False),
+    Column("actor", String(128), nullable=False),
+    Column("reason", Text),
+    Column("correlation_id", String(128)),
+    Column("meta", Json, nullable=False),
+    _now(),
+    Index("ix_case_timeline_case_id", "case_id", "id"),
+)
+
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("topic", String(64), nullable=False),
+    Column("key", String(128), nullable=False),
+    Column("payload", Json, nullable=False),
+    _now(),
+    Column("published_at", DateTime(timezone=True)),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Index("ix_outbox_unpublished", "id", postgresql_where=text("published_at IS NULL"),
+          sqlite_where=text("published_at IS NULL")),
+)
+
+idempotency = Table(
+    "idempotency",
+    metadata,
+    Column("key", String(200), primary_key=True),
+    Column("fingerprint", String(64), nullable=False),
+    Column("status", SmallInteger, nullable=False),
+    Column("body", Text, nullable=False),
+    _now(),
+)
+
+plan_proposed = Table(
+    "plan_proposed",
+    metadata,
+    Column("id", Uuid(), primary_key=True),
+    Column("case_id", Uuid(), ForeignKey("ops_case.id"), nullable=False),
+    Column("case_version", Integer, nullable=False),
+    Column("plan_hash", String(64), nullable=False),
+    Column("plan", Json, nullable=False),
+    Column("proposed_by", String(128), nullable=False),
+    _now(),
+    Index("ix_plan_proposed_case_id", "case_id", "case_version"),
+)
+
+plan_approved = Table(
+    "plan_approved",
+    metadata,
+    Column("id", Uuid(), primary_key=True),
+    Column("case_id", Uuid(), ForeignKey("ops_case.id"), nullable=False),
+    Column("plan_id", Uuid(), ForeignKey("plan_proposed.id"), nullable=False),
+    Column("plan_hash", String(64), nullable=False),
+    Column("decision", Json, nullable=False),
+    _now(),
+    Index("ix_plan_approved_case_id", "case_id"),
+)
+
+session_fence = Table(
+    "session_fence",
+    metadata,
+    Column("session_id", String(200), primary_key=True),
+    Column("token", BigInteger, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)

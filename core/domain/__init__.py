@@ -1,0 +1,1 @@
+"""The pure domain of opsgate: case states and events, the FSM, ChangePlans. No I/O here."""

@@ -1,0 +1,57 @@
+"""Commands the case service accepts: what a caller asks for, before anything is decided."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+from uuid import UUID
+
+from core.domain.fsm import CaseEvent
+
+SEVERITIES = ("SEV1", "SEV2", "SEV3", "SEV4")
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A fence token of one agent session: writes with a token below the latest are stale."""
+
+    session_id: str
+    token: int
+
+
+@dataclass(frozen=True)
+class OpenCase:
+    title: str
+    actor: str
+    severity: str = "SEV3"
+    tenant: str | None = None
+    correlation_id: str | None = None
+
+    def intent(self) -> dict[str, Any]:
+        """What identifies the request for idempotency (not transport metadata)."""
+        return {"op": "open_case", "title": self.title, "actor": self.actor,
+                "severity": self.severity, "tenant": self.tenant}
+
+
+@dataclass(frozen=True)
+class TransitionCase:
+    case_id: UUID
+    event: CaseEvent
+    actor: str
+    reason: str | None = None
+    correlation_id: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    expected_version: int | None = None
+    plan: dict[str, Any] | None = None
+    plan_hash: str | None = None
+    fence: Fence | None = None
+
+    def intent(self) -> dict[str, Any]:
+        """What identifies the request for idempotency: everything but the correlation id and
+        the fence, which a faithful retry may carry anew."""
+        body = asdict(self)
+        body.pop("correlation_id")
+        body.pop("fence")
+        body["case_id"] = str(self.case_id)
+        body["event"] = str(self.event)
+        return {"op": "transition", **body}

@@ -1,0 +1,41 @@
+"""Schema upgrades through alembic, from code: ``opsgate migrate`` and the tests call this."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine
+
+from core.adapters.database import normalize_url
+
+
+def migrations_dir() -> Path:
+    """The migration scripts: the repo's ``migrations/`` or the copy packed into the wheel."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "migrations", here / "_migrations"):
+        if (candidate / "env.py").is_file():
+            return candidate
+    raise FileNotFoundError("opsgate's migrations folder is missing from this installation")
+
+
+def alembic_config(url: str | None = None) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    if url is not None:
+        config.set_main_option("sqlalchemy.url", normalize_url(url).replace("%", "%%"))
+    return config
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Bring the database at ``url`` up to ``revision``."""
+    command.upgrade(alembic_config(url), revision)
+
+
+def upgrade_engine(engine: Engine, revision: str = "head") -> None:
+    """Upgrade through an existing engine (keeps its connection options, e.g. a test schema)."""
+    config = alembic_config()
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, revision)

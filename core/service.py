@@ -1,0 +1,347 @@
+"""The case service: the only way to change a case, one database transaction per request.
+
+A transition locks the case row, answers a repeated Idempotency-Key with the first reply, checks
+the fence and the expected version, asks the pure FSM, runs the guards, and writes case
+(version + 1), timeline, outbox and the reply together. Every business outcome, refusals
+included, is a ``Reply``: the HTTP status and the exact JSON bytes the API sends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID, uuid4
+
+from sqlalchemy import Connection, Engine, RowMapping
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from core.adapters import case_store as store
+from core.domain.commands import Fence, OpenCase, TransitionCase
+from core.domain.fsm import INITIAL_STATUS, CaseEvent, CaseStatus, Refused, decide
+from core.domain.messages import MoveContext, messages_for, opened_message
+from core.domain.plans import canonical_json, plan_hash, plan_problems
+from core.errors import (
+    GuardFailed,
+    IllegalTransition,
+    KeyReuse,
+    NotFound,
+    OpsgateError,
+    StaleFence,
+    Unavailable,
+    VersionConflict,
+    error_from_body,
+)
+
+Clock = Callable[[], datetime]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A business outcome as the API sends it: status and canonical JSON body."""
+
+    status: int
+    body: str
+    replayed: bool = False
+
+    @classmethod
+    def of_data(cls, data: Any, status: int = 200) -> Reply:
+        return cls(status, canonical_json({"data": data}))
+
+    @classmethod
+    def of_error(cls, error: OpsgateError) -> Reply:
+        return cls(error.status, canonical_json(error.to_body()))
+
+    @property
+    def ok(self) -> bool:
+        return self.status < 400
+
+    def data(self) -> Any:
+        """The reply's data; the matching ``OpsgateError`` when it is a refusal."""
+        body = json.loads(self.body)
+        if not self.ok:
+            raise error_from_body(body)
+        return body["data"]
+
+
+def fingerprint(intent: Mapping[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(intent).encode("utf-8")).hexdigest()
+
+
+def case_view(row: Mapping[Any, Any]) -> dict[str, Any]:
+    """A case as every reply shows it."""
+    return {
+        "case_id": str(row["id"]),
+        "tenant": row["tenant"],
+        "title": row["title"],
+        "severity": row["severity"],
+        "status": row["status"],
+        "version": row["version"],
+        "created_at": store.as_utc(row["created_at"]).isoformat(),
+        "updated_at": store.as_utc(row["updated_at"]).isoformat(),
+    }
+
+
+def timeline_view(row: Mapping[Any, Any]) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "event": row["event"],
+        "actor": row["actor"],
+        "reason": row["reason"],
+        "correlation_id": row["correlation_id"],
+        "meta": row["meta"],
+        "created_at": store.as_utc(row["created_at"]).isoformat(),
+    }
+
+
+class _Refusal(Exception):
+    """A business refusal decided inside the transaction, to be stored and replied."""
+
+    def __init__(self, error: OpsgateError, timeline_row: dict[str, Any] | None = None) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.timeline_row = timeline_row
+
+
+class CaseService:
+    """Opens, moves and reads cases. Built once by the composition root."""
+
+    def __init__(self, engine: Engine, *, tenant: str = "default", clock: Clock = utcnow) -> None:
+        self.engine = engine
+        self.tenant = tenant
+        self.clock = clock
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def open_case(self, cmd: OpenCase, key: str) -> Reply:
+        """Open a case in NEW (version 0), once per idempotency key."""
+        return self._idempotent(key, fingerprint(cmd.intent()), None,
+                                lambda conn, _case: self._open(conn, cmd))
+
+    def transition(self, cmd: TransitionCase, key: str) -> Reply:
+        """Move a case by one FSM event, once per idempotency key."""
+        return self._idempotent(
+            key,
+            fingerprint(cmd.intent()),
+            cmd.case_id,
+            lambda conn, case: self._move(conn, case, cmd),
+            fence=cmd.fence,
+        )
+
+    def issue_fence(self, session_id: str) -> Fence:
+        """A new fence token for ``session_id``, higher than every one issued before."""
+        with self._transaction() as conn:
+            return Fence(session_id, store.issue_fence(conn, session_id))
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def get_case(self, case_id: UUID) -> dict[str, Any]:
+        with self._connection() as conn:
+            row = store.read_case(conn, case_id)
+        if row is None:
+            raise NotFound(f"no case {case_id}", case_id=str(case_id))
+        return case_view(row)
+
+    def timeline(self, case_id: UUID) -> list[dict[str, Any]]:
+        with self._connection() as conn:
+            if store.read_case(conn, case_id) is None:
+                raise NotFound(f"no case {case_id}", case_id=str(case_id))
+            return [timeline_view(row) for row in store.read_timeline(conn, case_id)]
+
+    def list_cases(self, status: CaseStatus | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        with self._connection() as conn:
+            rows = store.list_cases(conn, None if status is None else str(status), limit)
+        return [case_view(row) for row in rows]
+
+    # -- the transaction ------------------------------------------------------------------
+
+    def _idempotent(
+        self,
+        key: str,
+        digest: str,
+        case_id: UUID | None,
+        work: Callable[[Connection, RowMapping | None], dict[str, Any]],
+        fence: Fence | None = None,
+    ) -> Reply:
+        # A concurrent first arrival of the same key loses the primary-key race: run again and
+        # the second pass replays the winner's reply.
+        for attempt in (1, 2):
+            try:
+                with self._transaction() as conn:
+                    return self._once(conn, key, digest, case_id, work, fence)
+            except IntegrityError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _once(
+        self,
+        conn: Connection,
+        key: str,
+        digest: str,
+        case_id: UUID | None,
+        work: Callable[[Connection, RowMapping | None], dict[str, Any]],
+        fence: Fence | None,
+    ) -> Reply:
+        case = None if case_id is None else store.lock_case(conn, case_id)
+        if case_id is not None and case is None:
+            return Reply.of_error(NotFound(f"no case {case_id}", case_id=str(case_id)))
+        prior = store.recall_reply(conn, key)
+        if prior is not None:
+            return self._replay(prior, digest, key)
+        if fence is not None and (stale := self._stale(conn, fence)) is not None:
+            return Reply.of_error(stale)
+        try:
+            reply = Reply.of_data(work(conn, case))
+        except _Refusal as refusal:
+            if refusal.timeline_row is not None:
+                store.append_timeline(conn, refusal.timeline_row)
+            reply = Reply.of_error(refusal.error)
+        store.record_reply(conn, key, digest, reply.status, reply.body)
+        return reply
+
+    @staticmethod
+    def _replay(prior: RowMapping, digest: str, key: str) -> Reply:
+        if prior["fingerprint"] != digest:
+            reuse = KeyReuse(
+                "this Idempotency-Key was used before for a different request", key=key
+            )
+            return Reply.of_error(reuse)
+        return Reply(int(prior["status"]), str(prior["body"]), replayed=True)
+
+    @staticmethod
+    def _stale(conn: Connection, fence: Fence) -> StaleFence | None:
+        latest = store.fence_token(conn, fence.session_id)
+        if latest is not None and fence.token >= latest:
+            return None
+        return StaleFence(
+            f"fence token {fence.token} of session {fence.session_id} is stale",
+            session_id=fence.session_id, token=fence.token, latest=latest,
+        )
+
+    def _open(self, conn: Connection, cmd: OpenCase) -> dict[str, Any]:
+        case_id, now = uuid4(), self.clock()
+        correlation_id = cmd.correlation_id or uuid4().hex
+        row = {"id": case_id, "tenant": cmd.tenant or self.tenant, "title": cmd.title,
+               "severity": cmd.severity, "status": str(INITIAL_STATUS), "version": 0,
+               "created_at": now, "updated_at": now}
+        store.insert_case(conn, row)
+        store.append_timeline(conn, {
+            "case_id": case_id, "event": "case_opened", "actor": cmd.actor, "reason": None,
+            "correlation_id": correlation_id, "created_at": now,
+            "meta": {"outcome": "opened", "from": None, "to": str(INITIAL_STATUS), "version": 0},
+        })
+        store.append_outbox(conn, [opened_message(case_id, cmd.title, cmd.severity, cmd.actor,
+                                                  correlation_id)])
+        return case_view(row)
+
+    def _move(self, conn: Connection, case: RowMapping | None,
+              cmd: TransitionCase) -> dict[str, Any]:
+        assert case is not None, "a transition always runs on a locked case"
+        status, version = CaseStatus(case["status"]), int(case["version"])
+        if cmd.expected_version is not None and cmd.expected_version != version:
+            raise _Refusal(VersionConflict(
+                f"case is at version {version}, not {cmd.expected_version}",
+                expected_version=cmd.expected_version, version=version))
+        decision = decide(status, cmd.event)
+        if isinstance(decision, Refused):
+            raise _Refusal(IllegalTransition(decision.reason, status=str(status),
+                                             event=str(cmd.event)))
+        now, correlation_id = self.clock(), cmd.correlation_id or uuid4().hex
+        try:
+            digest = self._guard(conn, case, cmd, version + 1)
+        except GuardFailed as refused:
+            raise _Refusal(refused, self._timeline_row(
+                cmd, now, correlation_id, outcome="refused", source=status, target=None,
+                version=version, extra={"problems": refused.details.get("problems", [])},
+                reason=refused.message)) from None
+        store.move_case(conn, cmd.case_id, str(decision.target), version + 1, now)
+        extra = {} if digest is None else {"plan_hash": digest}
+        store.append_timeline(conn, self._timeline_row(
+            cmd, now, correlation_id, outcome="accepted", source=status,
+            target=decision.target, version=version + 1, extra=extra, reason=cmd.reason))
+        ctx = MoveContext(cmd.case_id, version + 1, cmd.actor, correlation_id, digest)
+        store.append_outbox(conn, messages_for(decision, ctx))
+        return case_view({**case, "status": str(decision.target), "version": version + 1,
+                          "updated_at": now})
+
+    def _guard(self, conn: Connection, case: RowMapping, cmd: TransitionCase,
+               next_version: int) -> str | None:
+        """Run the event's guard; record what it admits. Returns the plan hash it concerns."""
+        if cmd.event is CaseEvent.PLAN_READY:
+            return self._admit_plan(conn, cmd, next_version)
+        if cmd.event is CaseEvent.GATE_APPROVED:
+            return self._admit_approval(conn, cmd)
+        return None
+
+    @staticmethod
+    def _admit_plan(conn: Connection, cmd: TransitionCase, next_version: int) -> str:
+        plan = cmd.plan
+        if plan is None:
+            latest = store.latest_plan(conn, cmd.case_id)
+            if latest is None:
+                raise GuardFailed("plan_ready needs a ChangePlan: none is attached",
+                                  problems=["plan: missing"])
+            plan = dict(latest["plan"])
+        problems = plan_problems(plan)
+        if problems:
+            raise GuardFailed("the plan is incomplete or invalid", problems=problems)
+        digest = plan_hash(plan)
+        store.insert_plan(conn, cmd.case_id, next_version, plan, digest, cmd.actor)
+        return digest
+
+    @staticmethod
+    def _admit_approval(conn: Connection, cmd: TransitionCase) -> str:
+        latest = store.latest_plan(conn, cmd.case_id)
+        if latest is None:
+            raise GuardFailed("there is no proposed plan to approve", problems=["plan: missing"])
+        if cmd.plan_hash != latest["plan_hash"]:
+            raise GuardFailed(
+                "the approval does not name the plan the case waits on",
+                problems=[f"plan_hash: expected {latest['plan_hash']}, got {cmd.plan_hash}"])
+        decision = {"approved_by": cmd.actor, "reason": cmd.reason,
+                    "approvals": cmd.meta.get("approvals", [cmd.actor])}
+        store.insert_approval(conn, cmd.case_id, latest["id"], latest["plan_hash"], decision)
+        return str(latest["plan_hash"])
+
+    @staticmethod
+    def _timeline_row(cmd: TransitionCase, now: datetime, correlation_id: str, *, outcome: str,
+                      source: CaseStatus, target: CaseStatus | None, version: int,
+                      extra: dict[str, Any], reason: str | None) -> dict[str, Any]:
+        meta = {"outcome": outcome, "from": str(source),
+                "to": None if target is None else str(target), "version": version, **extra}
+        if cmd.meta:
+            meta["context"] = cmd.meta
+        return {"case_id": cmd.case_id, "event": str(cmd.event), "actor": cmd.actor,
+                "reason": reason, "correlation_id": correlation_id, "meta": meta,
+                "created_at": now}
+
+    # -- connections ----------------------------------------------------------------------
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        with _outage_is_unavailable(), self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def _connection(self) -> Iterator[Connection]:
+        with _outage_is_unavailable(), self.engine.connect() as conn:
+            yield conn
+
+
+@contextmanager
+def _outage_is_unavailable() -> Iterator[None]:
+    """Connection loss, lock time-outs and serialization failures are transient: never stored,
+    reported as ``Unavailable`` so the caller retries."""
+    try:
+        yield
+    except OperationalError as exc:
+        raise Unavailable("the database is unavailable right now; safe to retry") from exc

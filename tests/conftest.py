@@ -1,0 +1,80 @@
+"""Shared fixtures: a migrated database per test, on SQLite (a temp file) and on the real local
+PostgreSQL (a schema of its own, dropped afterwards). Under CI=true an unreachable PostgreSQL or
+Redis fails the run instead of skipping."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+
+from core.adapters.database import make_engine
+from core.migrate import upgrade_engine
+from core.service import CaseService
+
+POSTGRES_URL = os.environ.get("OPSGATE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("OPSGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _unreachable(what: str, exc: Exception) -> None:
+    message = f"{what} is not reachable: {exc}"
+    if IN_CI:
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def postgres_admin() -> Iterator[Engine]:
+    engine = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("select 1"))
+    except Exception as exc:  # any failure to reach the server
+        _unreachable("PostgreSQL", exc)
+    yield engine
+    engine.dispose()
+
+
+def _schema_url(schema: str) -> str:
+    sep = "&" if "?" in POSTGRES_URL else "?"
+    return f"{POSTGRES_URL}{sep}options=-csearch_path%3D{schema}"
+
+
+@pytest.fixture
+def pg_engine(postgres_admin: Engine) -> Iterator[Engine]:
+    """A fresh migrated schema on the local PostgreSQL, dropped after the test."""
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with postgres_admin.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    engine = make_engine(_schema_url(schema), pool_size=20)
+    try:
+        upgrade_engine(engine)
+        yield engine
+    finally:
+        engine.dispose()
+        with postgres_admin.connect() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+
+
+@pytest.fixture
+def sqlite_engine(tmp_path) -> Iterator[Engine]:
+    engine = make_engine(f"sqlite:///{tmp_path / 'opsgate.db'}")
+    upgrade_engine(engine)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def engine(request: pytest.FixtureRequest) -> Engine:
+    """Each test that takes ``engine`` runs on both databases."""
+    fixture = "sqlite_engine" if request.param == "sqlite" else "pg_engine"
+    return request.getfixturevalue(fixture)
+
+
+@pytest.fixture
+def service(engine: Engine) -> CaseService:
+    return CaseService(engine)
