@@ -124,7 +124,7 @@ class CaseService:
     def open_case(self, cmd: OpenCase, key: str) -> Reply:
         """Open a case in NEW (version 0), once per idempotency key."""
         return self._idempotent(key, fingerprint(cmd.intent()), None,
-                                lambda conn, _case: self._open(conn, cmd))
+                                lambda conn, _case: self._open(conn, cmd), created=True)
 
     def transition(self, cmd: TransitionCase, key: str) -> Reply:
         """Move a case by one FSM event, once per idempotency key."""
@@ -170,13 +170,14 @@ class CaseService:
         case_id: UUID | None,
         work: Callable[[Connection, RowMapping | None], dict[str, Any]],
         fence: Fence | None = None,
+        created: bool = False,
     ) -> Reply:
         # A concurrent first arrival of the same key loses the primary-key race: run again and
         # the second pass replays the winner's reply.
         for attempt in (1, 2):
             try:
                 with self._transaction() as conn:
-                    return self._once(conn, key, digest, case_id, work, fence)
+                    return self._once(conn, key, digest, case_id, work, fence, created)
             except IntegrityError:
                 if attempt == 2:
                     raise
@@ -190,6 +191,7 @@ class CaseService:
         case_id: UUID | None,
         work: Callable[[Connection, RowMapping | None], dict[str, Any]],
         fence: Fence | None,
+        created: bool,
     ) -> Reply:
         case = None if case_id is None else store.lock_case(conn, case_id)
         if case_id is not None and case is None:
@@ -200,7 +202,7 @@ class CaseService:
         if fence is not None and (stale := self._stale(conn, fence)) is not None:
             return Reply.of_error(stale)
         try:
-            reply = Reply.of_data(work(conn, case))
+            reply = Reply.of_data(work(conn, case), status=201 if created else 200)
         except _Refusal as refusal:
             if refusal.timeline_row is not None:
                 store.append_timeline(conn, refusal.timeline_row)
@@ -270,8 +272,9 @@ class CaseService:
             target=decision.target, version=version + 1, extra=extra, reason=cmd.reason))
         ctx = MoveContext(cmd.case_id, version + 1, cmd.actor, correlation_id, digest)
         store.append_outbox(conn, messages_for(decision, ctx))
-        return case_view({**case, "status": str(decision.target), "version": version + 1,
+        view = case_view({**case, "status": str(decision.target), "version": version + 1,
                           "updated_at": now})
+        return view if digest is None else {**view, "plan_hash": digest}
 
     def _guard(self, conn: Connection, case: RowMapping, cmd: TransitionCase,
                next_version: int) -> str | None:
