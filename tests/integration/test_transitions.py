@@ -1,0 +1,208 @@
+"""The transition contract on real databases (SQLite and PostgreSQL): every FSM cell, the
+status codes, idempotent replays byte for byte, fences, guards."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlalchemy import select
+
+from core.adapters.tables import case_timeline, outbox, plan_approved, plan_proposed
+from core.domain.commands import Fence, OpenCase
+from core.domain.fsm import TRANSITIONS, CaseEvent, CaseStatus
+from core.domain.messages import Topic
+from tests.support import PATH_TO, PLAN, PLAN_HASH, case_in, command, key, open_case, snapshot
+
+E, S = CaseEvent, CaseStatus
+
+
+def test_open_case_starts_new_at_version_zero_with_timeline_and_outbox(service, engine):
+    case_id = open_case(service)
+    case = service.get_case(case_id)
+    assert (case["status"], case["version"]) == ("NEW", 0)
+    assert [row["event"] for row in service.timeline(case_id)] == ["case_opened"]
+    with engine.connect() as conn:
+        topics = conn.execute(select(outbox.c.topic)).scalars().all()
+    assert topics == [Topic.CASE_OPENED]
+
+
+@pytest.mark.parametrize("status", list(S))
+def test_every_cell_of_the_fsm(service, engine, status):
+    """From each status: legal events succeed, illegal ones are 409 and change nothing."""
+    for event in E:
+        case_id = case_in(service, status)
+        before = snapshot(engine, case_id)
+        reply = service.transition(command(case_id, event), key())
+        target = TRANSITIONS.get((status, event))
+        if target is None:
+            assert reply.status == 409, (status, event, reply.body)
+            assert json.loads(reply.body)["error"]["code"] == "illegal_transition"
+            after = snapshot(engine, case_id)
+            assert after["case"] == before["case"]
+            for table in ("case_timeline", "outbox", "plan_proposed", "plan_approved"):
+                assert after[table] == before[table], table
+        else:
+            assert reply.status == 200, (status, event, reply.body)
+            case = service.get_case(case_id)
+            assert (case["status"], case["version"]) == (target, len(PATH_TO[status]) + 1)
+
+
+def test_a_move_writes_case_timeline_and_outbox_together(service, engine):
+    case_id = case_in(service, S.PLANNING)
+    reply = service.transition(command(case_id, E.PLAN_READY, correlation_id="corr-1"), key())
+    assert reply.status == 200
+    assert reply.data()["plan_hash"] == PLAN_HASH
+    last = service.timeline(case_id)[-1]
+    assert last["event"] == "plan_ready" and last["correlation_id"] == "corr-1"
+    assert last["meta"] == {"outcome": "accepted", "from": "PLANNING", "to": "WAIT_GATE",
+                            "version": 3, "plan_hash": PLAN_HASH}
+    with engine.connect() as conn:
+        rows = conn.execute(select(outbox).where(outbox.c.payload["version"].as_integer() == 3)
+                            .order_by(outbox.c.id)).mappings().all()
+        plans = conn.execute(select(plan_proposed)).mappings().all()
+    assert [r["topic"] for r in rows] == [Topic.CASE_TRANSITION, Topic.PLAN_PROPOSED,
+                                          Topic.GATE_EVAL]
+    assert {r["key"] for r in rows} == {str(case_id)}
+    assert all(r["payload"]["correlation_id"] == "corr-1" for r in rows)
+    assert len(plans) == 1 and plans[0]["plan"] == PLAN and plans[0]["plan_hash"] == PLAN_HASH
+
+
+def test_approval_is_bound_to_the_plan_hash(service, engine):
+    case_id = case_in(service, S.WAIT_GATE)
+    before = snapshot(engine, case_id)
+    wrong = service.transition(command(case_id, E.GATE_APPROVED, plan_hash="0" * 64), key())
+    assert wrong.status == 422
+    assert json.loads(wrong.body)["error"]["code"] == "guard_failed"
+    after = snapshot(engine, case_id)
+    assert after["case"] == before["case"]
+    assert after["case_timeline"] == before["case_timeline"] + 1
+    assert (after["outbox"], after["plan_approved"]) == (before["outbox"], before["plan_approved"])
+    right = service.transition(command(case_id, E.GATE_APPROVED), key())
+    assert right.status == 200
+    with engine.connect() as conn:
+        approval = conn.execute(select(plan_approved)).mappings().one()
+    assert approval["plan_hash"] == PLAN_HASH
+    assert approval["decision"]["approved_by"] == "sre@example"
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [None, {"title": "no steps", "steps": [], "rollback": {}, "verify": {}},
+     {"title": "no verify", "steps": PLAN["steps"], "rollback": {}},
+     {**PLAN, "steps": [{"action": "noop", "timeout_s": 30}]}],
+)
+def test_failed_guard_is_422_with_one_timeline_row_and_nothing_else(service, engine, plan):
+    case_id = case_in(service, S.PLANNING)
+    before = snapshot(engine, case_id)
+    reply = service.transition(command(case_id, E.PLAN_READY, plan=plan), key())
+    assert reply.status == 422
+    error = json.loads(reply.body)["error"]
+    assert error["code"] == "guard_failed" and error["details"]["problems"]
+    after = snapshot(engine, case_id)
+    assert after["case"] == before["case"]
+    assert after["case_timeline"] == before["case_timeline"] + 1
+    for table in ("outbox", "plan_proposed", "plan_approved"):
+        assert after[table] == before[table], table
+    refusal = service.timeline(case_id)[-1]
+    assert refusal["meta"]["outcome"] == "refused" and refusal["meta"]["to"] is None
+
+
+def test_version_mismatch_is_412_and_changes_nothing(service, engine):
+    case_id = case_in(service, S.ANALYZING)
+    before = snapshot(engine, case_id)
+    reply = service.transition(command(case_id, E.ANALYSIS_DONE, expected_version=0), key())
+    assert reply.status == 412
+    assert json.loads(reply.body)["error"]["code"] == "version_conflict"
+    after = snapshot(engine, case_id)
+    assert {k: v for k, v in after.items() if k != "idempotency"} == {
+        k: v for k, v in before.items() if k != "idempotency"}
+    ok = service.transition(command(case_id, E.ANALYSIS_DONE, expected_version=1), key())
+    assert ok.status == 200
+
+
+def test_unknown_case_is_404_and_not_stored(service, engine):
+    import uuid
+
+    before = snapshot(engine)
+    reply = service.transition(command(uuid.uuid4(), E.START_ANALYSIS), key())
+    assert reply.status == 404
+    assert snapshot(engine) == before
+
+
+@pytest.mark.parametrize("event", [E.START_ANALYSIS, E.EXEC_DONE, E.PLAN_READY])
+def test_replay_returns_the_first_reply_byte_for_byte_and_writes_nothing(service, engine, event):
+    case_id = case_in(service, S.NEW)
+    k = key()
+    plan = {"title": "incomplete"} if event is E.PLAN_READY else None
+    cmd = command(case_id, event, **({"plan": plan} if plan else {}))
+    first = service.transition(cmd, k)
+    before = snapshot(engine, case_id)
+    again = service.transition(cmd, k)
+    assert (again.status, again.body) == (first.status, first.body)
+    assert again.replayed and not first.replayed
+    assert snapshot(engine, case_id) == before
+
+
+def test_same_key_different_request_is_422_and_writes_nothing(service, engine):
+    case_id = case_in(service, S.NEW)
+    k = key()
+    assert service.transition(command(case_id, E.START_ANALYSIS), k).status == 200
+    before = snapshot(engine, case_id)
+    reuse = service.transition(command(case_id, E.START_ANALYSIS, reason="different"), k)
+    assert reuse.status == 422
+    assert json.loads(reuse.body)["error"]["code"] == "idempotency_key_reused"
+    assert snapshot(engine, case_id) == before
+
+
+def test_a_retry_with_a_new_correlation_id_is_still_a_replay(service):
+    case_id = case_in(service, S.NEW)
+    k = key()
+    first = service.transition(command(case_id, E.START_ANALYSIS, correlation_id="a"), k)
+    again = service.transition(command(case_id, E.START_ANALYSIS, correlation_id="b"), k)
+    assert again.replayed and again.body == first.body
+
+
+def test_open_case_is_idempotent(service, engine):
+    k = key()
+    cmd = OpenCase(title="disk full on db-1", actor="pager")
+    first = service.open_case(cmd, k)
+    before = snapshot(engine)
+    again = service.open_case(cmd, k)
+    assert (again.status, again.body) == (first.status, first.body) and again.replayed
+    assert snapshot(engine) == before
+    assert service.open_case(OpenCase(title="other", actor="pager"), k).status == 422
+
+
+def test_stale_fence_is_refused_before_any_row_is_written(service, engine):
+    case_id = case_in(service, S.NEW)
+    old = service.issue_fence("case-thread-1")
+    new = service.issue_fence("case-thread-1")
+    assert new.token == old.token + 1
+    before = snapshot(engine, case_id)
+    stale = service.transition(command(case_id, E.START_ANALYSIS, fence=old), key())
+    assert stale.status == 412
+    assert json.loads(stale.body)["error"]["code"] == "stale_fence"
+    assert snapshot(engine, case_id) == before
+    unknown = service.transition(
+        command(case_id, E.START_ANALYSIS, fence=Fence("never-issued", 99)), key())
+    assert unknown.status == 412
+    assert service.transition(command(case_id, E.START_ANALYSIS, fence=new), key()).status == 200
+
+
+def test_fence_tokens_are_per_session_and_monotonic(service):
+    tokens = [service.issue_fence("s-a").token for _ in range(5)]
+    assert tokens == [1, 2, 3, 4, 5]
+    assert service.issue_fence("s-b").token == 1
+
+
+def test_resume_from_parked_asks_for_a_new_plan_and_reuses_the_last_one(service, engine):
+    case_id = case_in(service, S.PARKED)
+    assert service.transition(command(case_id, E.RESUME), key()).status == 200
+    again = service.transition(command(case_id, E.PLAN_READY, plan=None), key())
+    assert again.status == 200 and again.data()["plan_hash"] == PLAN_HASH
+    with engine.connect() as conn:
+        topics = conn.execute(select(outbox.c.topic).order_by(outbox.c.id)).scalars().all()
+        events = conn.execute(select(case_timeline.c.event)).scalars().all()
+    assert topics.count(Topic.PLAN_GENERATE) == 2  # analysis_done and resume
+    assert events.count("plan_ready") == 2
