@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	@echo "==> installing opsgate into $(VENV)"
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip uv
-	@$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]'
+	@$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e '.[dev]'
 	@touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install opsgate with its dev tools
@@ -39,6 +39,7 @@ test: install services lint typecheck ## install, lint, type-check and run every
 
 bench: install services ## run the benchmarks (PostgreSQL, Redis)
 	$(BIN)/python bench/transitions.py
+	$(BIN)/python bench/gateway.py
 
 clean: ## remove the venv and caches
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis opsgate.db*

@@ -8,10 +8,12 @@
     ├── PreconditionFailed (412)
     │   ├── VersionConflict       expected_version / If-Match does not match
     │   └── StaleFence            a fence token lower than the highest issued for the session
+    ├── PayloadTooLarge (413)     a request body over the API's size limit
     ├── Unprocessable (422)
     │   ├── GuardFailed           the FSM allows the move but a guard refused it
     │   ├── KeyReuse              an idempotency key sent again with a different request
-    │   └── InvalidPlan           a ChangePlan that fails its JSON Schema
+    │   ├── InvalidPlan           a ChangePlan that fails its JSON Schema
+    │   └── InvalidRequest        a request body or parameter of the wrong shape (REST API)
     └── Unavailable (503)         a dependency (database, Redis) is unreachable: safe to retry
 
 Third-party exceptions are translated at the boundary (``raise Unavailable(...) from exc``).
@@ -91,6 +93,15 @@ class InvalidPlan(Unprocessable):
     code = "invalid_plan"
 
 
+class InvalidRequest(Unprocessable):
+    code = "invalid_request"
+
+
+class PayloadTooLarge(OpsgateError):
+    code = "payload_too_large"
+    status = 413
+
+
 class Unavailable(OpsgateError):
     code = "unavailable"
     status = 503
@@ -110,6 +121,8 @@ _BY_CODE: dict[str, type[OpsgateError]] = {
         GuardFailed,
         KeyReuse,
         InvalidPlan,
+        InvalidRequest,
+        PayloadTooLarge,
         Unavailable,
     )
 }

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
 from core.adapters.database import normalize_url
@@ -31,6 +33,17 @@ def alembic_config(url: str | None = None) -> Config:
 def upgrade(url: str, revision: str = "head") -> None:
     """Bring the database at ``url`` up to ``revision``."""
     command.upgrade(alembic_config(url), revision)
+
+
+def head_revision() -> str | None:
+    """The revision the code expects: the head of the migration scripts."""
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision the database at ``engine`` is at; None for an empty database."""
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
 
 
 def upgrade_engine(engine: Engine, revision: str = "head") -> None:

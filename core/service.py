@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import Connection, Engine, RowMapping
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from core.adapters import case_store as store
@@ -36,8 +36,12 @@ from core.errors import (
     VersionConflict,
     error_from_body,
 )
+from core.messaging import inbox
 
 Clock = Callable[[], datetime]
+Row = Mapping[Any, Any]
+# What a write does inside the transaction: read what it needs, gather its rows, return its data.
+Work = Callable[[Connection, Row | None, store.Writes], dict[str, Any]]
 
 
 def utcnow() -> datetime:
@@ -124,16 +128,20 @@ class CaseService:
     def open_case(self, cmd: OpenCase, key: str) -> Reply:
         """Open a case in NEW (version 0), once per idempotency key."""
         return self._idempotent(key, fingerprint(cmd.intent()), None,
-                                lambda conn, _case: self._open(conn, cmd), created=True)
+                                lambda _conn, _case, writes: self._open(cmd, writes),
+                                created=True)
 
-    def transition(self, cmd: TransitionCase, key: str) -> Reply:
-        """Move a case by one FSM event, once per idempotency key."""
+    def transition(self, cmd: TransitionCase, key: str, *,
+                   inbox_entry: tuple[str, int] | None = None) -> Reply:
+        """Move a case by one FSM event, once per idempotency key. A consumer passes its
+        ``inbox_entry`` (consumer, message id) so the inbox row commits with the effect."""
         return self._idempotent(
             key,
             fingerprint(cmd.intent()),
             cmd.case_id,
-            lambda conn, case: self._move(conn, case, cmd),
+            lambda conn, case, writes: self._move(conn, case, cmd, writes),
             fence=cmd.fence,
+            inbox_entry=inbox_entry,
         )
 
     def issue_fence(self, session_id: str) -> Fence:
@@ -168,16 +176,20 @@ class CaseService:
         key: str,
         digest: str,
         case_id: UUID | None,
-        work: Callable[[Connection, RowMapping | None], dict[str, Any]],
+        work: Work,
         fence: Fence | None = None,
         created: bool = False,
+        inbox_entry: tuple[str, int] | None = None,
     ) -> Reply:
         # A concurrent first arrival of the same key loses the primary-key race: run again and
         # the second pass replays the winner's reply.
         for attempt in (1, 2):
             try:
                 with self._transaction() as conn:
-                    return self._once(conn, key, digest, case_id, work, fence, created)
+                    reply = self._once(conn, key, digest, case_id, work, fence, created)
+                    if inbox_entry is not None:
+                        inbox.mark(conn, *inbox_entry)
+                    return reply
             except IntegrityError:
                 if attempt == 2:
                     raise
@@ -189,29 +201,35 @@ class CaseService:
         key: str,
         digest: str,
         case_id: UUID | None,
-        work: Callable[[Connection, RowMapping | None], dict[str, Any]],
+        work: Work,
         fence: Fence | None,
         created: bool,
     ) -> Reply:
-        case = None if case_id is None else store.lock_case(conn, case_id)
-        if case_id is not None and case is None:
-            return Reply.of_error(NotFound(f"no case {case_id}", case_id=str(case_id)))
-        prior = store.recall_reply(conn, key)
+        case: Row | None = None
+        prior: Row | None = None
+        if case_id is None:
+            prior = store.recall_reply(conn, key)
+        else:
+            case, prior = store.lock_case_and_recall(conn, case_id, key)
+            if case is None:
+                return Reply.of_error(NotFound(f"no case {case_id}", case_id=str(case_id)))
         if prior is not None:
             return self._replay(prior, digest, key)
         if fence is not None and (stale := self._stale(conn, fence)) is not None:
             return Reply.of_error(stale)
+        writes = store.Writes()
         try:
-            reply = Reply.of_data(work(conn, case), status=201 if created else 200)
+            reply = Reply.of_data(work(conn, case, writes), status=201 if created else 200)
         except _Refusal as refusal:
-            if refusal.timeline_row is not None:
-                store.append_timeline(conn, refusal.timeline_row)
+            writes = store.Writes(timeline=refusal.timeline_row)
             reply = Reply.of_error(refusal.error)
-        store.record_reply(conn, key, digest, reply.status, reply.body)
+        writes.reply = {"key": key, "fingerprint": digest, "status": reply.status,
+                        "body": reply.body}
+        store.write(conn, writes)
         return reply
 
     @staticmethod
-    def _replay(prior: RowMapping, digest: str, key: str) -> Reply:
+    def _replay(prior: Row, digest: str, key: str) -> Reply:
         if prior["fingerprint"] != digest:
             reuse = KeyReuse(
                 "this Idempotency-Key was used before for a different request", key=key
@@ -229,24 +247,24 @@ class CaseService:
             session_id=fence.session_id, token=fence.token, latest=latest,
         )
 
-    def _open(self, conn: Connection, cmd: OpenCase) -> dict[str, Any]:
+    def _open(self, cmd: OpenCase, writes: store.Writes) -> dict[str, Any]:
         case_id, now = uuid4(), self.clock()
         correlation_id = cmd.correlation_id or uuid4().hex
         row = {"id": case_id, "tenant": cmd.tenant or self.tenant, "title": cmd.title,
                "severity": cmd.severity, "status": str(INITIAL_STATUS), "version": 0,
                "created_at": now, "updated_at": now}
-        store.insert_case(conn, row)
-        store.append_timeline(conn, {
+        writes.new_case = row
+        writes.timeline = {
             "case_id": case_id, "event": "case_opened", "actor": cmd.actor, "reason": None,
             "correlation_id": correlation_id, "created_at": now,
             "meta": {"outcome": "opened", "from": None, "to": str(INITIAL_STATUS), "version": 0},
-        })
-        store.append_outbox(conn, [opened_message(case_id, cmd.title, cmd.severity, cmd.actor,
-                                                  correlation_id)])
+        }
+        writes.outbox = [opened_message(case_id, cmd.title, cmd.severity, cmd.actor,
+                                        correlation_id)]
         return case_view(row)
 
-    def _move(self, conn: Connection, case: RowMapping | None,
-              cmd: TransitionCase) -> dict[str, Any]:
+    def _move(self, conn: Connection, case: Row | None, cmd: TransitionCase,
+              writes: store.Writes) -> dict[str, Any]:
         assert case is not None, "a transition always runs on a locked case"
         status, version = CaseStatus(case["status"]), int(case["version"])
         if cmd.expected_version is not None and cmd.expected_version != version:
@@ -259,34 +277,36 @@ class CaseService:
                                              event=str(cmd.event)))
         now, correlation_id = self.clock(), cmd.correlation_id or uuid4().hex
         try:
-            digest = self._guard(conn, case, cmd, version + 1)
+            digest = self._guard(conn, cmd, version + 1, writes)
         except GuardFailed as refused:
             raise _Refusal(refused, self._timeline_row(
                 cmd, now, correlation_id, outcome="refused", source=status, target=None,
                 version=version, extra={"problems": refused.details.get("problems", [])},
                 reason=refused.message)) from None
-        store.move_case(conn, cmd.case_id, str(decision.target), version + 1, now)
+        writes.moved_case = {"id": cmd.case_id, "status": str(decision.target),
+                             "version": version + 1, "updated_at": now}
         extra = {} if digest is None else {"plan_hash": digest}
-        store.append_timeline(conn, self._timeline_row(
+        writes.timeline = self._timeline_row(
             cmd, now, correlation_id, outcome="accepted", source=status,
-            target=decision.target, version=version + 1, extra=extra, reason=cmd.reason))
+            target=decision.target, version=version + 1, extra=extra, reason=cmd.reason)
         ctx = MoveContext(cmd.case_id, version + 1, cmd.actor, correlation_id, digest)
-        store.append_outbox(conn, messages_for(decision, ctx))
+        writes.outbox = messages_for(decision, ctx)
         view = case_view({**case, "status": str(decision.target), "version": version + 1,
                           "updated_at": now})
         return view if digest is None else {**view, "plan_hash": digest}
 
-    def _guard(self, conn: Connection, case: RowMapping, cmd: TransitionCase,
-               next_version: int) -> str | None:
+    def _guard(self, conn: Connection, cmd: TransitionCase, next_version: int,
+               writes: store.Writes) -> str | None:
         """Run the event's guard; record what it admits. Returns the plan hash it concerns."""
         if cmd.event is CaseEvent.PLAN_READY:
-            return self._admit_plan(conn, cmd, next_version)
+            return self._admit_plan(conn, cmd, next_version, writes)
         if cmd.event is CaseEvent.GATE_APPROVED:
-            return self._admit_approval(conn, cmd)
+            return self._admit_approval(conn, cmd, writes)
         return None
 
     @staticmethod
-    def _admit_plan(conn: Connection, cmd: TransitionCase, next_version: int) -> str:
+    def _admit_plan(conn: Connection, cmd: TransitionCase, next_version: int,
+                    writes: store.Writes) -> str:
         plan = cmd.plan
         if plan is None:
             latest = store.latest_plan(conn, cmd.case_id)
@@ -298,11 +318,12 @@ class CaseService:
         if problems:
             raise GuardFailed("the plan is incomplete or invalid", problems=problems)
         digest = plan_hash(plan)
-        store.insert_plan(conn, cmd.case_id, next_version, plan, digest, cmd.actor)
+        writes.plan = {"id": uuid4(), "case_id": cmd.case_id, "case_version": next_version,
+                       "plan_hash": digest, "plan": dict(plan), "proposed_by": cmd.actor}
         return digest
 
     @staticmethod
-    def _admit_approval(conn: Connection, cmd: TransitionCase) -> str:
+    def _admit_approval(conn: Connection, cmd: TransitionCase, writes: store.Writes) -> str:
         latest = store.latest_plan(conn, cmd.case_id)
         if latest is None:
             raise GuardFailed("there is no proposed plan to approve", problems=["plan: missing"])
@@ -312,7 +333,8 @@ class CaseService:
                 problems=[f"plan_hash: expected {latest['plan_hash']}, got {cmd.plan_hash}"])
         decision = {"approved_by": cmd.actor, "reason": cmd.reason,
                     "approvals": cmd.meta.get("approvals", [cmd.actor])}
-        store.insert_approval(conn, cmd.case_id, latest["id"], latest["plan_hash"], decision)
+        writes.approval = {"id": uuid4(), "case_id": cmd.case_id, "plan_id": latest["id"],
+                           "plan_hash": latest["plan_hash"], "decision": decision}
         return str(latest["plan_hash"])
 
     @staticmethod

@@ -23,6 +23,39 @@ class Settings(BaseSettings):
     )
     tenant: str = Field(default="default", max_length=64)
     db_pool_size: int = Field(default=10, ge=1, le=200)
+    gateway_result_ttl_s: int = Field(
+        default=86400, ge=1, description="How long Redis keeps a finished call's result."
+    )
+    gateway_lease_s: float = Field(
+        default=30.0, gt=0, description="A claim's lease; must exceed the slowest executor."
+    )
+    gateway_key_prefix: str = Field(default="opsgate:gw:", description="Prefix of Redis keys.")
+    gateway_redis_timeout_s: float = Field(
+        default=0.5, gt=0, description="Redis socket and connect timeout of the gateway."
+    )
+    # Executor adapters (docs/executor.md). List settings are JSON in the environment, e.g.
+    # OPSGATE_SCRIPT_ALLOWLIST='["/usr/local/bin/restart-service", "echo"]'.
+    script_allowlist: list[str] = Field(
+        default_factory=list,
+        description="Executables script.exec may run: absolute paths or names found on PATH "
+        "at start. Empty: nothing may run.",
+    )
+    http_allowlist: list[str] = Field(
+        default_factory=list,
+        description="URL prefixes http.request and verify probes may call, e.g. "
+        "'http://127.0.0.1:8081/'. Empty: nothing may be called.",
+    )
+    kubectl: str = Field(default="kubectl", description="kubectl for k8s.rollout: path or name.")
+    traffic_gateway_url: str | None = Field(
+        default=None, description="Admin URL gateway.flip POSTs to. Unset: gateway.flip refused."
+    )
+    prometheus_url: str | None = Field(
+        default=None, description="Prometheus base URL for verify metrics. Unset: static source."
+    )
+    step_output_limit: int = Field(
+        default=4096, ge=256, le=1_048_576,
+        description="Bytes of a step's output kept (head and tail) for the timeline.",
+    )
 
 
 def load_settings() -> Settings:

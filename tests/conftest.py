@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+import redis
 from sqlalchemy import Engine, create_engine, text
 
 from core.adapters.database import make_engine
@@ -78,3 +79,31 @@ def engine(request: pytest.FixtureRequest) -> Engine:
 @pytest.fixture
 def service(engine: Engine) -> CaseService:
     return CaseService(engine)
+
+
+@pytest.fixture(scope="session")
+def _redis_server() -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except Exception as exc:  # any failure to reach the server
+        _unreachable("Redis", exc)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def redis_client(_redis_server: redis.Redis) -> redis.Redis:
+    """The local Redis (127.0.0.1:6379); fails under CI=true when unreachable. Keys go under
+    ``redis_prefix``."""
+    return _redis_server
+
+
+@pytest.fixture
+def redis_prefix(redis_client: redis.Redis) -> Iterator[str]:
+    """A key prefix of this test's own; every key under it is deleted afterwards."""
+    prefix = f"test:{uuid.uuid4().hex[:12]}:"
+    yield prefix
+    keys = list(redis_client.scan_iter(match=f"{prefix}*", count=500))
+    if keys:
+        redis_client.delete(*keys)

@@ -1,16 +1,31 @@
 """SQL statements of the case service; each takes the open transaction's connection.
 
 Kept apart from the service so the service reads as the transition contract and nothing else.
+The hot path (a transition) is two round trips on PostgreSQL besides BEGIN/COMMIT: one
+statement locks the case and reads the idempotency reply, one writes every row (``Writes``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from uuid import UUID, uuid4
+from uuid import UUID
 
-from sqlalchemy import Connection, RowMapping, insert, select, update
+from sqlalchemy import (
+    Column,
+    Connection,
+    Insert,
+    RowMapping,
+    Table,
+    Update,
+    bindparam,
+    insert,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -31,30 +46,64 @@ def as_utc(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+# The hot statements are built once, at import: SQLAlchemy keys and compiles a statement object
+# once and then finds it in its compiled cache, where a freshly built one costs a rebuild and a
+# re-key on every call.
+_LOCK_CASE = select(ops_case).where(ops_case.c.id == bindparam("case_id")).with_for_update()
+_RECALL_REPLY = select(idempotency).where(idempotency.c.key == bindparam("key"))
+_LOCK_CASE_WITH_REPLY = (
+    select(
+        ops_case,
+        idempotency.c.fingerprint.label("reply_fingerprint"),
+        idempotency.c.status.label("reply_status"),
+        idempotency.c.body.label("reply_body"),
+    )
+    .select_from(ops_case.outerjoin(idempotency, idempotency.c.key == bindparam("key")))
+    .where(ops_case.c.id == bindparam("case_id"))
+    .with_for_update(of=ops_case)
+)
+_LATEST_PLAN = (
+    select(plan_proposed)
+    .where(plan_proposed.c.case_id == bindparam("case_id"))
+    .order_by(plan_proposed.c.case_version.desc())
+    .limit(1)
+)
+_FENCE_TOKEN = select(session_fence.c.token).where(
+    session_fence.c.session_id == bindparam("session_id"))
+_FENCE_TOKEN_SHARED = _FENCE_TOKEN.with_for_update(read=True)
+_CASE_COLUMNS = tuple(ops_case.c.keys())
+
+
 def lock_case(conn: Connection, case_id: UUID) -> RowMapping | None:
     """The case row, locked for this transaction (SQLite: already locked by BEGIN IMMEDIATE)."""
-    query = select(ops_case).where(ops_case.c.id == case_id).with_for_update()
-    return conn.execute(query).mappings().first()
+    return conn.execute(_LOCK_CASE, {"case_id": case_id}).mappings().first()
+
+
+def lock_case_and_recall(
+    conn: Connection, case_id: UUID, key: str
+) -> tuple[Mapping[Any, Any] | None, Mapping[Any, Any] | None]:
+    """The case row locked for this transaction, and the reply stored for ``key`` if any.
+
+    PostgreSQL answers both in one statement. Its snapshot predates a wait for the lock, so a
+    reply committed by the lock's previous holder under the same key is not seen here; that
+    late arrival then loses the key's primary-key race on ``record``, and the service's retry
+    replays the winner's reply. SQLite needs no such care: BEGIN IMMEDIATE already serialized
+    the whole transaction.
+    """
+    if conn.dialect.name != "postgresql":
+        return lock_case(conn, case_id), recall_reply(conn, key)
+    row = conn.execute(_LOCK_CASE_WITH_REPLY, {"case_id": case_id, "key": key}).mappings().first()
+    if row is None:
+        return None, None
+    case = {name: row[name] for name in _CASE_COLUMNS}
+    if row["reply_fingerprint"] is None:
+        return case, None
+    return case, {"key": key, "fingerprint": row["reply_fingerprint"],
+                  "status": row["reply_status"], "body": row["reply_body"]}
 
 
 def read_case(conn: Connection, case_id: UUID) -> RowMapping | None:
     return conn.execute(select(ops_case).where(ops_case.c.id == case_id)).mappings().first()
-
-
-def insert_case(conn: Connection, row: Mapping[str, Any]) -> None:
-    conn.execute(insert(ops_case).values(**row))
-
-
-def move_case(conn: Connection, case_id: UUID, status: str, version: int, at: datetime) -> None:
-    conn.execute(
-        update(ops_case)
-        .where(ops_case.c.id == case_id)
-        .values(status=status, version=version, updated_at=at)
-    )
-
-
-def append_timeline(conn: Connection, row: Mapping[str, Any]) -> None:
-    conn.execute(insert(case_timeline).values(**row))
 
 
 def read_timeline(conn: Connection, case_id: UUID) -> list[RowMapping]:
@@ -64,28 +113,15 @@ def read_timeline(conn: Connection, case_id: UUID) -> list[RowMapping]:
     return list(conn.execute(query).mappings())
 
 
-def append_outbox(conn: Connection, messages: Iterable[Message]) -> None:
-    rows = [{"topic": m.topic, "key": m.key, "payload": m.payload} for m in messages]
-    if rows:
-        conn.execute(insert(outbox), rows)
-
-
 def recall_reply(conn: Connection, key: str) -> RowMapping | None:
-    return conn.execute(select(idempotency).where(idempotency.c.key == key)).mappings().first()
-
-
-def record_reply(conn: Connection, key: str, fingerprint: str, status: int, body: str) -> None:
-    values = {"key": key, "fingerprint": fingerprint, "status": status, "body": body}
-    conn.execute(insert(idempotency).values(**values))
+    return conn.execute(_RECALL_REPLY, {"key": key}).mappings().first()
 
 
 def fence_token(conn: Connection, session_id: str) -> int | None:
     """The highest fence token issued for the session, share-locked so no newer one can be
     issued until this transaction ends."""
-    query = select(session_fence.c.token).where(session_fence.c.session_id == session_id)
-    if conn.dialect.name == "postgresql":
-        query = query.with_for_update(read=True)
-    token = conn.execute(query).scalar()
+    query = _FENCE_TOKEN_SHARED if conn.dialect.name == "postgresql" else _FENCE_TOKEN
+    token = conn.execute(query, {"session_id": session_id}).scalar()
     return None if token is None else int(token)
 
 
@@ -101,35 +137,7 @@ def issue_fence(conn: Connection, session_id: str) -> int:
 
 
 def latest_plan(conn: Connection, case_id: UUID) -> RowMapping | None:
-    query = (
-        select(plan_proposed)
-        .where(plan_proposed.c.case_id == case_id)
-        .order_by(plan_proposed.c.case_version.desc())
-        .limit(1)
-    )
-    return conn.execute(query).mappings().first()
-
-
-def insert_plan(conn: Connection, case_id: UUID, case_version: int, plan: Mapping[str, Any],
-                digest: str, proposed_by: str) -> UUID:
-    plan_id = uuid4()
-    conn.execute(
-        insert(plan_proposed).values(
-            id=plan_id, case_id=case_id, case_version=case_version, plan_hash=digest,
-            plan=dict(plan), proposed_by=proposed_by,
-        )
-    )
-    return plan_id
-
-
-def insert_approval(conn: Connection, case_id: UUID, plan_id: UUID, digest: str,
-                    decision: Mapping[str, Any]) -> None:
-    conn.execute(
-        insert(plan_approved).values(
-            id=uuid4(), case_id=case_id, plan_id=plan_id, plan_hash=digest,
-            decision=dict(decision),
-        )
-    )
+    return conn.execute(_LATEST_PLAN, {"case_id": case_id}).mappings().first()
 
 
 def list_cases(conn: Connection, status: str | None, limit: int) -> list[RowMapping]:
@@ -137,3 +145,103 @@ def list_cases(conn: Connection, status: str | None, limit: int) -> list[RowMapp
     if status is not None:
         query = query.where(ops_case.c.status == status)
     return list(conn.execute(query).mappings())
+
+
+# -- one request's writes, gathered --------------------------------------------------------------
+
+@dataclass
+class Writes:
+    """Every row one request writes, gathered by the service and written once by ``write``.
+
+    Rows are plain mappings keyed by column name; ``write`` keeps the contract's order: new
+    case, plan, approval, case move, timeline, outbox, reply.
+    """
+
+    new_case: Mapping[str, Any] | None = None
+    plan: Mapping[str, Any] | None = None
+    approval: Mapping[str, Any] | None = None
+    moved_case: Mapping[str, Any] | None = None
+    timeline: Mapping[str, Any] | None = None
+    outbox: list[Message] = field(default_factory=list)
+    reply: Mapping[str, Any] | None = None
+
+    def parts(self) -> list[tuple[tuple[str, int], dict[str, Any]]]:
+        """Each table's share of the writes, in order: ((part, rows), bound parameters)."""
+        found: list[tuple[tuple[str, int], dict[str, Any]]] = []
+        for part in ("new_case", "plan", "approval", "moved_case", "timeline"):
+            row = getattr(self, part)
+            if row is not None:
+                found.append(((part, 1), {f"{part}_{c}": row[c] for c in _COLUMNS[part]}))
+        if self.outbox:
+            params = {}
+            for n, message in enumerate(self.outbox):
+                params.update({f"outbox{n}_topic": message.topic, f"outbox{n}_key": message.key,
+                               f"outbox{n}_payload": message.payload})
+            found.append((("outbox", len(self.outbox)), params))
+        if self.reply is not None:
+            found.append((("reply", 1), {f"reply_{c}": self.reply[c] for c in _COLUMNS["reply"]}))
+        return found
+
+
+_COLUMNS: dict[str, tuple[str, ...]] = {
+    "new_case": ("id", "tenant", "title", "severity", "status", "version", "created_at",
+                 "updated_at"),
+    "plan": ("id", "case_id", "case_version", "plan_hash", "plan", "proposed_by"),
+    "approval": ("id", "case_id", "plan_id", "plan_hash", "decision"),
+    "moved_case": ("id", "status", "version", "updated_at"),
+    "timeline": ("case_id", "event", "actor", "reason", "correlation_id", "meta", "created_at"),
+    "reply": ("key", "fingerprint", "status", "body"),
+}
+_TABLES: dict[str, Table] = {
+    "new_case": ops_case, "plan": plan_proposed, "approval": plan_approved,
+    "timeline": case_timeline, "reply": idempotency,
+}
+_STATEMENTS: dict[tuple[object, ...], Insert | Update] = {}
+
+
+def write(conn: Connection, writes: Writes) -> None:
+    """Write the gathered rows. PostgreSQL gets one statement (each table's share a
+    data-modifying CTE: one round trip); SQLite, which has none, one statement per table."""
+    parts = writes.parts()
+    if conn.dialect.name == "postgresql" and len(parts) > 1:
+        shapes = tuple(shape for shape, _ in parts)
+        merged = {name: value for _, params in parts for name, value in params.items()}
+        conn.execute(_statement(("together", *shapes)), merged)
+        return
+    for shape, params in parts:
+        conn.execute(_statement(shape), params)
+
+
+def _statement(shape: tuple[Any, ...]) -> Insert | Update:
+    """The statement of one table's share, or of several together; built once per shape."""
+    statement = _STATEMENTS.get(shape)
+    if statement is None:
+        if shape[0] == "together":
+            *firsts, last = (_part_statement(*part) for part in shape[1:])
+            statement = last.add_cte(*(s.cte(f"write_{n}") for n, s in enumerate(firsts)))
+        else:
+            statement = _part_statement(*shape)
+        _STATEMENTS[shape] = statement
+    return statement
+
+
+def _part_statement(part: str, rows: int) -> Insert | Update:
+    if part == "moved_case":
+        return (update(ops_case).where(ops_case.c.id == _bind(part, ops_case.c.id))
+                .values({c: _bind(part, ops_case.c[c]) for c in _COLUMNS[part][1:]}))
+    if part == "outbox":
+        # INSERT … SELECT … UNION ALL rather than a multi-row VALUES, which SQLAlchemy never
+        # caches; the rows (and so their ids) keep the order of the messages.
+        columns = ("topic", "key", "payload")
+        rows_selected = [select(*(_bind(f"outbox{n}", outbox.c[c]).label(c) for c in columns))
+                         for n in range(rows)]
+        source = rows_selected[0] if rows == 1 else union_all(*rows_selected)
+        return insert(outbox).from_select(columns, source)
+    table = _TABLES[part]
+    return insert(table).values({c: _bind(part, table.c[c]) for c in _COLUMNS[part]})
+
+
+def _bind(prefix: str, column: Column[Any]) -> Any:
+    # Typed explicitly: a parameter in a SELECT list (the outbox rows) gets no type from the
+    # column it ends up in, and the type is what turns a dict into JSON.
+    return bindparam(f"{prefix}_{column.name}", type_=column.type)

@@ -126,3 +126,58 @@ session_fence = Table(
     Column("token", BigInteger, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
+
+tool_call_ledger = Table(
+    "tool_call_ledger",
+    metadata,
+    Column("key", String(128), primary_key=True),
+    Column("tool", String(128), nullable=False),
+    Column("args_hash", String(64), nullable=False),
+    Column("args", Json, nullable=False),
+    Column("actor", String(128), nullable=False),
+    Column("session_id", String(200), nullable=False),
+    Column("fence", BigInteger),
+    Column("state", String(16), nullable=False),
+    Column("result", Json),
+    Column("error", Json),
+    Column("owner", String(64)),
+    Column("lease_until", DateTime(timezone=True)),
+    Column("attempts", Integer, nullable=False, server_default="1"),
+    _now(),
+    Column("started_at", DateTime(timezone=True)),
+    Column("finished_at", DateTime(timezone=True)),
+    Index("ix_tool_call_ledger_state", "state", "lease_until"),
+    Index("ix_tool_call_ledger_session_id", "session_id"),
+)
+
+session_lock = Table(
+    "session_lock",
+    metadata,
+    Column("session_id", String(200), primary_key=True),
+    Column("owner", String(64), nullable=False),
+    Column("lease_until", DateTime(timezone=True), nullable=False),
+)
+
+inbox = Table(
+    "inbox",
+    metadata,
+    Column("consumer", String(64), primary_key=True),
+    Column("message_id", BigInteger, primary_key=True),
+    Column("processed_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+dead_letter = Table(
+    "dead_letter",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("consumer", String(64), nullable=False),
+    Column("message_id", BigInteger, nullable=False),
+    Column("topic", String(64), nullable=False),
+    Column("key", String(128), nullable=False),
+    Column("payload", Json, nullable=False),
+    Column("error", Text, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    _now(),
+    Column("requeued_at", DateTime(timezone=True)),
+    Index("ix_dead_letter_consumer", "consumer", "message_id", unique=True),
+)

@@ -1,0 +1,367 @@
+"""Benchmark: case transitions per second on PostgreSQL beside a bare ``INSERT …; COMMIT``.
+
+Both are measured in the same run, at 1 and at 8 worker processes, in a schema of their own that
+is dropped at the end. Targets (issue 2): a transition costs at most 2x a committed insert at
+1 worker, and 8 workers give at least 3x the 1-worker transition rate. Figures last, as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
+
+from core.adapters.database import make_engine
+from core.domain.commands import OpenCase, TransitionCase
+from core.domain.fsm import CaseEvent
+from core.migrate import upgrade_engine
+from core.service import CaseService
+
+DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+CONCURRENT = 8
+WARMUP_OPS = 20
+COST_TARGET = 2.0
+SCALE_TARGET = 3.0
+
+PLAN: dict[str, Any] = {
+    "title": "roll back checkout to the previous release",
+    "risk_score": 0.2,
+    "steps": [{"action": "k8s.rollout", "params": {"deployment": "checkout", "to": "v41"},
+               "timeout_s": 120, "retry": 1}],
+    "rollback": {"action": "k8s.rollout", "params": {"deployment": "checkout", "to": "v42"}},
+    "verify": {"metric": "http_5xx_rate", "below": 0.01, "for_s": 300},
+}
+
+# PARKED -resume-> PLANNING -plan_ready-> WAIT_GATE -gate_rejected-> PARKED, round and round.
+CYCLE: tuple[tuple[CaseEvent, dict[str, Any] | None], ...] = (
+    (CaseEvent.RESUME, None),
+    (CaseEvent.PLAN_READY, PLAN),
+    (CaseEvent.GATE_REJECTED, None),
+)
+CYCLE_START = {"PARKED": 0, "PLANNING": 1, "WAIT_GATE": 2}
+TO_PARKED = (CaseEvent.START_ANALYSIS, CaseEvent.ANALYSIS_DONE, CaseEvent.PLAN_READY,
+             CaseEvent.GATE_REJECTED)
+
+
+def say(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def schema_url(url: str, schema: str) -> str:
+    """``url`` with the bench schema first on the search path of every connection."""
+    parsed = make_url(url)
+    if parsed.host not in ("127.0.0.1", "localhost"):
+        raise SystemExit(f"the bench only runs against 127.0.0.1, not {parsed.host}")
+    query = {"options": f"-csearch_path={schema}", "application_name": "opsgate-bench"}
+    return parsed.update_query_dict(query).render_as_string(hide_password=False)
+
+
+# -- what one worker does in a loop -----------------------------------------------------------
+
+Loop = tuple[Callable[[], None], int]
+"""One operation to repeat, and the pid of the server backend that serves it."""
+
+
+def backend_pid(conn: Any) -> int:
+    return int(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())
+
+
+def insert_loop(engine: Engine, worker: int) -> Loop:
+    """A bare committed insert of one row, on a connection held for the whole phase."""
+    conn = engine.connect()
+    statement = text("INSERT INTO bench_insert (payload) VALUES (CAST(:payload AS jsonb))")
+    payload = json.dumps({"worker": worker, "note": "baseline row"})
+
+    def once() -> None:
+        conn.execute(statement, {"payload": payload})
+        conn.commit()
+
+    pid = backend_pid(conn)
+    conn.commit()
+    return once, pid
+
+
+def transition_loop(engine: Engine, worker: int, case_id: uuid.UUID) -> Loop:
+    """One real transition through the case service, a fresh Idempotency-Key each time,
+    going on round the cycle from wherever the case stands."""
+    service = CaseService(engine)
+    step = CYCLE_START[service.get_case(case_id)["status"]]
+
+    def once() -> None:
+        nonlocal step
+        event_name, plan = CYCLE[step % len(CYCLE)]
+        step += 1
+        cmd = TransitionCase(case_id=case_id, event=event_name, actor=f"bench-{worker}",
+                             reason="bench", plan=plan)
+        reply = service.transition(cmd, key=uuid.uuid4().hex)
+        if not reply.ok:
+            raise RuntimeError(f"transition {event_name} refused: {reply.body}")
+
+    # The engine's pool holds one connection, so the service runs on this very backend.
+    with engine.connect() as conn:
+        pid = backend_pid(conn)
+    return once, pid
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a local process has used so far (0 when it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def worker_main(kind: str, url: str, worker: int, case_id: str | None, seconds: float,
+                barrier: Any, results: Any) -> None:
+    """Warm up, wait for every worker, then count operations for ``seconds``, with the CPU time
+    this process and its server backend spent on them."""
+    engine = make_engine(url, pool_size=1)
+    try:
+        once, pid = (insert_loop(engine, worker) if kind == "insert"
+                     else transition_loop(engine, worker, uuid.UUID(str(case_id))))
+        for _ in range(WARMUP_OPS):
+            once()
+        barrier.wait(timeout=120)
+        count, start = 0, time.perf_counter()
+        client_cpu, server_cpu = time.process_time(), cpu_seconds(pid)
+        deadline = start + seconds
+        while time.perf_counter() < deadline:
+            once()
+            count += 1
+        results.put({"worker": worker, "ops": count, "elapsed": time.perf_counter() - start,
+                     "client_cpu": time.process_time() - client_cpu,
+                     "server_cpu": cpu_seconds(pid) - server_cpu, "error": None})
+    except BaseException as exc:  # report any failure to the parent, never hang it
+        barrier.abort()
+        results.put({"worker": worker, "error": repr(exc)})
+    finally:
+        engine.dispose()
+
+
+# -- phases -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, order=True)
+class Phase:
+    per_s: float
+    kind: str
+    workers: int
+    ops: int
+    cpu_s: float
+    """CPU seconds the workers and their server backends spent, together."""
+    elapsed: float
+
+    @property
+    def cpu_us_per_op(self) -> float:
+        return self.cpu_s / self.ops * 1e6
+
+    @property
+    def cores_busy(self) -> float:
+        return self.cpu_s / self.elapsed
+
+
+def run_phase(ctx: Any, kind: str, workers: int, url: str, case_ids: list[uuid.UUID],
+              seconds: float) -> Phase:
+    say(f"{kind}: {workers} worker(s) for {seconds:g}s ...")
+    barrier, results = ctx.Barrier(workers), ctx.Queue()
+    procs = [ctx.Process(target=worker_main, daemon=True,
+                         args=(kind, url, w, str(case_ids[w]) if case_ids else None, seconds,
+                               barrier, results))
+             for w in range(workers)]
+    for proc in procs:
+        proc.start()
+    try:
+        outcomes = [results.get(timeout=seconds + 180) for _ in procs]
+        for proc in procs:
+            proc.join(timeout=30)
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=10)
+    failures = [outcome["error"] for outcome in outcomes if outcome["error"]]
+    if failures:
+        raise RuntimeError(f"{kind} workers failed: {failures}")
+    ops = sum(outcome["ops"] for outcome in outcomes)
+    per_s = sum(outcome["ops"] / outcome["elapsed"] for outcome in outcomes)
+    cpu_s = sum(outcome["client_cpu"] + outcome["server_cpu"] for outcome in outcomes)
+    elapsed = max(outcome["elapsed"] for outcome in outcomes)
+    phase = Phase(per_s, kind, workers, ops, cpu_s, elapsed)
+    say(f"{kind}: {workers} worker(s): {ops} ops, {per_s:,.0f}/s, "
+        f"{phase.cpu_us_per_op:,.0f} us CPU/op, {phase.cores_busy:.2f} cores busy")
+    return phase
+
+
+def park_cases(engine: Engine, count: int) -> list[uuid.UUID]:
+    """One case per worker, walked from NEW to PARKED so the cycle can start."""
+    service = CaseService(engine)
+    case_ids = []
+    for n in range(count):
+        opened = service.open_case(OpenCase(title=f"bench case {n}", actor="bench"),
+                                   key=uuid.uuid4().hex).data()
+        case_id = uuid.UUID(opened["case_id"])
+        for step in TO_PARKED:
+            plan = PLAN if step is CaseEvent.PLAN_READY else None
+            cmd = TransitionCase(case_id=case_id, event=step, actor="bench", plan=plan)
+            service.transition(cmd, key=uuid.uuid4().hex).data()
+        case_ids.append(case_id)
+    return case_ids
+
+
+def statements_per_transition(engine: Engine, case_id: uuid.UUID, cycles: int = 10) -> float:
+    """SQL statements the service executes per transition (BEGIN, COMMIT and the ping aside)."""
+    seen = 0
+
+    def count(*_args: Any) -> None:
+        nonlocal seen
+        seen += 1
+
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        once, _pid = transition_loop(engine, 0, case_id)
+        for _ in range(cycles * len(CYCLE)):
+            once()
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+    return seen / (cycles * len(CYCLE))
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+def measure(url: str, seconds: float, rounds: int) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    engine = make_engine(url, pool_size=2)
+    try:
+        upgrade_engine(engine)
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE bench_insert "
+                              "(id bigserial PRIMARY KEY, payload jsonb NOT NULL)"))
+        say(f"setting up {1 + CONCURRENT + 1} cases in PARKED")
+        case_ids = park_cases(engine, 1 + CONCURRENT + 1)
+        statements = statements_per_transition(engine, case_ids.pop())
+    finally:
+        engine.dispose()
+    # Each transition phase starts on cases of its own, all in PARKED.
+    cases_of = {1: case_ids[:1], CONCURRENT: case_ids[1:]}
+    runs: dict[tuple[str, int], list[Phase]] = {}
+    load_before = os.getloadavg()[0]
+    for n in range(rounds):
+        say(f"round {n + 1} of {rounds}")
+        for workers in (1, CONCURRENT):
+            for kind in ("insert", "transition"):
+                ids = cases_of[workers] if kind == "transition" else []
+                runs.setdefault((kind, workers), []).append(
+                    run_phase(ctx, kind, workers, url, ids, seconds))
+    # Other work on the machine only ever slows a phase down: each phase's median round
+    # stands for it, the same rule for the baseline and the transitions.
+    phases = {which: statistics.median_low(r) for which, r in runs.items()}
+    figures = summarize(phases, statements, (load_before, os.getloadavg()[0]))
+    figures["rounds"] = rounds
+    figures["per_round_per_s"] = {f"{kind}_{workers}": [round(p.per_s) for p in r]
+                                  for (kind, workers), r in runs.items()}
+    return figures
+
+
+def summarize(phases: dict[tuple[str, int], Phase], statements: float,
+              load: tuple[float, float]) -> dict[str, Any]:
+    ins1, ins8 = phases["insert", 1].per_s, phases["insert", CONCURRENT].per_s
+    tr1, tr8 = phases["transition", 1].per_s, phases["transition", CONCURRENT].per_s
+    cost, scale = ins1 / tr1, tr8 / tr1
+    cpus = os.cpu_count() or 1
+    one = phases["transition", 1]
+    return {
+        "insert_per_s_1": round(ins1, 1),
+        "insert_per_s_8": round(ins8, 1),
+        "transition_per_s_1": round(tr1, 1),
+        "transition_per_s_8": round(tr8, 1),
+        "cost_ratio_1": round(cost, 3),
+        "scale_8_over_1": round(scale, 3),
+        "cost_target_met": cost <= COST_TARGET,
+        "scale_target_met": scale >= SCALE_TARGET,
+        "insert_scale_8_over_1": round(ins8 / ins1, 3),
+        "statements_per_transition": round(statements, 2),
+        # CPU (bench process + its server backend) per operation, at 1 worker; and the most
+        # 8 workers could gain if CPU were the only limit: cores / cores one worker keeps busy.
+        "cpu_us_per_insert_1": round(phases["insert", 1].cpu_us_per_op),
+        "cpu_us_per_transition_1": round(one.cpu_us_per_op),
+        "cpu_us_per_transition_8": round(phases["transition", CONCURRENT].cpu_us_per_op),
+        "cores_busy_transition_1": round(one.cores_busy, 2),
+        "scale_ceiling_cpu": round(min(CONCURRENT, cpus / one.cores_busy), 2),
+        "cpus": cpus,
+        "load_avg_before": round(load[0], 2),
+        "load_avg_after": round(load[1], 2),
+    }
+
+
+def print_table(figures: dict[str, Any], seconds: float, rounds: int) -> None:
+    rows = [
+        ("bare INSERT + COMMIT", figures["insert_per_s_1"], figures["insert_per_s_8"]),
+        ("case transition", figures["transition_per_s_1"], figures["transition_per_s_8"]),
+    ]
+    print(f"\nTransitions on PostgreSQL ({seconds:g}s per phase, median of {rounds} rounds, "
+          f"{figures['cpus']} CPUs, "
+          f"load average {figures['load_avg_before']:g} before, "
+          f"{figures['load_avg_after']:g} after)")
+    print(f"{'operation':<24}{'1 worker /s':>14}{'8 workers /s':>15}{'8 vs 1':>9}")
+    for name, one, eight in rows:
+        print(f"{name:<24}{one:>14,.0f}{eight:>15,.0f}{eight / one:>8.2f}x")
+    met = {True: "met", False: "MISSED"}
+    print(f"cost of a transition at 1 worker: {figures['cost_ratio_1']:.2f}x an insert "
+          f"(target <= {COST_TARGET:g}x: {met[figures['cost_target_met']]})")
+    print(f"transitions, 8 workers vs 1: {figures['scale_8_over_1']:.2f}x "
+          f"(target >= {SCALE_TARGET:g}x: {met[figures['scale_target_met']]})")
+    print(f"SQL statements per transition: {figures['statements_per_transition']:g} "
+          "(plus BEGIN, the pool's ping and COMMIT)")
+    print(f"CPU per op at 1 worker (bench + server backend): insert "
+          f"{figures['cpu_us_per_insert_1']:,} us, transition "
+          f"{figures['cpu_us_per_transition_1']:,} us; one transition worker keeps "
+          f"{figures['cores_busy_transition_1']:g} cores busy, so {figures['cpus']} cores allow "
+          f"at most {figures['scale_ceiling_cpu']:g}x\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0,
+                        help="measured seconds per phase (four phases; default 5)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="times to run the four phases; each phase reports its median "
+                             "round (default 3)")
+    parser.add_argument("--database-url", default=DEFAULT_URL,
+                        help=f"PostgreSQL on 127.0.0.1 (default {DEFAULT_URL})")
+    args = parser.parse_args(argv)
+    if not 0 < args.seconds <= 120:
+        parser.error("--seconds must be in (0, 120]")
+    if not 1 <= args.rounds <= 9:
+        parser.error("--rounds must be in [1, 9]")
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    url = schema_url(args.database_url, schema)
+    admin = create_engine(args.database_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    say(f"schema {schema} created")
+    try:
+        figures = measure(url, args.seconds, args.rounds)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+        say(f"schema {schema} dropped")
+    print_table(figures, args.seconds, args.rounds)
+    print(json.dumps(figures, sort_keys=True), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""Builds the REST API over one wired ``App``; no module-level app, so tests and ``opsgate
+serve`` each build their own."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from fastapi import FastAPI
+
+from core.api import cases, health, plans
+from core.api.failures import install_error_handlers
+from core.api.limits import MAX_BODY_BYTES, BodyLimit
+from core.bootstrap import App
+
+DESCRIPTION = """The case service over HTTP. Every write needs an `Idempotency-Key` header and,
+when the server has `OPSGATE_API_TOKEN` set, `Authorization: Bearer <token>`; reads are open.
+Replies are `{"data": …}`; errors are `{"error": {"code", "message", "details"?}}`."""
+
+
+def create_api(app: App) -> FastAPI:
+    """The FastAPI application serving ``app``'s case service."""
+    api = FastAPI(title="opsgate", version=_version(), description=DESCRIPTION, redoc_url=None)
+    install_error_handlers(api)
+    api.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
+    for routes in (cases.router, plans.router, health.router):
+        api.include_router(routes)
+    api.state.opsgate = app  # what the endpoints' dependencies read (core.api.deps.opsgate)
+    return api
+
+
+def _version() -> str:
+    try:
+        return version("opsgate")
+    except PackageNotFoundError:
+        return "0+unknown"

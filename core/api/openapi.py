@@ -1,0 +1,28 @@
+"""The documented replies of each endpoint for ``/openapi.json``: its data shape and the error
+shape under every status it can answer with."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from core.api.schemas import ErrorReply
+
+_MEANING = {
+    400: "Missing or malformed Idempotency-Key, If-Match or X-Correlation-Id",
+    401: "Missing or wrong bearer token (only when OPSGATE_API_TOKEN is set)",
+    404: "Unknown case, plan template or endpoint",
+    409: "The FSM has no such move from the case's status",
+    412: "If-Match / expected_version or the fence token is stale",
+    413: "Request body over 64 KiB",
+    422: "Invalid body or parameter, a guard refused the move, or a reused Idempotency-Key",
+    503: "The database is unreachable; safe to retry",
+}
+
+
+def documented(data: type[BaseModel], *statuses: int, ok: int = 200) -> dict[int | str, Any]:
+    responses: dict[int | str, Any] = {ok: {"model": data}}
+    for status in statuses:
+        responses[status] = {"model": ErrorReply, "description": _MEANING[status]}
+    return responses

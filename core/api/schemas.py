@@ -1,0 +1,138 @@
+"""Request bodies of the REST API (strict: unknown fields, wrong types and oversized strings are
+422) and the documented shapes of its replies, for the OpenAPI description."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, field_validator
+
+from core.domain.commands import Fence
+from core.domain.fsm import CaseEvent, CaseStatus
+from core.domain.plans import canonical_json
+
+META_MAX_BYTES = 2048
+META_MAX_KEYS = 32
+
+Severity = Literal["SEV1", "SEV2", "SEV3", "SEV4"]
+"""The domain's SEVERITIES as a type, so the OpenAPI description lists them."""
+
+
+def _text(max_length: int, min_length: int = 0) -> StringConstraints:
+    return StringConstraints(strict=True, min_length=min_length, max_length=max_length)
+
+
+Title = Annotated[str, _text(200, min_length=1)]
+Actor = Annotated[str, _text(128, min_length=1)]
+Tenant = Annotated[str, _text(64, min_length=1)]
+Reason = Annotated[str, _text(2000)]
+CorrelationId = Annotated[str, _text(128, min_length=1)]
+PlanHash = Annotated[str, _text(64, min_length=1)]
+SessionId = Annotated[str, _text(200, min_length=1)]
+TemplateName = Annotated[str, _text(100, min_length=1)]
+Version = Annotated[StrictInt, Field(ge=0)]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CreateCaseBody(_Body):
+    title: Title
+    severity: Severity = "SEV3"
+    tenant: Tenant | None = None
+    actor: Actor = "api"
+
+
+class FenceBody(_Body):
+    session_id: SessionId
+    token: Version
+
+    def to_fence(self) -> Fence:
+        return Fence(self.session_id, self.token)
+
+
+class TransitionBody(_Body):
+    event: CaseEvent
+    actor: Actor
+    reason: Reason | None = None
+    correlation_id: CorrelationId | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+    expected_version: Version | None = None
+    plan: dict[str, Any] | None = Field(
+        default=None, description="A ChangePlan; the plan_ready guard judges it, not the API."
+    )
+    plan_hash: PlanHash | None = None
+    fence: FenceBody | None = None
+
+    @field_validator("meta")
+    @classmethod
+    def _meta_is_small(cls, meta: dict[str, Any]) -> dict[str, Any]:
+        if len(meta) > META_MAX_KEYS:
+            raise ValueError(f"meta may have at most {META_MAX_KEYS} keys")
+        if len(canonical_json(meta).encode("utf-8")) > META_MAX_BYTES:
+            raise ValueError(f"meta may be at most {META_MAX_BYTES} bytes of JSON")
+        return meta
+
+
+class GeneratePlanBody(_Body):
+    case_id: UUID
+    template: TemplateName
+    actor: Actor = "api"
+
+
+# -- reply shapes (documentation only: replies are sent as the service rendered them) ---------
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    details: dict[str, Any] | None = None
+
+
+class ErrorReply(BaseModel):
+    error: ErrorDetail
+
+
+class CaseView(BaseModel):
+    case_id: UUID
+    tenant: str
+    title: str
+    severity: str
+    status: CaseStatus
+    version: int
+    created_at: str
+    updated_at: str
+    plan_hash: str | None = Field(default=None, description="On plan_ready and gate_approved.")
+
+
+class TimelineEntry(BaseModel):
+    id: int
+    event: str
+    actor: str
+    reason: str | None
+    correlation_id: str | None
+    meta: dict[str, Any]
+    created_at: str
+
+
+class CaseReply(BaseModel):
+    data: CaseView
+
+
+class CaseListReply(BaseModel):
+    data: list[CaseView]
+
+
+class TimelineReply(BaseModel):
+    data: list[TimelineEntry]
+
+
+class Health(BaseModel):
+    status: str
+    database: str
+
+
+class HealthReply(BaseModel):
+    data: Health

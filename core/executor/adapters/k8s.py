@@ -1,0 +1,129 @@
+"""``k8s.rollout``: restart, undo or set-image on one Deployment through ``kubectl``, then wait
+for ``rollout status``. The argv is built from validated params only; every value is matched
+against Kubernetes' own name rules, so none can be read as a flag."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from core.executor.adapters.base import StepContext, StepOutcome, StepRefused, parse_params
+from core.executor.adapters.process_step import (
+    command_line,
+    process_detail,
+    process_summary,
+    start_failure,
+    succeeded,
+)
+from core.executor.allowlists import resolve_executable
+from core.executor.capture import truncate
+from core.executor.process import BASE_ENV, ProcessResult, minimal_env, run_process
+
+# kubectl's own configuration, not the plan's: where the cluster is and who we are.
+KUBECTL_ENV = (*BASE_ENV, "HOME", "KUBECONFIG", "KUBERNETES_SERVICE_HOST",
+               "KUBERNETES_SERVICE_PORT")
+
+_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+_DOMAIN_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE = (
+    rf"^(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*(?::[0-9]+)?/)?"  # registry[:port]/
+    rf"{_PATH_PART}(?:/{_PATH_PART})*"  # repository path
+    r"(?::[\w][\w.-]{0,127})?"  # :tag
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"  # @digest
+)
+Namespace = Annotated[str, StringConstraints(pattern=rf"^{_LABEL}$", max_length=63)]
+Container = Annotated[str, StringConstraints(pattern=rf"^{_LABEL}$", max_length=63)]
+Deployment = Annotated[str, StringConstraints(pattern=rf"^{_LABEL}(?:\.{_LABEL})*$",
+                                              max_length=253)]
+Image = Annotated[str, StringConstraints(pattern=_IMAGE, max_length=512)]
+
+
+class RolloutParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    operation: Literal["restart", "undo", "set-image"]
+    deployment: Deployment
+    namespace: Namespace
+    container: Container | None = None
+    image: Image | None = None
+    to_revision: int | None = Field(default=None, ge=1, le=2_147_483_647)
+
+    @model_validator(mode="after")
+    def _fits_operation(self) -> RolloutParams:
+        wants_image = self.operation == "set-image"
+        if wants_image and (self.container is None or self.image is None):
+            raise ValueError("set-image needs container and image")
+        if not wants_image and (self.container is not None or self.image is not None):
+            raise ValueError(f"{self.operation} takes no container or image")
+        if self.to_revision is not None and self.operation != "undo":
+            raise ValueError("to_revision belongs to undo only")
+        return self
+
+
+def change_argv(kubectl: str, p: RolloutParams) -> list[str]:
+    """The kubectl command that makes the change."""
+    target = f"deployment/{p.deployment}"
+    if p.operation == "restart":
+        return [kubectl, "-n", p.namespace, "rollout", "restart", target]
+    if p.operation == "undo":
+        revision = [] if p.to_revision is None else [f"--to-revision={p.to_revision}"]
+        return [kubectl, "-n", p.namespace, "rollout", "undo", target, *revision]
+    return [kubectl, "-n", p.namespace, "set", "image", target, f"{p.container}={p.image}"]
+
+
+def status_argv(kubectl: str, p: RolloutParams, timeout_s: int) -> list[str]:
+    """The kubectl command that waits for the rollout to finish."""
+    return [kubectl, "-n", p.namespace, "rollout", "status", f"deployment/{p.deployment}",
+            f"--timeout={timeout_s}s"]
+
+
+class K8sRolloutAdapter:
+    action = "k8s.rollout"
+
+    def __init__(self, kubectl: str, output_limit: int, grace_s: float = 2.0) -> None:
+        self._kubectl_setting = kubectl
+        self._kubectl = resolve_executable(kubectl)
+        self._output_limit = output_limit
+        self._grace_s = grace_s
+
+    def run(self, params: Mapping[str, Any], ctx: StepContext) -> StepOutcome:
+        parsed = parse_params(RolloutParams, params, self.action)
+        kubectl = self._kubectl
+        if kubectl is None:
+            raise StepRefused(f"{self.action}: kubectl not found: {self._kubectl_setting!r} "
+                              "(OPSGATE_KUBECTL)", action=self.action)
+        deadline = time.monotonic() + ctx.timeout_s
+        try:
+            results = [self._run(change_argv(kubectl, parsed), deadline)]
+            if succeeded(results[0]):
+                left = max(1, int(deadline - time.monotonic()))
+                results.append(self._run(status_argv(kubectl, parsed, left), deadline))
+        except OSError as exc:
+            return start_failure([kubectl], self._label(parsed), exc)
+        return self._outcome(parsed, results)
+
+    def _run(self, argv: Sequence[str], deadline: float) -> ProcessResult:
+        return run_process(argv, timeout_s=max(0.0, deadline - time.monotonic()),
+                           env=minimal_env(passthrough=KUBECTL_ENV),
+                           output_limit=self._output_limit, grace_s=self._grace_s)
+
+    def _label(self, p: RolloutParams) -> str:
+        return f"{self.action} {p.operation} {p.namespace}/{p.deployment}"
+
+    def _outcome(self, p: RolloutParams, results: list[ProcessResult]) -> StepOutcome:
+        last = results[-1]
+        ok = len(results) == 2 and succeeded(last)
+        transcript = "\n".join(
+            f"$ {command_line([os.path.basename(r.argv[0]), *r.argv[1:]])}\n{r.output}"
+            for r in results)
+        return StepOutcome(
+            ok=ok, summary=process_summary(last, self._label(p)),
+            output=truncate(transcript, self._output_limit),
+            detail={"commands": [process_detail(r) for r in results],
+                    "duration_s": round(sum(r.duration_s for r in results), 3)},
+        )

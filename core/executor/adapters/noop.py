@@ -1,0 +1,26 @@
+"""``noop``: a step that changes nothing (observe-only plans, placeholder rollbacks)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.executor.adapters.base import StepContext, StepOutcome, parse_params
+
+
+class NoopParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    note: str | None = Field(default=None, max_length=1000)
+
+
+class NoopAdapter:
+    action = "noop"
+
+    def run(self, params: Mapping[str, Any], ctx: StepContext) -> StepOutcome:
+        parsed = parse_params(NoopParams, params, self.action)
+        echoed = parsed.model_dump(exclude_none=True)
+        summary = f"noop: {parsed.note}" if parsed.note else "noop: nothing to do"
+        return StepOutcome(ok=True, summary=summary, detail={"params": echoed})

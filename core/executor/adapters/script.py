@@ -1,0 +1,94 @@
+"""``script.exec``: run an allow-listed executable with an argv (never a shell), a minimal
+environment, bounded output, and the whole process group killed at the step's timeout."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from core.executor.adapters.base import StepContext, StepOutcome, StepRefused, parse_params
+from core.executor.adapters.process_step import command_line, process_outcome, start_failure
+from core.executor.allowlists import ExecutableAllowList
+from core.executor.process import minimal_env, run_process
+
+# Variables that would let a plan change *what* runs (loader preloads, interpreter start-up
+# files, PATH) rather than what it is told: the allow-list would mean nothing with them.
+_ENV_REFUSED = frozenset({
+    "PATH", "IFS", "ENV", "BASH_ENV", "SHELLOPTS", "BASHOPTS", "PS4", "GCONV_PATH",
+    "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PERL5LIB", "PERL5OPT", "PERLLIB", "RUBYLIB",
+    "RUBYOPT", "NODE_OPTIONS", "NODE_PATH", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS",
+})
+_ENV_REFUSED_PREFIXES = ("LD_", "DYLD_", "BASH_FUNC_")
+
+Arg = Annotated[str, StringConstraints(max_length=4096)]
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+EnvValue = Annotated[str, StringConstraints(max_length=4096)]
+
+
+class ScriptParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    argv: list[Arg] = Field(min_length=1, max_length=64)
+    cwd: str | None = Field(default=None, min_length=1, max_length=1024)
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=32)
+
+    @field_validator("argv")
+    @classmethod
+    def _plain_args(cls, argv: list[str]) -> list[str]:
+        if not argv[0]:
+            raise ValueError("argv[0] must name an executable")
+        if any("\x00" in arg for arg in argv):
+            raise ValueError("arguments may not contain NUL bytes")
+        return argv
+
+    @field_validator("cwd")
+    @classmethod
+    def _absolute_cwd(cls, cwd: str | None) -> str | None:
+        if cwd is not None and (not os.path.isabs(cwd) or "\x00" in cwd):
+            raise ValueError("cwd must be an absolute path")
+        return cwd
+
+    @field_validator("env")
+    @classmethod
+    def _harmless_env(cls, env: dict[str, str]) -> dict[str, str]:
+        refused = sorted(name for name in env if _env_refused(name))
+        if refused:
+            raise ValueError(f"these variables may not be set by a plan: {', '.join(refused)}")
+        if any("\x00" in value for value in env.values()):
+            raise ValueError("values may not contain NUL bytes")
+        return env
+
+
+def _env_refused(name: str) -> bool:
+    upper = name.upper()
+    return upper in _ENV_REFUSED or upper.startswith(_ENV_REFUSED_PREFIXES)
+
+
+class ScriptAdapter:
+    action = "script.exec"
+
+    def __init__(self, allowlist: ExecutableAllowList, output_limit: int,
+                 grace_s: float = 2.0) -> None:
+        self._allowlist = allowlist
+        self._output_limit = output_limit
+        self._grace_s = grace_s
+
+    def run(self, params: Mapping[str, Any], ctx: StepContext) -> StepOutcome:
+        parsed = parse_params(ScriptParams, params, self.action)
+        executable = self._allowlist.resolve(parsed.argv[0])
+        if executable is None:
+            raise StepRefused(
+                f"{self.action}: {parsed.argv[0]!r} is not on the script allow-list "
+                "(OPSGATE_SCRIPT_ALLOWLIST)", action=self.action, executable=parsed.argv[0])
+        argv = [executable, *parsed.argv[1:]]
+        label = f"{self.action} {command_line(parsed.argv)[:200]}"
+        try:
+            result = run_process(argv, timeout_s=ctx.timeout_s, output_limit=self._output_limit,
+                                 env=minimal_env(parsed.env), cwd=parsed.cwd,
+                                 grace_s=self._grace_s)
+        except OSError as exc:
+            return start_failure(argv, label, exc)
+        return process_outcome(result, label)

@@ -1,0 +1,265 @@
+"""The tool call ledger: the durable record of every side effect, and the claim store itself
+when there is no Redis.
+
+The primary key decides the first arrival; a lease with an owner token is taken and given back
+with conditional UPDATEs (compare-and-set on ``owner``). A row left ``in_progress`` past its
+lease is a call that may have run without its result being stored: it is reported by
+``stuck()`` for reconciliation, and re-claimed only for tools declared idempotent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import Connection, Engine, RowMapping, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+from core.adapters import case_store
+from core.adapters.tables import tool_call_ledger as ledger_table
+from core.errors import Unavailable
+from core.gateway.model import Outcome, ToolCall
+
+Clock = Callable[[], datetime]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class LedgerState(StrEnum):
+    IN_PROGRESS = "in_progress"
+    DONE = "done"
+    REFUSED = "refused"  # a stored business refusal
+    RELEASED = "released"  # a transient failure gave the claim back; a retry may run
+
+
+@dataclass(frozen=True)
+class Intent:
+    """One call as the stores claim it: its key, fingerprint, owner token and fence."""
+
+    key: str
+    call: ToolCall
+    args_hash: str
+    owner: str
+    fence: int | None
+    idempotent: bool
+    lease_s: float
+
+
+@dataclass(frozen=True)
+class LedgerClaim:
+    """``outcome``: claimed | replay | in_progress | mismatch | stale_fence |
+    needs_reconciliation."""
+
+    outcome: str
+    stored: Outcome | None = None
+    attempts: int = 1
+    latest_fence: int | None = None
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """A ledger row as reconciliation and tests read it."""
+
+    key: str
+    tool: str
+    args_hash: str
+    args: dict[str, Any]
+    actor: str
+    session_id: str
+    fence: int | None
+    state: LedgerState
+    result: Any
+    error: dict[str, Any] | None
+    owner: str | None
+    lease_until: datetime | None
+    attempts: int
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, row: RowMapping) -> LedgerEntry:
+        return cls(
+            key=row["key"], tool=row["tool"], args_hash=row["args_hash"], args=dict(row["args"]),
+            actor=row["actor"], session_id=row["session_id"], fence=row["fence"],
+            state=LedgerState(row["state"]), result=row["result"], error=row["error"],
+            owner=row["owner"], lease_until=_utc(row["lease_until"]),
+            attempts=int(row["attempts"]), started_at=_utc(row["started_at"]),
+            finished_at=_utc(row["finished_at"]),
+        )
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    return None if moment is None else case_store.as_utc(moment)
+
+
+class _Raced(Exception):
+    """Another transaction inserted the key between our read and our insert."""
+
+
+class Ledger:
+    """Claims, completions, releases and reads of ``tool_call_ledger`` rows."""
+
+    def __init__(self, engine: Engine, *, clock: Clock = utcnow) -> None:
+        self.engine = engine
+        self.clock = clock
+
+    def claim(self, intent: Intent) -> LedgerClaim:
+        """Claim ``intent.key`` for ``intent.owner`` or say why not, in one transaction."""
+        for _ in range(3):
+            try:
+                with self._transaction() as conn:
+                    return self._claim(conn, intent)
+            except _Raced:
+                continue
+        raise Unavailable("the ledger row kept changing under the claim; retry", key=intent.key)
+
+    def complete(self, key: str, owner: str, outcome: Outcome) -> bool:
+        """Record the outcome, if ``owner`` still owns the claim (compare-and-set)."""
+        state = LedgerState.DONE if outcome.error is None else LedgerState.REFUSED
+        values = {"state": str(state), "result": outcome.result, "error": outcome.error,
+                  "lease_until": None, "finished_at": self.clock()}
+        return self._owned_update(key, owner, state, values)
+
+    def release(self, key: str, owner: str) -> bool:
+        """Give the claim back after a transient failure, if ``owner`` still owns it."""
+        values = {"state": str(LedgerState.RELEASED), "lease_until": None,
+                  "finished_at": self.clock()}
+        return self._owned_update(key, owner, LedgerState.RELEASED, values)
+
+    def entry(self, key: str) -> LedgerEntry | None:
+        with self._connection() as conn:
+            row = conn.execute(select(ledger_table).where(ledger_table.c.key == key))
+            found = row.mappings().first()
+        return None if found is None else LedgerEntry.of(found)
+
+    def stuck(self, now: datetime | None = None, limit: int = 100) -> list[LedgerEntry]:
+        """Calls left in progress past their lease: they may have run without a stored result."""
+        query = (
+            select(ledger_table)
+            .where(ledger_table.c.state == str(LedgerState.IN_PROGRESS),
+                   ledger_table.c.lease_until < (now or self.clock()))
+            .order_by(ledger_table.c.lease_until)
+            .limit(limit)
+        )
+        with self._connection() as conn:
+            return [LedgerEntry.of(row) for row in conn.execute(query).mappings()]
+
+    # -- the claim ------------------------------------------------------------------------
+
+    def _claim(self, conn: Connection, intent: Intent) -> LedgerClaim:
+        # The first arrival is one INSERT: the primary key decides, nothing is read before.
+        now, stale = self.clock(), _stale_fence(conn, intent)
+        if stale is None and self._insert(conn, intent, now):
+            return LedgerClaim("claimed")
+        query = select(ledger_table).where(ledger_table.c.key == intent.key).with_for_update()
+        row = conn.execute(query).mappings().first()
+        if row is not None:
+            return self._claim_existing(conn, row, intent, now, stale)
+        if stale is not None:
+            return stale
+        raise _Raced  # the row we collided with was rolled back: try again
+
+    def _claim_existing(self, conn: Connection, row: RowMapping, intent: Intent,
+                        now: datetime, stale: LedgerClaim | None) -> LedgerClaim:
+        state, attempts = LedgerState(row["state"]), int(row["attempts"])
+        if row["args_hash"] != intent.args_hash:
+            return LedgerClaim("mismatch")
+        if state in (LedgerState.DONE, LedgerState.REFUSED):
+            stored = Outcome(result=row["result"], error=row["error"], fence=row["fence"],
+                             attempts=attempts)
+            return LedgerClaim("replay", stored, attempts)
+        if state is LedgerState.IN_PROGRESS:
+            if row["owner"] == intent.owner:
+                return LedgerClaim("claimed", attempts=attempts)
+            if case_store.as_utc(row["lease_until"]) > now:
+                return LedgerClaim("in_progress", attempts=attempts)
+            if not intent.idempotent:
+                return LedgerClaim("needs_reconciliation", attempts=attempts)
+        if stale is not None:
+            return stale
+        self._reclaim(conn, row, intent, now)
+        return LedgerClaim("claimed", attempts=attempts + 1)
+
+    def _insert(self, conn: Connection, intent: Intent, now: datetime) -> bool:
+        dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+        call = intent.call
+        statement = dialect_insert(ledger_table).values(
+            key=intent.key, tool=call.tool, args_hash=intent.args_hash, args=dict(call.args),
+            actor=call.actor, session_id=call.session_id, fence=intent.fence,
+            state=str(LedgerState.IN_PROGRESS), owner=intent.owner,
+            lease_until=now + timedelta(seconds=intent.lease_s), attempts=1, started_at=now,
+        ).on_conflict_do_nothing(index_elements=[ledger_table.c.key])
+        return conn.execute(statement.returning(ledger_table.c.key)).first() is not None
+
+    def _reclaim(self, conn: Connection, row: RowMapping, intent: Intent, now: datetime) -> None:
+        # Compare-and-set on the owner and state we read: the row is locked on PostgreSQL and
+        # the whole transaction is exclusive on SQLite, so this cannot miss; it guards anyway.
+        statement = (
+            update(ledger_table)
+            .where(ledger_table.c.key == intent.key, ledger_table.c.state == row["state"],
+                   _owner_is(row["owner"]))
+            .values(state=str(LedgerState.IN_PROGRESS), owner=intent.owner,
+                    lease_until=now + timedelta(seconds=intent.lease_s), fence=intent.fence,
+                    actor=intent.call.actor, session_id=intent.call.session_id,
+                    attempts=ledger_table.c.attempts + 1, started_at=now, finished_at=None,
+                    result=None, error=None)
+        )
+        if conn.execute(statement).rowcount != 1:
+            raise _Raced
+
+    def _owned_update(self, key: str, owner: str, target: LedgerState,
+                      values: dict[str, Any]) -> bool:
+        # Also matches a row this owner already moved to ``target``: a retry after the
+        # COMMIT's reply was lost must hear "yes", not "you lost the claim".
+        states = (str(LedgerState.IN_PROGRESS), str(target))
+        statement = (
+            update(ledger_table)
+            .where(ledger_table.c.key == key, ledger_table.c.owner == owner,
+                   ledger_table.c.state.in_(states))
+            .values(**values)
+        )
+        with self._transaction() as conn:
+            return conn.execute(statement).rowcount == 1
+
+    # -- connections ----------------------------------------------------------------------
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        with _outage_is_unavailable(), self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def _connection(self) -> Iterator[Connection]:
+        with _outage_is_unavailable(), self.engine.connect() as conn:
+            yield conn
+
+
+def _owner_is(owner: str | None) -> Any:
+    column = ledger_table.c.owner
+    return column.is_(None) if owner is None else column == owner
+
+
+def _stale_fence(conn: Connection, intent: Intent) -> LedgerClaim | None:
+    """Refuse a fence lower than the highest issued for the session (read share-locked)."""
+    if intent.fence is None:
+        return None
+    latest = case_store.fence_token(conn, intent.call.session_id)
+    if latest is not None and intent.fence >= latest:
+        return None
+    return LedgerClaim("stale_fence", latest_fence=latest)
+
+
+@contextmanager
+def _outage_is_unavailable() -> Iterator[None]:
+    try:
+        yield
+    except (OperationalError, InterfaceError) as exc:
+        raise Unavailable("the tool call ledger is unavailable; nothing ran; retry") from exc

@@ -1,0 +1,98 @@
+"""What the gateway speaks: a tool call, the result envelope every caller gets, and the
+business refusal an executor raises for a deterministic "no"."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from core.errors import OpsgateError
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One side-effecting call: ``session_id`` is one agent session, i.e. one case thread."""
+
+    tool: str
+    args: Mapping[str, Any]
+    actor: str
+    session_id: str
+    business_key: str | None = None
+
+
+class CallStatus(StrEnum):
+    OK = "ok"  # this call ran the executor
+    REPLAYED = "replayed"  # an earlier call ran it; this is its stored outcome
+    IN_PROGRESS = "in_progress"  # another call is running it right now
+    REFUSED = "refused"  # nothing ran: see ``error["code"]``
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """The envelope every caller gets back, first arrival or repeat."""
+
+    status: CallStatus
+    key: str
+    result: Any = None
+    error: dict[str, Any] | None = None
+    fence: int | None = None
+    latency_s: float = 0.0
+    attempts: int = 1
+
+    @property
+    def ok(self) -> bool:
+        """The side effect happened (now or earlier) and succeeded."""
+        return self.status in (CallStatus.OK, CallStatus.REPLAYED) and self.error is None
+
+
+class BusinessRefusal(Exception):
+    """Raised by an executor for a deterministic business "no" (insufficient funds, unknown
+    SKU): stored and replayed to every repeat, never retried."""
+
+    def __init__(self, message: str, code: str = "business_refusal", **details: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details
+
+    def to_error(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details:
+            error["details"] = self.details
+        return error
+
+
+class DirectSideEffectCall(OpsgateError):
+    """A ``@side_effect`` function was called directly instead of through ``Gateway.invoke``."""
+
+    code = "direct_side_effect_call"
+    status = 500
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a finished call stored: the executor's result or its business refusal."""
+
+    result: Any = None
+    error: dict[str, Any] | None = None
+    fence: int | None = None
+    attempts: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"result": self.result, "error": self.error, "fence": self.fence,
+                "attempts": self.attempts}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Outcome:
+        return cls(result=data.get("result"), error=data.get("error"),
+                   fence=data.get("fence"), attempts=int(data.get("attempts") or 1))
+
+
+def refusal(code: str, message: str, **details: Any) -> dict[str, Any]:
+    """The ``error`` of a REFUSED envelope."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if details:
+        error["details"] = details
+    return error

@@ -1,0 +1,85 @@
+"""Runs a consumer on delivered messages: skips what its inbox has seen, retries failures a
+bounded number of times with backoff, then buries the message as a dead letter so the other
+cases go on."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from sqlalchemy import Engine
+
+from core.messaging import inbox
+from core.messaging.envelope import Envelope
+from core.metrics import DEAD_LETTERS, INBOX_DEDUP
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One message as one consumer handles it."""
+
+    consumer: str
+    envelope: Envelope
+
+    @property
+    def idempotency_key(self) -> str:
+        """The key of the consumer's effect for this message: a redelivery replays it."""
+        return f"{self.consumer}:{self.envelope.message_id}"
+
+    @property
+    def inbox_entry(self) -> tuple[str, int]:
+        return (self.consumer, self.envelope.message_id)
+
+
+class Consumer(Protocol):
+    name: str
+    topics: tuple[str, ...]
+
+    def handle(self, delivery: Delivery) -> None:
+        """Take effect for the delivery; must be safe to call again for the same message."""
+
+
+class ConsumerRunner:
+    """Delivers envelopes to one consumer with inbox dedup, retries and dead letters."""
+
+    def __init__(self, engine: Engine, consumer: Consumer, *, max_attempts: int = 4,
+                 backoff_s: float = 0.05, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.engine = engine
+        self.consumer = consumer
+        self.max_attempts = max_attempts
+        self.backoff_s = backoff_s
+        self.sleep = sleep
+
+    def __call__(self, envelope: Envelope) -> None:
+        self.deliver(envelope)
+
+    def deliver(self, envelope: Envelope) -> str:
+        """Handle ``envelope``; returns "done", "duplicate" or "dead"."""
+        name = self.consumer.name
+        with self.engine.connect() as conn:
+            if inbox.seen(conn, name, envelope.message_id):
+                INBOX_DEDUP.labels(consumer=name).inc()
+                return "duplicate"
+        error = ""
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                self.consumer.handle(Delivery(name, envelope))
+            except Exception as exc:  # a consumer's failure must not stop the others
+                error = f"{type(exc).__name__}: {exc}"
+                log.warning("%s failed on message %s (attempt %d/%d): %s", name,
+                            envelope.message_id, attempt, self.max_attempts, error)
+                if attempt < self.max_attempts:
+                    self.sleep(self.backoff_s * 2 ** (attempt - 1))
+                continue
+            with self.engine.begin() as conn:
+                inbox.mark(conn, name, envelope.message_id)
+            return "done"
+        with self.engine.begin() as conn:
+            inbox.bury(conn, name, envelope, error, self.max_attempts)
+        DEAD_LETTERS.labels(consumer=name, topic=envelope.topic).inc()
+        return "dead"

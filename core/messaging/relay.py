@@ -1,0 +1,147 @@
+"""The outbox relay: moves committed outbox rows onto the bus, at least once, in id order.
+
+PostgreSQL: claims a batch with ``FOR UPDATE SKIP LOCKED`` (several relays never claim the same
+row), publishes, marks the rows published, all in one transaction; woken by ``LISTEN`` on the
+channel the outbox trigger notifies at commit, with polling as the floor, so a lost notification
+costs only latency. A rolled-back transaction never notifies and its rows never exist.
+SQLite (embedded, one relay): reads a batch, publishes, then marks it, so the in-process bus can
+run consumers that write to the same database without holding its write lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import suppress
+from datetime import UTC, datetime
+
+import psycopg
+from sqlalchemy import Connection, Engine, select, update
+from sqlalchemy.exc import SQLAlchemyError
+
+from core.adapters.tables import outbox
+from core.messaging.bus import Bus
+from core.messaging.envelope import Envelope
+from core.metrics import OUTBOX_PUBLISH
+
+log = logging.getLogger(__name__)
+
+NOTIFY_CHANNEL = "opsgate_outbox"
+
+
+class OutboxRelay:
+    """Publishes unpublished outbox rows to ``bus``; ``run`` loops until stopped."""
+
+    def __init__(self, engine: Engine, bus: Bus, *, batch_size: int = 200,
+                 poll_s: float = 1.0) -> None:
+        self.engine = engine
+        self.bus = bus
+        self.batch_size = batch_size
+        self.poll_s = poll_s
+        self._locking = engine.dialect.name == "postgresql"
+
+    def relay_batch(self) -> int:
+        """Publish one batch; returns how many rows it moved."""
+        if self._locking:
+            with self.engine.begin() as conn:
+                return self._publish(conn, self._claim(conn))
+        with self.engine.connect() as conn:
+            envelopes = self._claim(conn)
+            conn.rollback()
+        if not envelopes:
+            return 0
+        with self.engine.begin() as conn:
+            return self._publish(conn, envelopes)
+
+    def drain(self) -> int:
+        """Publish until nothing is left; returns the total moved."""
+        total = 0
+        while moved := self.relay_batch():
+            total += moved
+        return total
+
+    def run(self, stop: threading.Event) -> None:
+        """Relay until ``stop`` is set: a full batch goes again at once, otherwise wait for a
+        notification or the poll period."""
+        with _Waker(self.engine) as waker:
+            while not stop.is_set():
+                try:
+                    moved = self.relay_batch()
+                except (SQLAlchemyError, OSError, ConnectionError) as exc:
+                    log.warning("outbox relay: %s; retrying in %.1fs", exc, self.poll_s)
+                    OUTBOX_PUBLISH.labels(topic="*", status="error").inc()
+                    stop.wait(self.poll_s)
+                    continue
+                if moved < self.batch_size:
+                    waker.wait(self.poll_s, stop)
+
+    def _claim(self, conn: Connection) -> list[Envelope]:
+        query = (select(outbox.c.id, outbox.c.topic, outbox.c.key, outbox.c.payload)
+                 .where(outbox.c.published_at.is_(None))
+                 .order_by(outbox.c.id)
+                 .limit(self.batch_size))
+        if self._locking:
+            query = query.with_for_update(skip_locked=True)
+        return [Envelope(row.id, row.topic, row.key, dict(row.payload))
+                for row in conn.execute(query)]
+
+    def _publish(self, conn: Connection, envelopes: list[Envelope]) -> int:
+        if not envelopes:
+            return 0
+        self.bus.publish(envelopes)
+        conn.execute(
+            update(outbox)
+            .where(outbox.c.id.in_([e.message_id for e in envelopes]))
+            .where(outbox.c.published_at.is_(None))
+            .values(published_at=datetime.now(UTC), attempts=outbox.c.attempts + 1)
+        )
+        for envelope in envelopes:
+            OUTBOX_PUBLISH.labels(topic=envelope.topic, status="published").inc()
+        return len(envelopes)
+
+
+class _Waker:
+    """Waits for the outbox NOTIFY on PostgreSQL, or just sleeps; never longer than asked."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._listener: psycopg.Connection[tuple[object, ...]] | None = None
+
+    def __enter__(self) -> _Waker:
+        self._listen()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._listener is not None:
+            with suppress(psycopg.Error):
+                self._listener.close()
+
+    def _listen(self) -> None:
+        if self.engine.dialect.name != "postgresql":
+            return
+        url = self.engine.url.set(drivername="postgresql")
+        try:
+            self._listener = psycopg.connect(url.render_as_string(hide_password=False),
+                                             autocommit=True)
+            self._listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        except psycopg.Error as exc:
+            log.warning("outbox relay: LISTEN unavailable (%s); polling only", exc)
+            self._listener = None
+
+    def wait(self, timeout: float, stop: threading.Event) -> None:
+        if self._listener is None:
+            stop.wait(timeout)
+            return
+        try:
+            for _ in self._notifications(timeout):
+                break
+        except psycopg.Error as exc:
+            log.warning("outbox relay: lost LISTEN connection (%s); reconnecting", exc)
+            self._listener = None
+            stop.wait(timeout)
+            self._listen()
+
+    def _notifications(self, timeout: float) -> Iterator[psycopg.Notify]:
+        assert self._listener is not None
+        yield from self._listener.notifies(timeout=timeout, stop_after=1)

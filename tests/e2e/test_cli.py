@@ -1,0 +1,231 @@
+"""The ``opsgate`` command as an operator runs it: real subprocesses, real files, real HTTP.
+
+Each test runs in its own temporary directory, so the default ``sqlite:///./opsgate.db`` lands
+there, and with no ``OPSGATE_*`` variable inherited from the caller.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import Engine, text
+
+from core.migrate import head_revision
+from tests.conftest import POSTGRES_URL
+
+OPSGATE = Path(sys.executable).with_name("opsgate")
+STARTUP_DEADLINE_S = 90.0
+
+
+def command(*args: str) -> list[str]:
+    if OPSGATE.exists():
+        return [str(OPSGATE), *args]
+    return [sys.executable, "-m", "core.cli", *args]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {name: value for name, value in os.environ.items() if not name.startswith("OPSGATE_")}
+    return {**env, **extra}
+
+
+def opsgate(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command(*args), cwd=cwd, env=clean_env(**env), capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+def sqlite_tables(path: Path) -> set[str]:
+    with sqlite3.connect(path) as conn:
+        return {row[0] for row in conn.execute("select name from sqlite_master where type='table'")}
+
+
+# -- help -----------------------------------------------------------------------------------
+
+
+def test_help_lists_every_subcommand(tmp_path):
+    result = opsgate(tmp_path, "--help")
+    assert result.returncode == 0
+    for name in ("migrate", "serve", "demo"):
+        assert name in result.stdout
+
+
+def test_serve_help_explains_its_options(tmp_path):
+    result = opsgate(tmp_path, "serve", "--help")
+    assert result.returncode == 0
+    for words in ("--host", "--port", "--database-url", "OPSGATE_API_TOKEN", "opsgate migrate"):
+        assert words in result.stdout
+
+
+def test_no_subcommand_is_a_usage_error(tmp_path):
+    result = opsgate(tmp_path)
+    assert result.returncode == 2
+    assert "usage: opsgate" in result.stderr
+
+
+# -- migrate --------------------------------------------------------------------------------
+
+
+def test_migrate_upgrades_the_default_database_then_finds_it_at_head(tmp_path):
+    first = opsgate(tmp_path, "migrate")
+    assert first.returncode == 0, first.stderr
+    assert f"upgraded from an empty schema to head ({head_revision()})" in first.stdout
+    assert {"ops_case", "case_timeline", "outbox", "idempotency"} <= sqlite_tables(
+        tmp_path / "opsgate.db")
+    again = opsgate(tmp_path, "migrate")
+    assert again.returncode == 0, again.stderr
+    assert f"already at head ({head_revision()})" in again.stdout
+
+
+def test_migrate_reads_the_database_url_from_the_environment(tmp_path):
+    result = opsgate(tmp_path, "migrate", OPSGATE_DATABASE_URL=f"sqlite:///{tmp_path}/env.db")
+    assert result.returncode == 0, result.stderr
+    assert "ops_case" in sqlite_tables(tmp_path / "env.db")
+    assert not (tmp_path / "opsgate.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("postgresql://postgres@127.0.0.1:1/test", "opsgate: error: database error:"),
+        ("sqlite:////nonexistent-dir/sub/opsgate.db", "opsgate: error: database error:"),
+        ("nosuchdb://x", "opsgate: error: invalid database URL"),
+    ],
+)
+def test_an_expected_failure_is_one_line_and_a_non_zero_exit(tmp_path, url, says):
+    result = opsgate(tmp_path, "migrate", "--database-url", url)
+    assert result.returncode == 1
+    assert result.stderr.startswith(says), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr
+
+
+# -- demo -----------------------------------------------------------------------------------
+
+
+def test_demo_walks_a_case_to_closed_and_prints_its_timeline(tmp_path):
+    result = opsgate(tmp_path, "demo")
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    for shown in ("upgraded from an empty schema to head", "replayed: the same",
+                  "409  illegal_transition", "412  version_conflict", "422  guard_failed",
+                  "the refusal added one timeline row", "WAIT_GATE v3", "EXECUTING v4",
+                  "CLOSED v6", 'ETag "6"', "demo done in"):
+        assert shown in out, f"{shown!r} missing from:\n{out}"
+    table = out[out.index("time  "):].splitlines()
+    assert table[0].split() == ["time", "event", "from", "->", "to", "actor", "outcome"]
+    moves = [line.split()[1:5] for line in table[2:10]]
+    assert moves == [
+        ["case_opened", "-", "->", "NEW"], ["start_analysis", "NEW", "->", "ANALYZING"],
+        ["analysis_done", "ANALYZING", "->", "PLANNING"], ["plan_ready", "PLANNING", "->", "-"],
+        ["plan_ready", "PLANNING", "->", "WAIT_GATE"],
+        ["gate_approved", "WAIT_GATE", "->", "EXECUTING"],
+        ["exec_done", "EXECUTING", "->", "VERIFYING"], ["verify_pass", "VERIFYING", "->", "CLOSED"],
+    ]
+    assert "refused (" in table[5]
+    assert (tmp_path / "opsgate.db").exists()
+
+
+def test_demo_runs_again_on_the_same_database(tmp_path):
+    url = f"sqlite:///{tmp_path}/demo.db"
+    assert opsgate(tmp_path, "demo", "--database-url", url).returncode == 0
+    again = opsgate(tmp_path, "demo", "--database-url", url)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "already at head" in again.stdout
+    with sqlite3.connect(tmp_path / "demo.db") as conn:
+        closed = conn.execute("select count(*) from ops_case where status = 'CLOSED'").fetchone()
+    assert closed == (2,)
+
+
+def test_demo_sends_the_bearer_token_when_one_is_set(tmp_path):
+    result = opsgate(tmp_path, "demo", OPSGATE_API_TOKEN="demo-token")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# -- serve ----------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def wait_healthy(base: str, server: subprocess.Popen[bytes]) -> httpx.Response:
+    deadline = time.monotonic() + STARTUP_DEADLINE_S
+    while time.monotonic() < deadline:
+        assert server.poll() is None, "opsgate serve exited before answering"
+        try:
+            return httpx.get(f"{base}/healthz", timeout=2)
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise AssertionError("opsgate serve did not answer /healthz in time")
+
+
+def test_serve_answers_over_real_http_and_stops_on_sigterm(tmp_path):
+    port, token = free_port(), "serve-token"
+    log = (tmp_path / "serve.log").open("wb")
+    server = subprocess.Popen(command("serve", "--port", str(port)), cwd=tmp_path,
+                              env=clean_env(OPSGATE_API_TOKEN=token), stdout=log,
+                              stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        health = wait_healthy(base, server)
+        assert health.json() == {"data": {"status": "ok", "database": "sqlite"}}
+        key = {"Idempotency-Key": uuid.uuid4().hex}
+        refused = httpx.post(f"{base}/case/create", json={"title": "over http"}, headers=key)
+        assert refused.status_code == 401
+        auth = {**key, "Authorization": f"Bearer {token}"}
+        created = httpx.post(f"{base}/case/create", json={"title": "over http"}, headers=auth)
+        assert created.status_code == 201, created.text
+        case_id = created.json()["data"]["case_id"]
+        moved = httpx.patch(f"{base}/case/{case_id}/transition",
+                            json={"event": "start_analysis", "actor": "alice"},
+                            headers={"Idempotency-Key": uuid.uuid4().hex, "If-Match": '"0"',
+                                     "Authorization": f"Bearer {token}"})
+        assert (moved.status_code, moved.json()["data"]["status"]) == (200, "ANALYZING")
+        read = httpx.get(f"{base}/case/{case_id}")
+        assert read.headers["etag"] == '"1"'
+    finally:
+        server.terminate()
+        code = server.wait(timeout=30)
+        log.close()
+    assert code in (0, -signal.SIGTERM)
+    output = (tmp_path / "serve.log").read_text()
+    assert f"opsgate API on http://127.0.0.1:{port}" in output
+    assert "writes need a bearer token" in output
+    assert "upgraded from an empty schema to head" in output
+
+
+@pytest.fixture
+def empty_pg_schema(postgres_admin: Engine):
+    """A PostgreSQL URL whose search_path is a new, empty schema."""
+    schema = f"t_cli_{uuid.uuid4().hex[:10]}"
+    with postgres_admin.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    sep = "&" if "?" in POSTGRES_URL else "?"
+    yield f"{POSTGRES_URL}{sep}options=-csearch_path%3D{schema}"
+    with postgres_admin.connect() as conn:
+        conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+
+
+def test_serve_refuses_a_postgres_schema_behind_head_until_migrated(tmp_path, empty_pg_schema):
+    refused = opsgate(tmp_path, "serve", "--port", str(free_port()),
+                      "--database-url", empty_pg_schema)
+    assert refused.returncode == 2
+    assert "run `opsgate migrate` first" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    migrated = opsgate(tmp_path, "migrate", "--database-url", empty_pg_schema)
+    assert migrated.returncode == 0, migrated.stderr
+    assert f"to head ({head_revision()})" in migrated.stdout
+    assert "already at head" in opsgate(tmp_path, "migrate", "--database-url",
+                                        empty_pg_schema).stdout

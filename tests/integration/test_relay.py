@@ -1,0 +1,151 @@
+"""The outbox relay on real databases: order, rollback, concurrent relays, NOTIFY and its loss."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from sqlalchemy import func, insert, select, text
+
+from core.adapters.tables import outbox
+from core.domain.fsm import CaseEvent
+from core.messaging.bus import InProcessBus, RedisStreamsBus
+from core.messaging.envelope import Envelope
+from core.messaging.relay import OutboxRelay
+from tests.support import command, key, open_case
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.seen: list[Envelope] = []
+        self.lock = threading.Lock()
+        self.arrived = threading.Event()
+
+    def __call__(self, envelope: Envelope) -> None:
+        with self.lock:
+            self.seen.append(envelope)
+        self.arrived.set()
+
+
+def _bus(topics=("evt.case.opened.v1", "evt.case.transition.v1", "cmd.analysis.run", "t")):
+    bus, collector = InProcessBus(), Collector()
+    bus.subscribe(topics, collector)
+    return bus, collector
+
+
+def _unpublished(engine) -> int:
+    with engine.connect() as conn:
+        return conn.execute(select(func.count()).select_from(outbox)
+                            .where(outbox.c.published_at.is_(None))).scalar_one()
+
+
+def test_relay_publishes_committed_rows_in_order_and_marks_them(service, engine):
+    case_id = open_case(service)
+    service.transition(command(case_id, CaseEvent.START_ANALYSIS), key())
+    bus, collector = _bus()
+    relay = OutboxRelay(engine, bus, batch_size=2)
+    assert relay.drain() == 3
+    assert [e.topic for e in collector.seen] == [
+        "evt.case.opened.v1", "evt.case.transition.v1", "cmd.analysis.run"]
+    ids = [e.message_id for e in collector.seen]
+    assert ids == sorted(ids)
+    assert {e.key for e in collector.seen} == {str(case_id)}
+    assert _unpublished(engine) == 0
+    assert relay.drain() == 0
+
+
+def test_a_rolled_back_transaction_never_produces_a_delivery(engine):
+    with engine.connect() as conn:
+        conn.execute(insert(outbox).values(topic="t", key="k", payload={}))
+        conn.rollback()
+    bus, collector = _bus()
+    assert OutboxRelay(engine, bus).drain() == 0
+    assert collector.seen == []
+
+
+def test_failed_publish_leaves_rows_for_the_next_attempt(engine):
+    with engine.begin() as conn:
+        conn.execute(insert(outbox), [{"topic": "t", "key": "k", "payload": {"n": n}}
+                                      for n in range(3)])
+
+    class Broken:
+        def publish(self, envelopes):
+            raise ConnectionError("bus down")
+
+    with pytest.raises(ConnectionError):
+        OutboxRelay(engine, Broken()).relay_batch()
+    assert _unpublished(engine) == 3
+    bus, collector = _bus()
+    assert OutboxRelay(engine, bus).drain() == 3
+    assert [e.payload["n"] for e in collector.seen] == [0, 1, 2]
+
+
+def test_concurrent_relays_never_claim_the_same_row(pg_engine):
+    with pg_engine.begin() as conn:
+        conn.execute(insert(outbox), [{"topic": "t", "key": str(n % 7), "payload": {"n": n}}
+                                      for n in range(2000)])
+    collectors = []
+    threads = []
+    for _ in range(4):
+        bus, collector = _bus()
+        collectors.append(collector)
+        relay = OutboxRelay(pg_engine, bus, batch_size=50)
+        threads.append(threading.Thread(target=relay.drain))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    ids = [e.message_id for c in collectors for e in c.seen]
+    assert len(ids) == 2000
+    assert len(set(ids)) == 2000
+    assert sum(1 for c in collectors if c.seen) >= 2, "the relays should share the work"
+    assert _unpublished(pg_engine) == 0
+
+
+def _running(relay):
+    stop = threading.Event()
+    thread = threading.Thread(target=relay.run, args=(stop,), daemon=True)
+    thread.start()
+    return stop, thread
+
+
+def test_notify_wakes_the_relay_long_before_the_poll_period(pg_engine):
+    bus, collector = _bus()
+    stop, thread = _running(OutboxRelay(pg_engine, bus, poll_s=30))
+    try:
+        time.sleep(0.3)  # let it LISTEN and go idle
+        with pg_engine.begin() as conn:
+            conn.execute(insert(outbox).values(topic="t", key="k", payload={}))
+        assert collector.arrived.wait(10), "NOTIFY did not wake the relay"
+    finally:
+        stop.set()
+        thread.join(timeout=35)
+
+
+def test_a_lost_notify_costs_at_most_the_poll_period(pg_engine):
+    with pg_engine.begin() as conn:
+        conn.execute(text("ALTER TABLE outbox DISABLE TRIGGER outbox_notify"))
+    bus, collector = _bus()
+    stop, thread = _running(OutboxRelay(pg_engine, bus, poll_s=0.5))
+    try:
+        time.sleep(0.3)
+        with pg_engine.begin() as conn:
+            conn.execute(insert(outbox).values(topic="t", key="k", payload={}))
+        assert collector.arrived.wait(5), "polling did not pick up the row"
+        assert len(collector.seen) == 1
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
+def test_redis_streams_bus_publishes_one_entry_per_message(redis_client, redis_prefix):
+    bus = RedisStreamsBus(redis_client, prefix=f"{redis_prefix}stream:")
+    bus.ensure_group("t", "planner")
+    envelopes = [Envelope(n, "t", "case-1", {"n": n}) for n in (1, 2, 3)]
+    bus.publish(envelopes)
+    entries = redis_client.xreadgroup("planner", "c1", {bus.stream("t"): ">"}, count=10)
+    (_, messages), = entries
+    got = [Envelope.from_fields({k.decode(): v.decode() for k, v in fields.items()})
+           for _, fields in messages]
+    assert got == envelopes

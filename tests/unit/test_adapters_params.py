@@ -1,0 +1,140 @@
+"""Every adapter validates its params before anything runs: what is refused, and the exact
+kubectl argv built from what is accepted."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.executor.adapters import StepContext, StepRefused
+from core.executor.adapters.base import parse_params
+from core.executor.adapters.gateway_flip import FlipParams, GatewayFlipAdapter
+from core.executor.adapters.http import HttpParams, HttpRequestAdapter
+from core.executor.adapters.k8s import RolloutParams, change_argv, status_argv
+from core.executor.adapters.script import ScriptAdapter, ScriptParams
+from core.executor.allowlists import ExecutableAllowList, UrlAllowList
+
+CTX = StepContext.for_step("case", "hash", 0, 1, 1.0)
+
+
+def rollout(**params):
+    return parse_params(RolloutParams, {"deployment": "checkout", "namespace": "prod", **params},
+                        "k8s.rollout")
+
+
+def test_restart_builds_exactly_this_argv():
+    p = rollout(operation="restart")
+    assert change_argv("/k", p) == ["/k", "-n", "prod", "rollout", "restart", "deployment/checkout"]
+    assert status_argv("/k", p, 42) == ["/k", "-n", "prod", "rollout", "status",
+                                         "deployment/checkout", "--timeout=42s"]
+
+
+def test_undo_builds_exactly_this_argv():
+    assert change_argv("/k", rollout(operation="undo")) == [
+        "/k", "-n", "prod", "rollout", "undo", "deployment/checkout"]
+    assert change_argv("/k", rollout(operation="undo", to_revision=7))[-1] == "--to-revision=7"
+
+
+def test_set_image_builds_exactly_this_argv():
+    image = "registry.example.com:5000/shop/checkout:v1.2.3@sha256:" + "a" * 64
+    p = rollout(operation="set-image", container="app", image=image)
+    assert change_argv("/k", p) == ["/k", "-n", "prod", "set", "image", "deployment/checkout",
+                                    f"app={image}"]
+
+
+@pytest.mark.parametrize("params", [
+    {"namespace": "--kubeconfig=/tmp/evil"},
+    {"namespace": "Prod"},
+    {"namespace": "a" * 64},
+    {"deployment": "checkout; rm -rf /"},
+    {"deployment": "-checkout"},
+    {"deployment": "checkout/../x"},
+    {"operation": "delete"},
+    {"operation": "set-image", "container": "app", "image": "--record"},
+    {"operation": "set-image", "container": "app", "image": "nginx latest"},
+    {"operation": "set-image", "container": "app", "image": "nginx:$(id)"},
+    {"operation": "set-image", "container": "App_1", "image": "nginx"},
+    {"operation": "set-image", "image": "nginx"},
+    {"operation": "restart", "image": "nginx"},
+    {"operation": "restart", "to_revision": 3},
+    {"operation": "undo", "to_revision": 0},
+    {"operation": "undo", "to_revision": "3"},
+    {"operation": "restart", "strategy": "canary"},
+])
+def test_bad_k8s_params_are_refused(params):
+    with pytest.raises(StepRefused, match=r"k8s\.rollout: invalid params"):
+        rollout(**{"operation": "restart", **params})
+
+
+@pytest.mark.parametrize(("params", "problem"), [
+    ({"argv": []}, "argv"),
+    ({"argv": [""]}, "argv[0] must name an executable"),
+    ({"argv": ["echo", "a\x00b"]}, "NUL"),
+    ({"argv": "echo hi"}, "argv"),
+    ({"argv": ["echo"], "cwd": "relative/dir"}, "absolute"),
+    ({"argv": ["echo"], "env": {"LD_PRELOAD": "/tmp/evil.so"}}, "LD_PRELOAD"),
+    ({"argv": ["echo"], "env": {"PATH": "/tmp"}}, "PATH"),
+    ({"argv": ["echo"], "env": {"BASH_ENV": "/tmp/x"}}, "BASH_ENV"),
+    ({"argv": ["echo"], "env": {"A B": "1"}}, "env"),
+    ({"argv": ["echo"], "shell": True}, "shell"),
+])
+def test_bad_script_params_are_refused(params, problem):
+    with pytest.raises(StepRefused, match=r"script\.exec: invalid params") as refused:
+        parse_params(ScriptParams, params, "script.exec")
+    assert problem in refused.value.message
+
+
+def test_script_exec_refuses_everything_when_the_allow_list_is_empty():
+    adapter = ScriptAdapter(ExecutableAllowList([]), 4096)
+    with pytest.raises(StepRefused, match="not on the script allow-list"):
+        adapter.run({"argv": ["echo", "hi"]}, CTX)
+
+
+@pytest.mark.parametrize("params", [
+    {"method": "TRACE", "url": "http://127.0.0.1/"},
+    {"method": "GET"},
+    {"method": "GET", "url": "http://127.0.0.1/", "headers": {"Idempotency-Key": "mine"}},
+    {"method": "GET", "url": "http://127.0.0.1/", "headers": {"Host": "evil"}},
+    {"method": "GET", "url": "http://127.0.0.1/", "headers": {"X-A": "1\r\nX-B: 2"}},
+    {"method": "GET", "url": "http://127.0.0.1/", "expect_status": [99]},
+    {"method": "GET", "url": "http://127.0.0.1/", "expect_status": []},
+    {"method": "GET", "url": "http://127.0.0.1/", "follow": True},
+    {"method": "POST", "url": "http://127.0.0.1/", "json": {"blob": "x" * 300_000}},
+])
+def test_bad_http_params_are_refused(params):
+    with pytest.raises(StepRefused, match=r"http\.request: invalid params"):
+        parse_params(HttpParams, params, "http.request")
+
+
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.1:8082/",  # another port
+    "http://127.0.0.1:80810/x",  # a port that merely starts the same
+    "http://127.0.0.1:8081@evil.example/",  # userinfo trick
+    "https://127.0.0.1:8081/",  # another scheme
+    "http://127.0.0.1:8081/api/%2e%2e/admin",  # an encoded dot segment
+    "http://127.0.0.1:8081/api/..%2fadmin",  # an encoded slash
+    "http://localhost:8081/api/",  # another host name
+    "http://127.0.0.1:8081/apix",  # not on a segment boundary
+    "file:///etc/passwd",
+    "ftp://127.0.0.1:8081/api/",
+])
+def test_http_request_refuses_urls_off_the_allow_list(url):
+    adapter = HttpRequestAdapter(UrlAllowList(["http://127.0.0.1:8081/api"]), 4096)
+    refusal = r"^http\.request: .*(not on the http allow-list|refused: )"
+    with pytest.raises(StepRefused, match=refusal):
+        adapter.run({"method": "GET", "url": url}, CTX)
+
+
+def test_gateway_flip_params_and_its_missing_configuration():
+    parsed = parse_params(FlipParams, {"route": "default", "from": "primary", "to": "standby",
+                                       "weight": 100}, "gateway.flip")
+    assert parsed.model_dump(by_alias=True, exclude_none=True) == {
+        "route": "default", "from": "primary", "to": "standby", "weight": 100}
+    for bad in ({"route": "default", "to": "x", "weight": 101},
+                {"route": "-x", "to": "standby"}, {"route": "default"},
+                {"route": "default", "to": "standby", "url": "http://evil/"}):
+        with pytest.raises(StepRefused, match=r"gateway\.flip: invalid params"):
+            parse_params(FlipParams, bad, "gateway.flip")
+    with pytest.raises(StepRefused, match="not configured"):
+        GatewayFlipAdapter(None, 4096).run({"route": "default", "to": "standby"}, CTX)
+    with pytest.raises(ValueError, match="OPSGATE_TRAFFIC_GATEWAY_URL"):
+        GatewayFlipAdapter("not a url", 4096)
