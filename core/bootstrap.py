@@ -1,4 +1,4 @@
-"""The composition root: builds every opsgate object from settings. Tests build the same with fakes."""
+"""The composition root: builds every opsgate object from settings (tests build it with fakes)."""
 
 from __future__ import annotations
 

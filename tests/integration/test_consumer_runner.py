@@ -109,3 +109,31 @@ def test_requeued_dead_letter_is_delivered_again(engine):
     assert envelope is not None
     assert inbox.dead_letters(engine) == []
     assert runner.deliver(Envelope(5, "t", "case-a", {})) == "done"
+
+
+def test_stream_consumer_acks_after_handling_and_reclaims_a_dead_consumers_entries(
+        engine, redis_client, redis_prefix):
+    from core.messaging.bus import RedisStreamsBus
+    from core.messaging.streams import StreamConsumer
+
+    bus = RedisStreamsBus(redis_client, prefix=f"{redis_prefix}stream:")
+    consumer = Poison()
+    dead = StreamConsumer(bus, ConsumerRunner(engine, consumer, sleep=lambda _s: None),
+                          name="dies", block_ms=10, claim_idle_ms=1)
+    dead.ensure_groups()
+    bus.publish([Envelope(n, "t", f"case-{n}", {}) for n in (1, 2, 3)])
+    # "dies" reads the entries and crashes before handling them: they stay pending.
+    redis_client.xreadgroup("poisoned", "dies", {bus.stream("t"): ">"}, count=10)
+    assert redis_client.xpending(bus.stream("t"), "poisoned")["pending"] == 3
+
+    survivor = StreamConsumer(bus, ConsumerRunner(engine, consumer, sleep=lambda _s: None),
+                              name="survivor", block_ms=10, claim_idle_ms=1)
+    import time
+
+    time.sleep(0.01)
+    assert survivor.reclaim() == 3
+    assert consumer.calls == [1, 2, 3]
+    assert redis_client.xpending(bus.stream("t"), "poisoned")["pending"] == 0
+    bus.publish([Envelope(2, "t", "case-2", {}), Envelope(4, "t", "case-4", {})])
+    assert survivor.poll() == 2
+    assert consumer.calls == [1, 2, 3, 4], "the republished message 2 is a duplicate"

@@ -1,0 +1,97 @@
+"""A consumer's loop on Redis Streams: XREADGROUP new entries, hand each to the consumer runner,
+XACK it once handled; XAUTOCLAIM entries left pending by a consumer that died.
+
+An entry is acknowledged only after the runner finished with it (done, duplicate or buried), so a
+crash in between means redelivery, which the inbox makes harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+import redis
+from sqlalchemy.exc import SQLAlchemyError
+
+from core.messaging.bus import RedisStreamsBus
+from core.messaging.consumer import ConsumerRunner
+from core.messaging.envelope import Envelope
+
+log = logging.getLogger(__name__)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class StreamConsumer:
+    """Feeds one consumer group (named after the consumer) from the streams of its topics."""
+
+    def __init__(self, bus: RedisStreamsBus, runner: ConsumerRunner, *, batch: int = 50,
+                 block_ms: int = 1000, claim_idle_ms: int = 30_000,
+                 name: str | None = None) -> None:
+        self.bus = bus
+        self.runner = runner
+        self.group = runner.consumer.name
+        self.name = name or f"{socket.gethostname()}-{os.getpid()}"
+        self.batch = batch
+        self.block_ms = block_ms
+        self.claim_idle_ms = claim_idle_ms
+        self.streams = [bus.stream(topic) for topic in runner.consumer.topics]
+
+    def ensure_groups(self) -> None:
+        for topic in self.runner.consumer.topics:
+            self.bus.ensure_group(topic, self.group)
+
+    def poll(self) -> int:
+        """Handle what XREADGROUP hands this consumer (waits up to ``block_ms``)."""
+        entries: Any = self.bus.client.xreadgroup(self.group, self.name,
+                                                  dict.fromkeys(self.streams, ">"),
+                                                  count=self.batch, block=self.block_ms)
+        handled = 0
+        for stream, messages in entries or []:
+            for entry_id, fields in messages:
+                handled += self._handle(_text(stream), entry_id, fields)
+        return handled
+
+    def reclaim(self) -> int:
+        """Take over entries another consumer of the group left pending past ``claim_idle_ms``."""
+        handled = 0
+        for stream in self.streams:
+            reply: Any = self.bus.client.xautoclaim(stream, self.group, self.name,
+                                               min_idle_time=self.claim_idle_ms,
+                                               start_id="0-0", count=self.batch)
+            for entry_id, fields in reply[1]:
+                if fields:  # None when the entry was trimmed from the stream
+                    handled += self._handle(stream, entry_id, fields)
+        return handled
+
+    def run(self, stop: threading.Event, *, reclaim_every_s: float = 5.0) -> None:
+        """Consume until ``stop`` is set; transient failures back off and leave entries pending."""
+        self.ensure_groups()
+        next_reclaim = 0.0
+        while not stop.is_set():
+            try:
+                if time.monotonic() >= next_reclaim:
+                    self.reclaim()
+                    next_reclaim = time.monotonic() + reclaim_every_s
+                self.poll()
+            except (redis.RedisError, SQLAlchemyError, OSError) as exc:
+                log.warning("%s: %s; retrying in 1s", self.group, exc)
+                stop.wait(1.0)
+
+    def _handle(self, stream: str, entry_id: Any, fields: dict[Any, Any]) -> int:
+        decoded = {_text(k): _text(v) for k, v in fields.items()}
+        try:
+            envelope = Envelope.from_fields(decoded)
+        except (KeyError, ValueError) as exc:
+            log.error("%s: dropping malformed entry %s on %s: %s", self.group, entry_id, stream,
+                      exc)
+        else:
+            self.runner.deliver(envelope)
+        self.bus.client.xack(stream, self.group, entry_id)
+        return 1
