@@ -21,9 +21,9 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from core.adapters import case_store as store
-from core.domain.commands import Fence, OpenCase, TransitionCase
+from core.domain.commands import Fence, NoteCase, OpenCase, TransitionCase
 from core.domain.fsm import INITIAL_STATUS, CaseEvent, CaseStatus, Refused, decide
-from core.domain.messages import MoveContext, messages_for, opened_message
+from core.domain.messages import Message, MoveContext, messages_for, opened_message
 from core.domain.plans import canonical_json, plan_hash, plan_problems
 from core.errors import (
     GuardFailed,
@@ -141,6 +141,18 @@ class CaseService:
             cmd.case_id,
             lambda conn, case, writes: self._move(conn, case, cmd, writes),
             fence=cmd.fence,
+            inbox_entry=inbox_entry,
+        )
+
+    def note(self, cmd: NoteCase, key: str, *,
+             inbox_entry: tuple[str, int] | None = None) -> Reply:
+        """Record a fact on the case's timeline (and ``cmd.topic`` in the outbox) without moving
+        it, once per idempotency key."""
+        return self._idempotent(
+            key,
+            fingerprint(cmd.intent()),
+            cmd.case_id,
+            lambda _conn, case, writes: self._note(case, cmd, writes),
             inbox_entry=inbox_entry,
         )
 
@@ -262,6 +274,24 @@ class CaseService:
         writes.outbox = [opened_message(case_id, cmd.title, cmd.severity, cmd.actor,
                                         correlation_id)]
         return case_view(row)
+
+    def _note(self, case: Row | None, cmd: NoteCase, writes: store.Writes) -> dict[str, Any]:
+        assert case is not None, "a note always concerns a locked case"
+        if cmd.event in CaseEvent.__members__.values():
+            raise _Refusal(GuardFailed(f"{cmd.event} is an FSM event: move the case instead",
+                                       problems=[f"event: {cmd.event}"]))
+        correlation_id = cmd.correlation_id or uuid4().hex
+        meta = {"outcome": "note", "from": case["status"], "to": case["status"],
+                "version": case["version"], **({"context": cmd.meta} if cmd.meta else {})}
+        writes.timeline = {"case_id": cmd.case_id, "event": cmd.event, "actor": cmd.actor,
+                           "reason": cmd.reason, "correlation_id": correlation_id,
+                           "meta": meta, "created_at": self.clock()}
+        if cmd.topic is not None:
+            payload = {"case_id": str(cmd.case_id), "version": case["version"],
+                       "event": cmd.event, "actor": cmd.actor, "reason": cmd.reason,
+                       "correlation_id": correlation_id, **cmd.meta}
+            writes.outbox = [Message(cmd.topic, str(cmd.case_id), payload)]
+        return {**case_view(case), "note": cmd.event}
 
     def _move(self, conn: Connection, case: Row | None, cmd: TransitionCase,
               writes: store.Writes) -> dict[str, Any]:

@@ -55,3 +55,23 @@ class TransitionCase:
         body["case_id"] = str(self.case_id)
         body["event"] = str(self.event)
         return {"op": "transition", **body}
+
+
+@dataclass(frozen=True)
+class NoteCase:
+    """A fact about a case that does not move it (a step's result, an approval that is not yet
+    enough, a verification reading): one timeline row, and optionally one outbox event."""
+
+    case_id: UUID
+    event: str
+    actor: str
+    reason: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    topic: str | None = None
+    correlation_id: str | None = None
+
+    def intent(self) -> dict[str, Any]:
+        body = asdict(self)
+        body.pop("correlation_id")
+        body["case_id"] = str(self.case_id)
+        return {"op": "note", **body}

@@ -180,7 +180,8 @@ def _evaluate_all(verify: Mapping[str, Any], source: MetricSource, allowlist: Ur
         if not outcome.passed:
             where = f"check {number} of {len(block.checks)}"
             return VerifyOutcome(False, f"{where}: {outcome.reason}", outcome.observed)
-    return VerifyOutcome(True, f"all {len(block.checks)} checks passed")
+    count = len(block.checks)
+    return VerifyOutcome(True, "the check passed" if count == 1 else f"all {count} checks passed")
 
 
 def _evaluate_one(check: Any, source: MetricSource, allowlist: UrlAllowList,

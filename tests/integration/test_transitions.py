@@ -206,3 +206,28 @@ def test_resume_from_parked_asks_for_a_new_plan_and_reuses_the_last_one(service,
         events = conn.execute(select(case_timeline.c.event)).scalars().all()
     assert topics.count(Topic.PLAN_GENERATE) == 2  # analysis_done and resume
     assert events.count("plan_ready") == 2
+
+
+def test_a_note_records_a_fact_without_moving_the_case(service, engine):
+    from core.domain.commands import NoteCase
+
+    case_id = case_in(service, S.EXECUTING)
+    before = snapshot(engine, case_id)
+    cmd = NoteCase(case_id, "step_result", "executor", reason="step 1 ok",
+                   meta={"step": 0, "ok": True}, topic="evt.exec.step_result.v1")
+    k = key()
+    reply = service.note(cmd, k)
+    assert reply.status == 200
+    after = snapshot(engine, case_id)
+    assert after["case"] == before["case"]
+    assert (after["case_timeline"], after["outbox"]) == (before["case_timeline"] + 1,
+                                                         before["outbox"] + 1)
+    row = service.timeline(case_id)[-1]
+    assert row["event"] == "step_result"
+    assert row["meta"]["outcome"] == "note"
+    assert row["meta"]["context"] == {"step": 0, "ok": True}
+    again = service.note(cmd, k)
+    assert again.replayed
+    assert snapshot(engine, case_id) == {**after}
+    illegal = service.note(NoteCase(case_id, "exec_done", "executor"), key())
+    assert illegal.status == 422
