@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import suppress
 from datetime import UTC, datetime
@@ -51,8 +52,11 @@ class OutboxRelay:
             conn.rollback()
         if not envelopes:
             return 0
+        # Published outside any transaction: SQLite's write lock would block the in-process
+        # consumers' own writes until the busy timeout.
+        self.bus.publish(envelopes)
         with self.engine.begin() as conn:
-            return self._publish(conn, envelopes)
+            return self._mark(conn, envelopes)
 
     def drain(self) -> int:
         """Publish until nothing is left; returns the total moved."""
@@ -90,6 +94,9 @@ class OutboxRelay:
         if not envelopes:
             return 0
         self.bus.publish(envelopes)
+        return self._mark(conn, envelopes)
+
+    def _mark(self, conn: Connection, envelopes: list[Envelope]) -> int:
         conn.execute(
             update(outbox)
             .where(outbox.c.id.in_([e.message_id for e in envelopes]))
@@ -130,12 +137,16 @@ class _Waker:
             self._listener = None
 
     def wait(self, timeout: float, stop: threading.Event) -> None:
+        """Return on a notification, on ``stop``, or after ``timeout``, whichever comes first."""
         if self._listener is None:
             stop.wait(timeout)
             return
+        deadline = time.monotonic() + timeout
         try:
-            for _ in self._notifications(timeout):
-                break
+            # Short slices so a stop request is seen promptly even with a long poll period.
+            while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
+                if any(True for _ in self._notifications(min(left, 0.25))):
+                    return
         except psycopg.Error as exc:
             log.warning("outbox relay: lost LISTEN connection (%s); reconnecting", exc)
             self._listener = None

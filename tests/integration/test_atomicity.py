@@ -78,7 +78,8 @@ def test_failure_after_any_statement_leaves_no_partial_rows(service, engine, nam
         probe = _write_for(name, service, probe_case)(key())
     assert probe.status in (200, 201, 422)
     total = len(seen)
-    assert total >= 4, seen  # lock/begin, writes…: the write has several statements to break
+    # PostgreSQL: lock+recall, then one statement of data-modifying CTEs; SQLite: one per table.
+    assert total >= 2, seen
 
     for n in range(1, total + 1):
         case_id = None if start is None else case_in(service, start)
