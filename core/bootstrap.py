@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
 
 from core.adapters.database import make_engine
+from core.chat import ChatSink, RecordingSink
+from core.domain.policy import ApprovalPolicy, GroupMembers
 from core.gateway import Gateway, build_gateway
 from core.service import CaseService
 from core.settings import Settings, load_settings
@@ -20,15 +22,32 @@ class App:
     engine: Engine
     cases: CaseService
     gateway: Gateway
+    policy: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+    chat: ChatSink = field(default_factory=RecordingSink)  # the notifier posts here
 
     def close(self) -> None:
         self.gateway.close()
         self.engine.dispose()
 
 
-def bootstrap(settings: Settings | None = None, *, engine: Engine | None = None) -> App:
+def policy_from_settings(settings: Settings,
+                         members: GroupMembers | None = None) -> ApprovalPolicy:
+    """The approval policy of ``settings``; ``members`` resolves user groups on the approver
+    list (the Slack front end passes its cached resolver; none: groups have no members)."""
+    extra = {} if members is None else {"members": members}
+    return ApprovalPolicy(approvers=frozenset(settings.approvers),
+                          two_person_risk=settings.two_person_risk,
+                          auto_approve=settings.auto_approve,
+                          auto_approve_max_risk=settings.auto_approve_max_risk, **extra)
+
+
+def bootstrap(settings: Settings | None = None, *, engine: Engine | None = None,
+              members: GroupMembers | None = None, chat: ChatSink | None = None) -> App:
     """Wire opsgate from ``settings`` (the environment by default)."""
     settings = settings or load_settings()
     engine = engine or make_engine(settings.database_url, pool_size=settings.db_pool_size)
-    return App(settings=settings, engine=engine, cases=CaseService(engine, tenant=settings.tenant),
-               gateway=build_gateway(settings, engine))
+    policy = policy_from_settings(settings, members)
+    return App(settings=settings, engine=engine,
+               cases=CaseService(engine, tenant=settings.tenant, policy=policy),
+               gateway=build_gateway(settings, engine), policy=policy,
+               chat=chat or RecordingSink())

@@ -1,5 +1,5 @@
-"""The ``opsgate`` command: one subcommand per thing an operator runs (migrate, serve, demo; the
-relay, trace, reconcile and export join ``SUBCOMMANDS`` later).
+"""The ``opsgate`` command: one subcommand per thing an operator runs (migrate, serve, demo, and
+the loop's relay, consume and outbox; trace, reconcile and export join ``SUBCOMMANDS`` later).
 
 Expected failures (database unreachable, schema behind, bad URL) print one line on stderr and
 exit non-zero; heavy imports happen inside the handlers so ``--help`` stays fast.
@@ -18,6 +18,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
+    from core.bootstrap import App
+    from core.loop import InProcessLoop
+    from core.messaging.bus import RedisStreamsBus
+    from core.messaging.envelope import Envelope
     from core.settings import Settings
 
 STARTED = time.perf_counter()
@@ -135,6 +139,10 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="info",
                         choices=("critical", "error", "warning", "info", "debug"),
                         help="uvicorn's log level (default: %(default)s)")
+    parser.add_argument("--no-loop", action="store_true",
+                        help="do not run the in-process loop (relay and consumers); cases then "
+                             "move only through the API or separate `opsgate relay`/`opsgate "
+                             "consume` processes")
     _database_option(parser)
 
 
@@ -146,16 +154,37 @@ def _run_serve(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     app = bootstrap(settings, engine=_engine(settings))
+    loop = None
     try:
         _require_schema(settings, app.engine)
         writes = "need a bearer token" if settings.api_token else \
             "are open (OPSGATE_API_TOKEN is not set)"
         print(f"opsgate API on http://{args.host}:{args.port} "
               f"(database {_shown(settings.database_url)}; writes {writes})", flush=True)
+        loop = _serve_loop(app, args.no_loop)
         uvicorn.run(create_api(app), host=args.host, port=args.port, log_level=args.log_level)
     finally:
+        if loop is not None:
+            loop.stop()
         app.close()
     return 0
+
+
+def _serve_loop(app: App, disabled: bool) -> InProcessLoop | None:
+    """The in-process loop beside the API, unless disabled or Redis Streams carry the loop."""
+    from core.loop import InProcessLoop
+
+    if disabled:
+        print("loop: off (--no-loop)", flush=True)
+        return None
+    if app.settings.redis_url:
+        print("loop: OPSGATE_REDIS_URL is set, so cases move through `opsgate relay` and "
+              "`opsgate consume` processes, not inside serve", flush=True)
+        return None
+    loop = InProcessLoop(app).start()
+    names = ", ".join(consumer.name for consumer in loop.consumers)
+    print(f"loop: in-process relay and consumers running ({names})", flush=True)
+    return loop
 
 
 def _run_demo(args: argparse.Namespace) -> int:
@@ -173,6 +202,188 @@ def _run_demo(args: argparse.Namespace) -> int:
         app.close()
     print(f"demo done in {time.perf_counter() - STARTED:.2f} s (imports included)", flush=True)
     return 0
+
+
+# -- the loop's processes (production: PostgreSQL + Redis Streams) -------------------------
+
+
+def _production_app(args: argparse.Namespace, what: str) -> App:
+    """The app of a relay or consume process: needs Redis Streams and a schema at head."""
+    from core.bootstrap import bootstrap
+
+    settings = _settings(args)
+    if not settings.redis_url:
+        raise CliError(f"{what} needs OPSGATE_REDIS_URL (Redis Streams carry the messages "
+                       "between processes); without Redis the loop runs in-process inside "
+                       "`opsgate serve`")
+    app = bootstrap(settings, engine=_engine(settings))
+    try:
+        _require_schema(settings, app.engine)
+    except BaseException:
+        app.close()
+        raise
+    return app
+
+
+def _streams(settings: Settings) -> RedisStreamsBus:
+    import redis
+
+    from core.loop_processes import stream_bus, streams_client
+
+    assert settings.redis_url is not None
+    client = streams_client(settings.redis_url)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        raise CliError(f"Redis at {_shown(settings.redis_url)} is not reachable: {exc}") from exc
+    return stream_bus(settings, client)
+
+
+def _loop_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--progress-s", type=float, default=10.0, metavar="SECONDS",
+                        help="print a progress line this often when something moved "
+                             "(default: %(default)s)")
+    _database_option(parser)
+
+
+def _run_relay(args: argparse.Namespace) -> int:
+    import threading
+
+    from core.loop_processes import run_relay, stop_on_signals, unpublished
+
+    app = _production_app(args, "relay")
+    try:
+        settings, bus = app.settings, _streams(app.settings)
+        print(f"relay: database {_shown(settings.database_url)} -> Redis streams "
+              f"{settings.stream_prefix}<topic> at {_shown(str(settings.redis_url))}; "
+              f"woken by NOTIFY, polling every {settings.relay_poll_s:g}s; "
+              f"{unpublished(app.engine)} messages waiting", flush=True)
+        stop = threading.Event()
+        stop_on_signals(stop)
+        published = run_relay(app, bus, stop, sys.stdout, progress_every_s=args.progress_s)
+        bus.client.close()
+    finally:
+        app.close()
+    print(f"relay: stopped after publishing {published} messages", flush=True)
+    return 0
+
+
+def _consume_arguments(parser: argparse.ArgumentParser) -> None:
+    from core.consumers import CONSUMER_NAMES
+
+    parser.add_argument("names", nargs="*", metavar="NAME",
+                        help=f"consumers to run (default: all of {', '.join(CONSUMER_NAMES)})")
+    parser.add_argument("--workers", type=int, default=1, metavar="N",
+                        help="stream readers per consumer in this process (default: "
+                             "%(default)s); more processes scale the same way")
+    _loop_arguments(parser)
+
+
+def _run_consume(args: argparse.Namespace) -> int:
+    import threading
+
+    from core.consumers import build_consumers
+    from core.loop_processes import ConsumerProcess, select_consumers, stop_on_signals
+
+    if args.workers < 1:
+        raise CliError("--workers must be at least 1")
+    app = _production_app(args, "consume")
+    try:
+        try:
+            consumers = select_consumers(build_consumers(app), args.names)
+        except KeyError as unknown:
+            raise CliError(str(unknown.args[0])) from unknown
+        bus = _streams(app.settings)
+        process = ConsumerProcess(app, bus, consumers, workers=args.workers)
+        print(f"consume: {', '.join(c.name for c in consumers)} as {process.name} "
+              f"({args.workers} reader(s) each) on Redis streams {app.settings.stream_prefix}"
+              f"<topic>", flush=True)
+        stop = threading.Event()
+        stop_on_signals(stop)
+        process.run(stop, sys.stdout, progress_every_s=args.progress_s)
+        bus.client.close()
+    finally:
+        app.close()
+    print(f"consume: stopped ({process.progress()})", flush=True)
+    return 0
+
+
+def _outbox_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="outbox_command", metavar="ACTION", required=True)
+    dead = actions.add_parser(
+        "dead", help="list dead letters, or requeue one",
+        description="List the messages consumers gave up on after their retries (dead "
+                    "letters), newest last. --requeue ID delivers one again to its consumer: "
+                    "its inbox entry is forgotten and its outbox row marked unpublished, so the "
+                    "running relay (`opsgate relay`, or the loop inside `opsgate serve`) "
+                    "publishes it again.")
+    dead.add_argument("--requeue", type=int, metavar="ID",
+                      help="the dead letter (the ID column) to deliver again")
+    dead.add_argument("--all", action="store_true",
+                      help="also list dead letters already requeued")
+    _database_option(dead)
+
+
+def _run_outbox(args: argparse.Namespace) -> int:
+    from core.bootstrap import bootstrap
+
+    settings = _settings(args)
+    app = bootstrap(settings, engine=_engine(settings))
+    try:
+        _require_schema(settings, app.engine)
+        if args.requeue is not None:
+            _requeue(app, args.requeue)
+        else:
+            _list_dead_letters(app, args.all)
+    finally:
+        app.close()
+    return 0
+
+
+def _list_dead_letters(app: App, include_requeued: bool) -> None:
+    from core.messaging import inbox
+
+    rows = inbox.dead_letters(app.engine, include_requeued=include_requeued)
+    if not rows:
+        print("no dead letters", flush=True)
+        return
+    header = ("ID", "CONSUMER", "MESSAGE", "TOPIC", "CASE", "ATTEMPTS", "DIED", "REQUEUED",
+              "ERROR")
+    lines = [header] + [(
+        str(row["id"]), row["consumer"], str(row["message_id"]), row["topic"], row["key"],
+        str(row["attempts"]), _moment(row["created_at"]), _moment(row["requeued_at"]),
+        " ".join(str(row["error"]).split())[:80],
+    ) for row in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    for line in lines:
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
+              .rstrip(), flush=True)
+
+
+def _moment(value: object) -> str:
+    from datetime import datetime
+
+    return value.strftime("%Y-%m-%d %H:%M:%S") if isinstance(value, datetime) else "-"
+
+
+def _requeue(app: App, dead_letter_id: int) -> None:
+    from core.loop_processes import requeue_dead_letter
+
+    direct: Callable[[Envelope], None] | None = None
+    if app.settings.redis_url:
+        bus = _streams(app.settings)
+
+        def direct(envelope: Envelope) -> None:
+            bus.publish([envelope])
+
+    try:
+        envelope = requeue_dead_letter(app, dead_letter_id, direct)
+    except LookupError as gone:
+        raise CliError(str(gone)) from gone
+    if envelope is None:
+        raise CliError(f"no dead letter {dead_letter_id}: `opsgate outbox dead` lists them")
+    print(f"requeued dead letter {dead_letter_id}: message {envelope.message_id} "
+          f"({envelope.topic}, case {envelope.key}) goes to its consumer again", flush=True)
 
 
 SUBCOMMANDS: dict[str, Subcommand] = {
@@ -200,6 +411,38 @@ SUBCOMMANDS: dict[str, Subcommand] = {
                     "timeline. Uses the SQLite file from settings, migrated automatically.",
         add_arguments=_database_option,
         run=_run_demo,
+    ),
+    "relay": Subcommand(
+        summary="publish committed outbox rows to Redis Streams (production loop)",
+        description="Move unpublished outbox rows onto Redis Streams (one stream per topic, "
+                    "$OPSGATE_STREAM_PREFIX<topic>) in id order, claiming them with FOR UPDATE "
+                    "SKIP LOCKED so several relays may run at once. Woken by PostgreSQL "
+                    "LISTEN/NOTIFY, polling every $OPSGATE_RELAY_POLL_S seconds (default 1.0) "
+                    "as the floor. Needs OPSGATE_REDIS_URL; without Redis the loop runs "
+                    "in-process inside `opsgate serve`. SIGTERM or Ctrl-C stops it after the "
+                    "batch in hand.",
+        add_arguments=_loop_arguments,
+        run=_run_relay,
+    ),
+    "consume": Subcommand(
+        summary="run consumers on their Redis Streams consumer groups (production loop)",
+        description="Run the named consumers (default: all) in this process, each reading its "
+                    "topics' streams through a consumer group named after it (XREADGROUP, XACK "
+                    "after handling, XAUTOCLAIM of entries a dead process left pending longer "
+                    "than $OPSGATE_STREAM_CLAIM_IDLE_S). Each message takes effect once "
+                    "(inbox); a message failing $OPSGATE_CONSUMER_MAX_ATTEMPTS times becomes a "
+                    "dead letter (`opsgate outbox dead`). Needs OPSGATE_REDIS_URL. SIGTERM or "
+                    "Ctrl-C stops it after the messages in hand.",
+        add_arguments=_consume_arguments,
+        run=_run_consume,
+    ),
+    "outbox": Subcommand(
+        summary="inspect the outbox: dead letters and their requeue",
+        description="Operator tools for the outbox and its consumers. "
+                    "`opsgate outbox dead` lists dead letters; "
+                    "`opsgate outbox dead --requeue ID` delivers one again.",
+        add_arguments=_outbox_arguments,
+        run=_run_outbox,
     ),
 }
 

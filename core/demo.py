@@ -1,10 +1,11 @@
-"""The interim ``opsgate demo``: walks one case through its whole life over the REST API, in
-process, and prints each request and then the case's timeline. Later issues replace it with the
-bot and the Slack sandbox.
+"""``opsgate demo``: one case through its whole life on the embedded default. The case is opened
+over the REST API (in process); the in-process loop's consumers then move it (intake, analyst,
+planner, gatekeeper, executor, verifier); a person steps in only at the gate. Later issues replace
+the person's requests with the bot and the Slack sandbox.
 
 On the way it shows what the case service promises: a replayed Idempotency-Key gets the same
-bytes, an illegal event is 409, a stale If-Match is 412, and an incomplete plan is refused by the
-guard with 422 and exactly one timeline row.
+bytes, an illegal event is 409, a stale If-Match is 412, and a refused approval (the requester
+approving their own plan) is 422 with exactly one timeline row.
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ import httpx
 
 from core.api import create_api
 from core.bootstrap import App
+from core.consumers import CONSUMER_NAMES
+from core.loop import InProcessLoop
 
-INCOMPLETE_PLAN: dict[str, Any] = {
-    "title": "restart it and hope",
-    "steps": [{"action": "script.exec", "params": {"script": "restart-service"}}],
-}
-"""A plan the ``plan_ready`` guard must refuse: a step without timeout_s/retry, no rollback, no
-verify."""
+REQUESTER = "pagerduty"
+"""Who opens the case: the planner proposes plans on their behalf, so they may not approve."""
+APPROVER = "alice"
+WATCH_TIMEOUT_S = 30.0
+WATCH_EVERY_S = 0.01
 
 
 class DemoFailed(Exception):
@@ -36,7 +38,8 @@ class DemoFailed(Exception):
 
 @dataclass
 class Walk:
-    """One case's walk: sends requests, checks each status, prints one line per request."""
+    """One case's walk: sends requests, checks each status, prints one line per request, and
+    prints the timeline rows the consumers add while it watches."""
 
     client: httpx.AsyncClient
     out: TextIO
@@ -44,6 +47,8 @@ class Walk:
     run: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     requests: int = 0
     case_id: str = ""
+    shown_rows: int = 0
+    moves_by_consumers: int = 0
 
     async def call(self, title: str, method: str, path: str, expect: int, *,
                    body: dict[str, Any] | None = None, key: str | None = None,
@@ -59,12 +64,44 @@ class Walk:
                                              headers=headers)
         self.requests += 1
         summary = (describe or _summary)(response)
-        print(f"{self.requests:>2}. {title:<34} {method:<5} {path:<26} "
+        print(f"{self.requests:>2}. {title:<38} {method:<5} {path:<24} "
               f"{response.status_code}  {summary}", file=self.out, flush=True)
         if response.status_code != expect:
             raise DemoFailed(f"step {self.requests} ({title}): expected {expect}, "
                              f"got {response.status_code}: {response.text[:300]}")
         return response
+
+    async def timeline(self) -> list[dict[str, Any]]:
+        response = await self.client.get(f"/case/{self.case_id}/timeline")
+        rows: list[dict[str, Any]] = response.json()["data"]
+        return rows
+
+    async def watch(self, until: Callable[[list[dict[str, Any]]], bool], what: str) -> None:
+        """Print the timeline rows the consumers add until ``until(rows)`` holds."""
+        deadline = time.monotonic() + WATCH_TIMEOUT_S
+        while True:
+            rows = await self.timeline()
+            for row in rows[self.shown_rows:]:
+                self._show(row)
+            self.shown_rows = len(rows)
+            if until(rows):
+                return
+            if time.monotonic() > deadline:
+                raise DemoFailed(f"the consumers did not {what} within {WATCH_TIMEOUT_S:.0f} s")
+            await asyncio.sleep(WATCH_EVERY_S)
+
+    def _show(self, row: dict[str, Any]) -> None:
+        meta = row["meta"]
+        by_consumer = row["actor"] in CONSUMER_NAMES
+        if meta.get("outcome") == "accepted":
+            self.moves_by_consumers += by_consumer
+            what = f"{meta['from']} -> {meta['to']} v{meta['version']}"
+        else:
+            what = str(meta.get("outcome", ""))
+        reason = f"  {row['reason']}" if row.get("reason") else ""
+        who = "loop" if by_consumer else "hand"
+        print(f"    {who}: {row['actor']:<10} {row['event']:<17} {what}{reason}"[:150],
+              file=self.out, flush=True)
 
 
 def _summary(response: httpx.Response) -> str:
@@ -81,8 +118,9 @@ def _summary(response: httpx.Response) -> str:
 
 
 def run_demo(app: App, out: TextIO) -> None:
-    """Walk one case from NEW to CLOSED through the API built over ``app``."""
-    asyncio.run(_walk(app, out))
+    """Open one case through the API built over ``app`` and let the in-process loop close it."""
+    with InProcessLoop(app):
+        asyncio.run(_walk(app, out))
 
 
 async def _walk(app: App, out: TextIO) -> None:
@@ -92,23 +130,34 @@ async def _walk(app: App, out: TextIO) -> None:
     transport = httpx.ASGITransport(app=create_api(app))
     async with httpx.AsyncClient(transport=transport, base_url="http://opsgate.demo") as client:
         walk = Walk(client, out, auth)
-        print(f"opsgate demo: one case through its whole life over the REST API "
-              f"(run {walk.run})", file=out, flush=True)
+        print(f"opsgate demo: one case through its whole life; the consumers move it, a person "
+              f"approves (run {walk.run})", file=out, flush=True)
         await _open(walk)
-        await _analyse(walk)
-        plan_hash = await _plan(walk)
-        await _approve_and_run(walk, plan_hash)
+        await walk.watch(_at_the_gate, "bring the case to the gate")
+        if _waiting_for_a_person(await walk.timeline()):
+            await _refusals(walk)
+            await _approve(walk)
+        else:
+            print("    the gatekeeper approved the plan itself (OPSGATE_AUTO_APPROVE)",
+                  file=out, flush=True)
+        await walk.watch(_ended, "end the case")
+        case = await walk.call("read the case", "GET", "/case/{id}", 200)
+        print(f"    ETag {case.headers['etag']}: the version to send in If-Match",
+              file=out, flush=True)
         timeline = (await walk.call("read the timeline", "GET", "/case/{id}/timeline",
                                     200)).json()
     print(file=out)
     print(timeline_table(timeline["data"]), file=out)
+    status = case.json()["data"]["status"]
     elapsed = time.perf_counter() - started
-    print(f"\ncase {walk.case_id} CLOSED after {walk.requests} requests in {elapsed:.2f} s",
-          file=out, flush=True)
+    print(f"\ncase {walk.case_id} {status} in {elapsed:.2f} s: {walk.moves_by_consumers} moves "
+          f"by the consumers, {walk.requests} requests by hand", file=out, flush=True)
+    if status != "CLOSED":
+        raise DemoFailed(f"the case ended {status}, not CLOSED")
 
 
 async def _open(walk: Walk) -> None:
-    body = {"title": "checkout p95 latency over 2 s", "severity": "SEV2", "actor": "pagerduty"}
+    body = {"title": "checkout p95 latency over 2 s", "severity": "SEV2", "actor": REQUESTER}
     first = await walk.call("open a case", "POST", "/case/create", 201, body=body, key="open")
     walk.case_id = first.json()["data"]["case_id"]
 
@@ -122,51 +171,57 @@ async def _open(walk: Walk) -> None:
         raise DemoFailed("a replayed Idempotency-Key did not return the first reply's bytes")
 
 
+def _at_the_gate(rows: list[dict[str, Any]]) -> bool:
+    """The gatekeeper has spoken: it noted who must approve, or approved itself."""
+    return any(row["event"] in ("awaiting_approval", "gate_approved", "gate_rejected")
+               for row in rows)
+
+
+def _waiting_for_a_person(rows: list[dict[str, Any]]) -> bool:
+    return rows[-1]["event"] == "awaiting_approval"
+
+
+def _ended(rows: list[dict[str, Any]]) -> bool:
+    return rows[-1]["meta"].get("to") in ("CLOSED", "PARKED") and \
+        rows[-1]["meta"].get("outcome") == "accepted"
+
+
+async def _plan_hash(walk: Walk) -> str:
+    response = await walk.client.get(f"/case/{walk.case_id}/timeline")
+    for row in reversed(response.json()["data"]):
+        if row["event"] == "plan_ready" and "plan_hash" in row["meta"]:
+            return str(row["meta"]["plan_hash"])
+    raise DemoFailed("the planner's plan_ready row has no plan hash")
+
+
 async def _move(walk: Walk, title: str, event: str, actor: str, expect: int = 200,
-          **extra: Any) -> httpx.Response:
+                **extra: Any) -> httpx.Response:
     if_match = extra.pop("if_match", None)
     return await walk.call(title, "PATCH", "/case/{id}/transition", expect,
-                     body={"event": event, "actor": actor, **extra},
-                     key=f"{event}-{walk.requests}", if_match=if_match)
+                           body={"event": event, "actor": actor, **extra},
+                           key=f"{event}-{walk.requests}", if_match=if_match)
 
 
-async def _analyse(walk: Walk) -> None:
-    await _move(walk, 'start analysis (If-Match: "0")', "start_analysis", "agent", if_match=0)
-    await _move(walk, "illegal: exec_done while ANALYZING", "exec_done", "agent", expect=409)
-    await _move(walk, 'stale If-Match: "0"', "analysis_done", "agent", expect=412, if_match=0)
-    await _move(walk, 'analysis done (If-Match: "1")', "analysis_done", "agent", if_match=1)
-
-
-async def _plan(walk: Walk) -> str:
-    before = len(await _timeline(walk))
-    await _move(walk, "plan_ready with an incomplete plan", "plan_ready", "agent", expect=422,
-          plan=INCOMPLETE_PLAN)
-    after = await _timeline(walk)
+async def _refusals(walk: Walk) -> None:
+    plan_hash = await _plan_hash(walk)
+    await _move(walk, "illegal: exec_done while WAIT_GATE", "exec_done", "agent", expect=409)
+    await _move(walk, 'stale If-Match: "0"', "gate_approved", APPROVER, expect=412, if_match=0,
+                plan_hash=plan_hash)
+    before = len(await walk.timeline())
+    await _move(walk, "the requester approves own plan", "gate_approved", REQUESTER,
+                expect=422, plan_hash=plan_hash)
+    after = await walk.timeline()
     if len(after) != before + 1 or after[-1]["meta"]["outcome"] != "refused":
-        raise DemoFailed("a guard refusal must add exactly one timeline row")
-    print(f"    the refusal added one timeline row: {len(after[-1]['meta']['problems'])} "
-          "problems recorded, status and version unchanged", file=walk.out, flush=True)
-    generated = await walk.call("generate plan k8s.rollout.canary", "POST", "/plan/generate", 200,
-                          body={"case_id": walk.case_id, "template": "k8s.rollout.canary",
-                                "actor": "planner"}, key="plan")
-    plan_hash: str = generated.json()["data"]["plan_hash"]
-    return plan_hash
-
-
-async def _approve_and_run(walk: Walk, plan_hash: str) -> None:
-    await _move(walk, "approve that exact plan", "gate_approved", "alice", plan_hash=plan_hash,
-          reason="canary looks safe")
-    await _move(walk, "execution done", "exec_done", "executor")
-    await _move(walk, "verification passed", "verify_pass", "verifier")
-    case = await walk.call("read the case", "GET", "/case/{id}", 200)
-    print(f"    ETag {case.headers['etag']}: the version to send in If-Match",
+        raise DemoFailed("a refused approval must add exactly one timeline row")
+    await walk.watch(lambda _rows: True, "show the refusal")
+    print("    the refusal added one timeline row; status and version unchanged",
           file=walk.out, flush=True)
 
 
-async def _timeline(walk: Walk) -> list[dict[str, Any]]:
-    response = await walk.client.get(f"/case/{walk.case_id}/timeline")
-    rows: list[dict[str, Any]] = response.json()["data"]
-    return rows
+async def _approve(walk: Walk) -> None:
+    plan_hash = await _plan_hash(walk)
+    await _move(walk, f"{APPROVER} approves that exact plan", "gate_approved", APPROVER,
+                plan_hash=plan_hash, reason="noop plan; safe to run")
 
 
 def timeline_table(rows: list[dict[str, Any]]) -> str:
@@ -184,6 +239,8 @@ def _timeline_line(row: dict[str, Any]) -> tuple[str, str, str, str, str]:
     meta = row["meta"]
     moment = datetime.fromisoformat(row["created_at"]).strftime("%H:%M:%S.%f")[:-3]
     move = f"{meta.get('from') or '-'} -> {meta.get('to') or '-'}"
+    if meta.get("outcome") == "note":
+        move = "-"
     outcome = str(meta.get("outcome", ""))
     if outcome == "refused":
         outcome += f" ({len(meta.get('problems', []))} problems)"

@@ -11,6 +11,8 @@
     ├── PayloadTooLarge (413)     a request body over the API's size limit
     ├── Unprocessable (422)
     │   ├── GuardFailed           the FSM allows the move but a guard refused it
+    │   │   ├── ApprovalRefused   the approver may not decide this plan (policy)
+    │   │   └── StalePlan         the approval names a plan the case no longer waits on
     │   ├── KeyReuse              an idempotency key sent again with a different request
     │   ├── InvalidPlan           a ChangePlan that fails its JSON Schema
     │   └── InvalidRequest        a request body or parameter of the wrong shape (REST API)
@@ -85,6 +87,14 @@ class GuardFailed(Unprocessable):
     code = "guard_failed"
 
 
+class ApprovalRefused(GuardFailed):
+    code = "approval_refused"
+
+
+class StalePlan(GuardFailed):
+    code = "stale_plan"
+
+
 class KeyReuse(Unprocessable):
     code = "idempotency_key_reused"
 
@@ -119,6 +129,8 @@ _BY_CODE: dict[str, type[OpsgateError]] = {
         StaleFence,
         Unprocessable,
         GuardFailed,
+        ApprovalRefused,
+        StalePlan,
         KeyReuse,
         InvalidPlan,
         InvalidRequest,

@@ -21,13 +21,24 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from core.adapters import case_store as store
-from core.domain.commands import Fence, NoteCase, OpenCase, TransitionCase
+from core.domain.commands import (
+    ApprovePlan,
+    Fence,
+    NoteCase,
+    OpenCase,
+    RejectPlan,
+    TransitionCase,
+)
 from core.domain.fsm import INITIAL_STATUS, CaseEvent, CaseStatus, Refused, decide
-from core.domain.messages import Message, MoveContext, messages_for, opened_message
+from core.domain.messages import Message, MoveContext, Topic, messages_for, opened_message
 from core.domain.plans import canonical_json, plan_hash, plan_problems
+from core.domain.policy import Approval, ApprovalPolicy, Pending, Satisfied
+from core.domain.policy import Refused as PolicyRefused
 from core.errors import (
+    ApprovalRefused,
     GuardFailed,
     IllegalTransition,
+    InvalidRequest,
     KeyReuse,
     NotFound,
     OpsgateError,
@@ -36,6 +47,7 @@ from core.errors import (
     VersionConflict,
     error_from_body,
 )
+from core.gate import approval_state, decision_row, recorded_approvals, waited_plan
 from core.messaging import inbox
 
 Clock = Callable[[], datetime]
@@ -118,10 +130,13 @@ class _Refusal(Exception):
 class CaseService:
     """Opens, moves and reads cases. Built once by the composition root."""
 
-    def __init__(self, engine: Engine, *, tenant: str = "default", clock: Clock = utcnow) -> None:
+    def __init__(self, engine: Engine, *, tenant: str = "default", clock: Clock = utcnow,
+                 policy: ApprovalPolicy | None = None) -> None:
         self.engine = engine
         self.tenant = tenant
         self.clock = clock
+        # The default lets anyone but the requester approve: bootstrap passes the configured one.
+        self.policy = policy or ApprovalPolicy()
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -156,6 +171,27 @@ class CaseService:
             inbox_entry=inbox_entry,
         )
 
+    def approve_plan(self, cmd: ApprovePlan, key: str, *,
+                     inbox_entry: tuple[str, int] | None = None) -> Reply:
+        """One approver's yes to the plan the case waits on, once per idempotency key. The yes
+        is recorded; when the policy is then satisfied the case moves to EXECUTING in the same
+        transaction. An approver who already said yes (a double click under another key)
+        records nothing new."""
+        return self._idempotent(key, fingerprint(cmd.intent()), cmd.case_id,
+                                lambda conn, case, writes: self._approve(conn, case, cmd, writes),
+                                inbox_entry=inbox_entry)
+
+    def reject_plan(self, cmd: RejectPlan, key: str, *,
+                    inbox_entry: tuple[str, int] | None = None) -> Reply:
+        """One approver's no to the plan the case waits on: the case parks (``gate_rejected``)
+        with the reason, once per idempotency key. The approver rules apply as to a yes."""
+        if not cmd.reason.strip():
+            return Reply.of_error(InvalidRequest("a rejection needs a reason",
+                                                 problems=["reason: empty"]))
+        return self._idempotent(key, fingerprint(cmd.intent()), cmd.case_id,
+                                lambda conn, case, writes: self._reject(conn, case, cmd, writes),
+                                inbox_entry=inbox_entry)
+
     def issue_fence(self, session_id: str) -> Fence:
         """A new fence token for ``session_id``, higher than every one issued before."""
         with self._transaction() as conn:
@@ -180,6 +216,17 @@ class CaseService:
         with self._connection() as conn:
             rows = store.list_cases(conn, None if status is None else str(status), limit)
         return [case_view(row) for row in rows]
+
+    def proposed_plan(self, case_id: UUID, digest: str | None = None) -> dict[str, Any] | None:
+        """The case's plan with hash ``digest`` (its latest plan when None): ``plan_hash``,
+        ``plan``, ``case_version``, ``proposed_by``; None when there is none."""
+        with self._connection() as conn:
+            row = (store.latest_plan(conn, case_id) if digest is None
+                   else store.plan_by_hash(conn, case_id, digest))
+        if row is None:
+            return None
+        return {"plan_hash": row["plan_hash"], "plan": dict(row["plan"]),
+                "case_version": row["case_version"], "proposed_by": row["proposed_by"]}
 
     # -- the transaction ------------------------------------------------------------------
 
@@ -319,7 +366,8 @@ class CaseService:
         writes.timeline = self._timeline_row(
             cmd, now, correlation_id, outcome="accepted", source=status,
             target=decision.target, version=version + 1, extra=extra, reason=cmd.reason)
-        ctx = MoveContext(cmd.case_id, version + 1, cmd.actor, correlation_id, digest)
+        ctx = MoveContext(cmd.case_id, version + 1, cmd.actor, correlation_id, digest,
+                          cmd.reason)
         writes.outbox = messages_for(decision, ctx)
         view = case_view({**case, "status": str(decision.target), "version": version + 1,
                           "updated_at": now})
@@ -332,6 +380,8 @@ class CaseService:
             return self._admit_plan(conn, cmd, next_version, writes)
         if cmd.event is CaseEvent.GATE_APPROVED:
             return self._admit_approval(conn, cmd, writes)
+        if cmd.event is CaseEvent.GATE_REJECTED:
+            return self._admit_rejection(conn, cmd, writes)
         return None
 
     @staticmethod
@@ -349,23 +399,124 @@ class CaseService:
             raise GuardFailed("the plan is incomplete or invalid", problems=problems)
         digest = plan_hash(plan)
         writes.plan = {"id": uuid4(), "case_id": cmd.case_id, "case_version": next_version,
-                       "plan_hash": digest, "plan": dict(plan), "proposed_by": cmd.actor}
+                       "plan_hash": digest, "plan": dict(plan),
+                       "proposed_by": cmd.requester or cmd.actor}
         return digest
 
-    @staticmethod
-    def _admit_approval(conn: Connection, cmd: TransitionCase, writes: store.Writes) -> str:
-        latest = store.latest_plan(conn, cmd.case_id)
-        if latest is None:
-            raise GuardFailed("there is no proposed plan to approve", problems=["plan: missing"])
-        if cmd.plan_hash != latest["plan_hash"]:
-            raise GuardFailed(
-                "the approval does not name the plan the case waits on",
-                problems=[f"plan_hash: expected {latest['plan_hash']}, got {cmd.plan_hash}"])
-        decision = {"approved_by": cmd.actor, "reason": cmd.reason,
-                    "approvals": cmd.meta.get("approvals", [cmd.actor])}
-        writes.approval = {"id": uuid4(), "case_id": cmd.case_id, "plan_id": latest["id"],
-                           "plan_hash": latest["plan_hash"], "decision": decision}
-        return str(latest["plan_hash"])
+    def _admit_approval(self, conn: Connection, cmd: TransitionCase,
+                        writes: store.Writes) -> str:
+        """gate_approved only when the policy is satisfied by the approvals recorded for the
+        plan plus this one (``writes.approval``: approve_plan's, or the actor's own yes)."""
+        plan = waited_plan(conn, cmd.case_id, cmd.plan_hash)
+        approvals = recorded_approvals(conn, plan)
+        if writes.approval is None and cmd.actor not in {a.approver for a in approvals}:
+            writes.approval = decision_row(plan, cmd.actor, "approved", self.clock())
+        if writes.approval is not None:
+            approvals.append(Approval(writes.approval["decision"]["approver"],
+                                      str(plan["plan_hash"])))
+        verdict = self.policy.evaluate(plan["plan"], str(plan["proposed_by"]), approvals)
+        if isinstance(verdict, PolicyRefused):
+            raise ApprovalRefused(verdict.reason, problems=[f"approver: {verdict.reason}"])
+        if isinstance(verdict, Pending):
+            raise GuardFailed(f"the approvals do not satisfy the policy yet: {verdict.reason}",
+                              problems=[f"approvals: {verdict.needs} more distinct approver(s) "
+                                        "needed"])
+        return str(plan["plan_hash"])
+
+    def _admit_rejection(self, conn: Connection, cmd: TransitionCase,
+                         writes: store.Writes) -> str:
+        """gate_rejected only by someone the policy lets decide the plan; recorded as a no."""
+        plan = waited_plan(conn, cmd.case_id, cmd.plan_hash, hash_required=False)
+        refused = self.policy.refusal(cmd.actor, str(plan["proposed_by"]), plan["plan"])
+        if refused is not None:
+            raise ApprovalRefused(refused, problems=[f"approver: {refused}"])
+        writes.approval = decision_row(plan, cmd.actor, "rejected", self.clock(), cmd.reason)
+        return str(plan["plan_hash"])
+
+    # -- the gate -------------------------------------------------------------------------
+
+    def _approve(self, conn: Connection, case: Row | None, cmd: ApprovePlan,
+                 writes: store.Writes) -> dict[str, Any]:
+        assert case is not None, "an approval always concerns a locked case"
+        plan = self._gate_plan(conn, case, cmd, "plan_approval")
+        digest, requester = str(plan["plan_hash"]), str(plan["proposed_by"])
+        approvals = recorded_approvals(conn, plan)
+        fresh = cmd.approver not in {a.approver for a in approvals}
+        if fresh:
+            approvals.append(Approval(cmd.approver, digest))
+        verdict = self.policy.evaluate(plan["plan"], requester, approvals)
+        if isinstance(verdict, PolicyRefused):
+            raise _Refusal(ApprovalRefused(verdict.reason, approver=cmd.approver),
+                           self._gate_row(case, "plan_approval", cmd.approver, verdict.reason,
+                                          cmd.correlation_id, outcome="refused",
+                                          extra={"plan_hash": digest,
+                                                 "problems": [f"approver: {verdict.reason}"]}))
+        if fresh:
+            writes.approval = decision_row(plan, cmd.approver, "approved", self.clock())
+        state = approval_state(verdict, recorded=fresh)
+        if isinstance(verdict, Satisfied):
+            move = TransitionCase(cmd.case_id, CaseEvent.GATE_APPROVED, actor=cmd.approver,
+                                  reason=verdict.reason, correlation_id=cmd.correlation_id,
+                                  plan_hash=digest, meta={"approvers": list(verdict.approvers)})
+            return {**self._move(conn, case, move, writes), "approval": state}
+        if fresh:
+            self._record_pending(case, cmd, digest, state, writes)
+        return {**case_view(case), "plan_hash": digest, "approval": state}
+
+    def _record_pending(self, case: Row, cmd: ApprovePlan, digest: str, state: dict[str, Any],
+                        writes: store.Writes) -> None:
+        """A yes that is not yet enough: one timeline row and one event for the chat thread."""
+        facts = {"plan_hash": digest, "approvers": state["approvers"], "needs": state["needs"]}
+        writes.timeline = self._gate_row(case, "plan_approval", cmd.approver, state["reason"],
+                                         cmd.correlation_id, outcome="note", extra=facts)
+        payload = {"case_id": str(case["id"]), "version": case["version"],
+                   "event": "plan_approval", "actor": cmd.approver, "reason": state["reason"],
+                   "correlation_id": writes.timeline["correlation_id"], **facts}
+        writes.outbox = [Message(Topic.APPROVAL_RECORDED, str(case["id"]), payload)]
+
+    def _reject(self, conn: Connection, case: Row | None, cmd: RejectPlan,
+                writes: store.Writes) -> dict[str, Any]:
+        assert case is not None, "a rejection always concerns a locked case"
+        plan = self._gate_plan(conn, case, cmd, "gate_rejected")
+        move = TransitionCase(cmd.case_id, CaseEvent.GATE_REJECTED, actor=cmd.approver,
+                              reason=cmd.reason, correlation_id=cmd.correlation_id,
+                              plan_hash=str(plan["plan_hash"]))
+        return self._move(conn, case, move, writes)
+
+    def _gate_plan(self, conn: Connection, case: Row, cmd: ApprovePlan | RejectPlan,
+                   event: str) -> Row:
+        """The plan the case waits on, which ``cmd`` must name; refusals explain themselves."""
+        status, version = CaseStatus(case["status"]), int(case["version"])
+        if status is not CaseStatus.WAIT_GATE:
+            latest = store.latest_plan(conn, cmd.case_id)
+            decided = latest is not None and latest["plan_hash"] == cmd.plan_hash
+            why = ("this plan was already decided" if decided
+                   else "this decision is for an older plan")
+            raise _Refusal(IllegalTransition(f"the case is {status}, not waiting at the gate: "
+                                             f"{why}", status=str(status), event=event))
+        if cmd.expected_version is not None and cmd.expected_version != version:
+            raise _Refusal(VersionConflict(
+                f"case is at version {version}, not {cmd.expected_version}: the decision was "
+                "made on an outdated view", expected_version=cmd.expected_version,
+                version=version))
+        try:
+            return waited_plan(conn, cmd.case_id, cmd.plan_hash)
+        except GuardFailed as refused:
+            raise _Refusal(refused, self._gate_row(
+                case, event, cmd.approver, refused.message, cmd.correlation_id,
+                outcome="refused", extra={"problems": refused.details.get("problems", [])},
+            )) from None
+
+    def _gate_row(self, case: Row, event: str, actor: str, reason: str,
+                  correlation_id: str | None, *, outcome: str,
+                  extra: dict[str, Any]) -> dict[str, Any]:
+        """A timeline row about the gate that does not move the case."""
+        meta = {"outcome": outcome, "from": case["status"],
+                "to": case["status"] if outcome == "note" else None,
+                "version": case["version"], **extra}
+        return {"case_id": case["id"], "event": event, "actor": actor, "reason": reason,
+                "correlation_id": correlation_id or uuid4().hex, "meta": meta,
+                "created_at": self.clock()}
 
     @staticmethod
     def _timeline_row(cmd: TransitionCase, now: datetime, correlation_id: str, *, outcome: str,

@@ -6,6 +6,8 @@ so they never print.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -52,9 +54,57 @@ class Settings(BaseSettings):
     prometheus_url: str | None = Field(
         default=None, description="Prometheus base URL for verify metrics. Unset: static source."
     )
+    static_metrics: dict[str, float] = Field(
+        default_factory=lambda: {"http_5xx_ratio": 0.001, "error_rate": 0.001,
+                                 "latency_p95_ms": 120.0, "standby_saturation": 0.3},
+        description="Metric values the verifier reads when OPSGATE_PROMETHEUS_URL is unset "
+        "(JSON object, name → number); the default lets the template plans' checks pass.",
+    )
     step_output_limit: int = Field(
         default=4096, ge=256, le=1_048_576,
         description="Bytes of a step's output kept (head and tail) for the timeline.",
+    )
+    # The approval gate (docs/approvals.md).
+    approvers: list[str] = Field(
+        default_factory=list,
+        description="Who may approve plans: Slack user ids and/or user group ids, as a JSON "
+        "list, e.g. '[\"U012AB3CD\", \"S0614TZR7\"]'. Empty: anyone but the requester.",
+    )
+    auto_approve: Literal["off", "noop_only", "low_risk"] = Field(
+        default="off",
+        description="Plans the gatekeeper approves without a human: none, noop-only plans, or "
+        "noop-only plans and those with risk below OPSGATE_AUTO_APPROVE_MAX_RISK.",
+    )
+    auto_approve_max_risk: float = Field(
+        default=0.3, ge=0, le=1, description="low_risk auto-approval: risk strictly below this."
+    )
+    two_person_risk: float = Field(
+        default=0.7, ge=0, le=1,
+        description="Plans with at least this risk need two distinct approvers.",
+    )
+    # The closed loop: relay, bus and consumers (docs/operations.md).
+    stream_prefix: str = Field(
+        default="opsgate:stream:",
+        description="Prefix of the Redis stream names (one stream per topic).",
+    )
+    relay_poll_s: float = Field(
+        default=1.0, gt=0, le=60,
+        description="The relay's polling floor: a lost NOTIFY costs at most this long.",
+    )
+    relay_batch_size: int = Field(default=200, ge=1, le=10_000)
+    loop_poll_s: float = Field(
+        default=0.1, gt=0, le=60,
+        description="How often the in-process loop looks for new outbox rows on SQLite, "
+        "which has no NOTIFY.",
+    )
+    stream_claim_idle_s: float = Field(
+        default=30.0, gt=0,
+        description="A stream entry pending this long with a consumer that died is taken over "
+        "(XAUTOCLAIM); must exceed the slowest handling of one message.",
+    )
+    consumer_max_attempts: int = Field(
+        default=4, ge=1, le=20,
+        description="Attempts of a consumer on one message before it becomes a dead letter.",
     )
 
 

@@ -50,18 +50,27 @@ def key() -> str:
     return uuid.uuid4().hex
 
 
+REQUESTER = "sre@example"
+"""Who opens the cases and asks for their plans; the approval policy never lets them approve."""
+APPROVER = "lead@example"
+"""Who decides at the gate: anyone but the requester, under the default policy."""
+
+
 def command(case_id: UUID, event: CaseEvent, **overrides: Any) -> TransitionCase:
-    """A transition command that satisfies the event's guard (a valid plan, the right hash)."""
-    extra: dict[str, Any] = {}
+    """A transition command that satisfies the event's guard (a valid plan, the right hash, an
+    approver who is not the requester)."""
+    extra: dict[str, Any] = {"actor": REQUESTER}
     if event is E.PLAN_READY:
         extra["plan"] = PLAN
     if event is E.GATE_APPROVED:
         extra["plan_hash"] = PLAN_HASH
-    return TransitionCase(case_id, event, actor="sre@example", **{**extra, **overrides})
+    if event in (E.GATE_APPROVED, E.GATE_REJECTED):
+        extra["actor"] = APPROVER
+    return TransitionCase(case_id, event, **{**extra, **overrides})
 
 
 def open_case(service: CaseService, title: str = "p95 latency spike on checkout") -> UUID:
-    reply = service.open_case(OpenCase(title=title, actor="sre@example"), key())
+    reply = service.open_case(OpenCase(title=title, actor=REQUESTER), key())
     assert reply.status == 201, reply.body
     return UUID(reply.data()["case_id"])
 

@@ -140,6 +140,21 @@ def latest_plan(conn: Connection, case_id: UUID) -> RowMapping | None:
     return conn.execute(_LATEST_PLAN, {"case_id": case_id}).mappings().first()
 
 
+def plan_by_hash(conn: Connection, case_id: UUID, digest: str) -> RowMapping | None:
+    """The case's latest proposed plan with hash ``digest`` (the one an approval names)."""
+    query = (select(plan_proposed)
+             .where(plan_proposed.c.case_id == case_id, plan_proposed.c.plan_hash == digest)
+             .order_by(plan_proposed.c.case_version.desc()).limit(1))
+    return conn.execute(query).mappings().first()
+
+
+def plan_decisions(conn: Connection, plan_id: UUID) -> list[dict[str, Any]]:
+    """The approvers' decisions recorded for one proposed plan, oldest first."""
+    query = (select(plan_approved.c.decision).where(plan_approved.c.plan_id == plan_id)
+             .order_by(plan_approved.c.created_at, plan_approved.c.id))
+    return [dict(decision) for decision in conn.execute(query).scalars()]
+
+
 def list_cases(conn: Connection, status: str | None, limit: int) -> list[RowMapping]:
     query = select(ops_case).order_by(ops_case.c.created_at.desc()).limit(limit)
     if status is not None:

@@ -45,6 +45,7 @@ class TransitionCase:
     plan: dict[str, Any] | None = None
     plan_hash: str | None = None
     fence: Fence | None = None
+    requester: str | None = None  # plan_ready: the human the plan is for (default: the actor)
 
     def intent(self) -> dict[str, Any]:
         """What identifies the request for idempotency: everything but the correlation id and
@@ -52,6 +53,8 @@ class TransitionCase:
         body = asdict(self)
         body.pop("correlation_id")
         body.pop("fence")
+        if self.requester is None:
+            body.pop("requester")  # keeps the fingerprints of requests made before it existed
         body["case_id"] = str(self.case_id)
         body["event"] = str(self.event)
         return {"op": "transition", **body}
@@ -75,3 +78,36 @@ class NoteCase:
         body.pop("correlation_id")
         body["case_id"] = str(self.case_id)
         return {"op": "note", **body}
+
+
+@dataclass(frozen=True)
+class ApprovePlan:
+    """One approver's yes to the plan (by hash) a case waits on at the gate. When the policy is
+    then satisfied the case moves to EXECUTING in the same transaction."""
+
+    case_id: UUID
+    plan_hash: str
+    approver: str
+    correlation_id: str | None = None
+    expected_version: int | None = None  # the case version the approver saw (a Slack button's)
+
+    def intent(self) -> dict[str, Any]:
+        return {"op": "approve_plan", "case_id": str(self.case_id), "plan_hash": self.plan_hash,
+                "approver": self.approver, "expected_version": self.expected_version}
+
+
+@dataclass(frozen=True)
+class RejectPlan:
+    """One approver's no to the plan a case waits on: the case parks with ``reason``."""
+
+    case_id: UUID
+    plan_hash: str
+    approver: str
+    reason: str
+    correlation_id: str | None = None
+    expected_version: int | None = None
+
+    def intent(self) -> dict[str, Any]:
+        return {"op": "reject_plan", "case_id": str(self.case_id), "plan_hash": self.plan_hash,
+                "approver": self.approver, "reason": self.reason,
+                "expected_version": self.expected_version}

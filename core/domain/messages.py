@@ -20,11 +20,14 @@ class Topic:
     PLAN_PROPOSED = "evt.plan.proposed.v1"
     PLAN_APPROVED = "evt.plan.approved.v1"
     PLAN_REJECTED = "evt.plan.rejected.v1"
+    APPROVAL_RECORDED = "evt.plan.approval_recorded.v1"  # a yes that is not yet enough
+    AWAITING_APPROVAL = "evt.plan.awaiting_approval.v1"  # the gatekeeper waits for humans
     ANALYSIS_RUN = "cmd.analysis.run"
     PLAN_GENERATE = "cmd.plan.generate"
     GATE_EVAL = "cmd.gate.eval"
     EXEC_RUN = "cmd.exec.run"
     VERIFY_RUN = "cmd.verify.run"
+    EXEC_STEP_RESULT = "evt.exec.step_result.v1"  # one attempt of a plan or rollback step
 
 
 _FOLLOW_UPS: dict[CaseEvent, tuple[str, ...]] = {
@@ -54,6 +57,7 @@ class MoveContext:
     actor: str
     correlation_id: str | None
     plan_hash: str | None = None
+    reason: str | None = None  # why the move was made: the chat thread shows it
 
 
 def follow_up_topics(event: CaseEvent, target: CaseStatus) -> tuple[str, ...]:
@@ -77,6 +81,8 @@ def messages_for(move: Accepted, ctx: MoveContext) -> list[Message]:
     }
     if ctx.plan_hash is not None:
         base["plan_hash"] = ctx.plan_hash
+    if ctx.reason is not None:
+        base["reason"] = ctx.reason
     topics = (Topic.CASE_TRANSITION, *follow_up_topics(move.event, move.target))
     return [Message(topic, str(ctx.case_id), dict(base)) for topic in topics]
 

@@ -72,16 +72,20 @@ class Gateway:
     # -- the public surface ---------------------------------------------------------------
 
     def run(self, call: ToolCall, executor: Executor, *, fence: int | None = None,
-            wait_s: float = 0.0, idempotent: bool = False) -> CallResult:
+            wait_s: float = 0.0, idempotent: bool = False,
+            lease_s: float | None = None) -> CallResult:
         """Run ``executor(call.args)`` at most once per key; ``wait_s`` > 0 lets a duplicate
-        that finds the call running wait (bounded) for its outcome."""
+        that finds the call running wait (bounded) for its outcome. ``lease_s`` overrides the
+        configured lease for this call: a call that may run longer than the lease (a plan
+        step with its own timeout) must ask for more, or a repeat could claim it mid-run."""
         started = time.perf_counter()
         # The owner token exists before the first store is touched: a retried claim whose
         # reply was lost then recognises itself ("mine") instead of answering "duplicate".
         fingerprint = args_hash(call.args)
         intent = Intent(key=call_key(call, self.scope, fingerprint), call=call,
                         args_hash=fingerprint, owner=uuid.uuid4().hex, fence=fence,
-                        idempotent=idempotent, lease_s=self.lease_s)
+                        idempotent=idempotent,
+                        lease_s=self.lease_s if lease_s is None else lease_s)
         result = self._attempt(intent, executor)
         if result.status is CallStatus.IN_PROGRESS:
             metrics.IN_PROGRESS.inc()

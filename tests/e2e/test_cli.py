@@ -116,21 +116,23 @@ def test_demo_walks_a_case_to_closed_and_prints_its_timeline(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     for shown in ("upgraded from an empty schema to head", "replayed: the same",
-                  "409  illegal_transition", "412  version_conflict", "422  guard_failed",
-                  "the refusal added one timeline row", "WAIT_GATE v3", "EXECUTING v4",
-                  "CLOSED v6", 'ETag "6"', "demo done in"):
+                  "loop: intake", "loop: planner", "waiting for approval by",
+                  "409  illegal_transition", "412  version_conflict", "422  approval_refused",
+                  "the refusal added one timeline row", "EXECUTING v4", "CLOSED v6",
+                  'ETag "6"', "5 moves by the consumers", "demo done in"):
         assert shown in out, f"{shown!r} missing from:\n{out}"
     table = out[out.index("time  "):].splitlines()
     assert table[0].split() == ["time", "event", "from", "->", "to", "actor", "outcome"]
-    moves = [line.split()[1:5] for line in table[2:10]]
-    assert moves == [
-        ["case_opened", "-", "->", "NEW"], ["start_analysis", "NEW", "->", "ANALYZING"],
-        ["analysis_done", "ANALYZING", "->", "PLANNING"], ["plan_ready", "PLANNING", "->", "-"],
-        ["plan_ready", "PLANNING", "->", "WAIT_GATE"],
-        ["gate_approved", "WAIT_GATE", "->", "EXECUTING"],
-        ["exec_done", "EXECUTING", "->", "VERIFYING"], ["verify_pass", "VERIFYING", "->", "CLOSED"],
-    ]
-    assert "refused (" in table[5]
+    rows = [line.split()[1:] for line in table[2:13]]
+    assert [row[0] for row in rows] == [
+        "case_opened", "start_analysis", "analysis_done", "plan_ready", "awaiting_approval",
+        "gate_approved", "gate_approved", "step_result", "exec_done", "verify_result",
+        "verify_pass"]
+    actors = ["pagerduty", "intake", "analyst", "planner", "gatekeeper", "pagerduty", "alice",
+              "executor", "executor", "verifier", "verifier"]
+    for line, actor in zip(table[2:13], actors, strict=True):
+        assert f"  {actor}  " in line, line
+    assert "refused (" in table[7] and "VERIFYING -> CLOSED" in table[12]
     assert (tmp_path / "opsgate.db").exists()
 
 
@@ -174,7 +176,8 @@ def wait_healthy(base: str, server: subprocess.Popen[bytes]) -> httpx.Response:
 def test_serve_answers_over_real_http_and_stops_on_sigterm(tmp_path):
     port, token = free_port(), "serve-token"
     log = (tmp_path / "serve.log").open("wb")
-    server = subprocess.Popen(command("serve", "--port", str(port)), cwd=tmp_path,
+    # --no-loop: the case must stay where this test's own requests put it.
+    server = subprocess.Popen(command("serve", "--port", str(port), "--no-loop"), cwd=tmp_path,
                               env=clean_env(OPSGATE_API_TOKEN=token), stdout=log,
                               stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"

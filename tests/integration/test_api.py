@@ -629,7 +629,7 @@ def test_a_replayed_generate_returns_the_same_bytes(client):
 def test_approval_must_name_the_generated_plan(client):
     case_id = planning_case(client)
     digest = data(generate(client, case_id))["plan_hash"]
-    assert_error(move(client, case_id, "gate_approved", plan_hash="0" * 64), 422, "guard_failed")
+    assert_error(move(client, case_id, "gate_approved", plan_hash="0" * 64), 422, "stale_plan")
     approved = data(move(client, case_id, "gate_approved", plan_hash=digest))
     assert (approved["status"], approved["plan_hash"]) == ("EXECUTING", digest)
 

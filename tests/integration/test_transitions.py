@@ -12,7 +12,17 @@ from core.adapters.tables import case_timeline, outbox, plan_approved, plan_prop
 from core.domain.commands import Fence, OpenCase
 from core.domain.fsm import TRANSITIONS, CaseEvent, CaseStatus
 from core.domain.messages import Topic
-from tests.support import PATH_TO, PLAN, PLAN_HASH, case_in, command, key, open_case, snapshot
+from tests.support import (
+    APPROVER,
+    PATH_TO,
+    PLAN,
+    PLAN_HASH,
+    case_in,
+    command,
+    key,
+    open_case,
+    snapshot,
+)
 
 E, S = CaseEvent, CaseStatus
 
@@ -73,7 +83,7 @@ def test_approval_is_bound_to_the_plan_hash(service, engine):
     before = snapshot(engine, case_id)
     wrong = service.transition(command(case_id, E.GATE_APPROVED, plan_hash="0" * 64), key())
     assert wrong.status == 422
-    assert json.loads(wrong.body)["error"]["code"] == "guard_failed"
+    assert json.loads(wrong.body)["error"]["code"] == "stale_plan"
     after = snapshot(engine, case_id)
     assert after["case"] == before["case"]
     assert after["case_timeline"] == before["case_timeline"] + 1
@@ -83,7 +93,7 @@ def test_approval_is_bound_to_the_plan_hash(service, engine):
     with engine.connect() as conn:
         approval = conn.execute(select(plan_approved)).mappings().one()
     assert approval["plan_hash"] == PLAN_HASH
-    assert approval["decision"]["approved_by"] == "sre@example"
+    assert approval["decision"]["approver"] == APPROVER
 
 
 @pytest.mark.parametrize(

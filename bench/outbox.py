@@ -1,0 +1,286 @@
+"""Benchmark: the outbox relay (PostgreSQL -> Redis Streams) beside a raw XADD/XREADGROUP loop,
+in one run on 127.0.0.1.
+
+Throughput: N committed outbox rows drained by ``OutboxRelay`` onto a stream, against N entries
+XADDed in pipelines of the same batch size; the same XREADGROUP/XACK reader consumes both, and a
+run ends when it has read every message. Latency: one outbox row committed per transaction at a
+steady rate (default 500/s) with the relay running (LISTEN/NOTIFY, as in production); the time
+from each commit returning to the reader holding the message, beside a raw XADD at the same rate.
+Targets (issue 4): relay >= 50% of the raw throughput; p99 commit-to-consumer < 50 ms at 500/s.
+Figures last, as one line of JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from sqlalchemy import Engine, create_engine, insert, text
+
+from core.adapters.database import make_engine
+from core.adapters.tables import outbox
+from core.messaging.bus import RedisStreamsBus
+from core.messaging.envelope import Envelope
+from core.messaging.relay import OutboxRelay
+from core.migrate import upgrade_engine
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+TOPIC = "bench.outbox.v1"
+GROUP = "bench"
+THROUGHPUT_TARGET, P99_TARGET_MS = 0.5, 50.0
+
+
+def say(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+# -- the places: a fresh schema and a fresh stream prefix ------------------------------------
+
+
+@contextmanager
+def fresh_schema(url: str) -> Iterator[Engine]:
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    schema = f"bench_{uuid.uuid4().hex[:10]}"
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    sep = "&" if "?" in url else "?"
+    engine = make_engine(f"{url}{sep}options=-csearch_path%3D{schema}", pool_size=5)
+    try:
+        upgrade_engine(engine)
+        yield engine
+    finally:
+        engine.dispose()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+@contextmanager
+def fresh_prefix(client: redis.Redis) -> Iterator[str]:
+    prefix = f"bench:{uuid.uuid4().hex[:10]}:"
+    try:
+        yield prefix
+    finally:
+        keys = list(client.scan_iter(match=f"{prefix}*", count=500))
+        if keys:
+            client.delete(*keys)
+
+
+# -- the reader both contenders share ----------------------------------------------------------
+
+
+@dataclass
+class Reader:
+    """XREADGROUP + XACK on one stream, noting when each message arrived."""
+
+    client: redis.Redis
+    stream: str
+    arrived: dict[int, float] = field(default_factory=dict)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.client.xgroup_create(self.stream, GROUP, id="0", mkstream=True)
+        self.done = threading.Event()
+        self.expect = 0
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            reply: Any = self.client.xreadgroup(GROUP, "reader", {self.stream: ">"}, count=500,
+                                                block=100)
+            for _stream, entries in reply or []:
+                now = time.perf_counter()
+                ids = []
+                for entry_id, fields in entries:
+                    self.arrived[int(fields[b"message_id"])] = now
+                    ids.append(entry_id)
+                self.client.xack(self.stream, GROUP, *ids)
+            if self.expect and len(self.arrived) >= self.expect:
+                self.done.set()
+
+    @contextmanager
+    def running(self, expect: int = 0) -> Iterator[Reader]:
+        self.expect = expect
+        thread = threading.Thread(target=self.run, daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self.stop.set()
+            thread.join(10)
+
+
+def fields(message_id: int) -> dict[str, str]:
+    return Envelope(message_id, TOPIC, f"case-{message_id % 97}",
+                    {"case_id": f"case-{message_id % 97}", "version": 1}).to_fields()
+
+
+# -- throughput --------------------------------------------------------------------------------
+
+
+def relay_throughput(engine: Engine, client: redis.Redis, prefix: str, n: int,
+                     batch: int) -> float:
+    bus = RedisStreamsBus(client, prefix=prefix)
+    rows = [{"topic": TOPIC, "key": f"case-{i % 97}", "payload": {"case_id": f"case-{i % 97}",
+                                                                   "version": 1}}
+            for i in range(n)]
+    with engine.begin() as conn:
+        conn.execute(insert(outbox), rows)
+    relay = OutboxRelay(engine, bus, batch_size=batch)
+    with Reader(client, bus.stream(TOPIC)).running(expect=n) as reader:
+        started = time.perf_counter()
+        relay.drain()
+        if not reader.done.wait(120):
+            raise RuntimeError(f"the reader got {len(reader.arrived)} of {n} messages")
+        return n / (max(reader.arrived.values()) - started)
+
+
+def raw_throughput(client: redis.Redis, prefix: str, n: int, batch: int) -> float:
+    stream = f"{prefix}raw-throughput"
+    with Reader(client, stream).running(expect=n) as reader:
+        started = time.perf_counter()
+        for first in range(0, n, batch):
+            pipe = client.pipeline(transaction=False)
+            for i in range(first, min(first + batch, n)):
+                pipe.xadd(stream, fields(i), maxlen=1_000_000, approximate=True)  # type: ignore[arg-type]
+            pipe.execute()
+        if not reader.done.wait(120):
+            raise RuntimeError(f"the reader got {len(reader.arrived)} of {n} messages")
+        return n / (max(reader.arrived.values()) - started)
+
+
+# -- latency at a steady rate ------------------------------------------------------------------
+
+
+def paced(rate: float, seconds: float, send: Callable[[int], int]) -> dict[int, float]:
+    """Call ``send(i)`` at ``rate`` per second for ``seconds``; returns message id -> the moment
+    the send returned (the commit, for the relay)."""
+    sent: dict[int, float] = {}
+    start, count = time.perf_counter(), int(rate * seconds)
+    for i in range(count):
+        due = start + i / rate
+        pause = due - time.perf_counter()
+        if pause > 0:
+            time.sleep(pause)
+        message_id = send(i)
+        sent[message_id] = time.perf_counter()
+    return sent
+
+
+def latencies_ms(sent: dict[int, float], reader: Reader, grace_s: float = 10) -> list[float]:
+    deadline = time.monotonic() + grace_s
+    while len(reader.arrived) < len(sent) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    missing = len(sent) - len(reader.arrived)
+    if missing:
+        raise RuntimeError(f"{missing} messages never reached the reader")
+    return [(reader.arrived[i] - sent[i]) * 1000 for i in sent]
+
+
+def relay_latency(engine: Engine, client: redis.Redis, prefix: str, rate: float,
+                  seconds: float, poll_s: float) -> list[float]:
+    bus = RedisStreamsBus(client, prefix=prefix)
+    relay, stop = OutboxRelay(engine, bus, poll_s=poll_s), threading.Event()
+    relay_thread = threading.Thread(target=relay.run, args=(stop,), daemon=True)
+    relay_thread.start()
+    time.sleep(0.5)  # let it LISTEN
+
+    def commit(i: int) -> int:
+        with engine.begin() as conn:
+            row = conn.execute(insert(outbox).values(
+                topic=TOPIC, key=f"case-{i % 97}", payload={"case_id": f"case-{i % 97}"},
+            ).returning(outbox.c.id)).scalar_one()
+        return int(row)
+
+    try:
+        with Reader(client, bus.stream(TOPIC)).running() as reader:
+            return latencies_ms(paced(rate, seconds, commit), reader)
+    finally:
+        stop.set()
+        relay_thread.join(10)
+
+
+def raw_latency(client: redis.Redis, prefix: str, rate: float, seconds: float) -> list[float]:
+    stream = f"{prefix}raw-latency"
+
+    def xadd(i: int) -> int:
+        client.xadd(stream, fields(i))  # type: ignore[arg-type]
+        return i
+
+    with Reader(client, stream).running() as reader:
+        return latencies_ms(paced(rate, seconds, xadd), reader)
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser.add_argument("--messages", type=int, default=20_000,
+                        help="messages per throughput run (default: %(default)s)")
+    parser.add_argument("--batch", type=int, default=200,
+                        help="relay batch size = raw XADD pipeline size (default: %(default)s)")
+    parser.add_argument("--rate", type=float, default=500.0,
+                        help="messages/s of the latency runs (default: %(default)s)")
+    parser.add_argument("--seconds", type=float, default=10.0,
+                        help="duration of each latency run (default: %(default)s)")
+    parser.add_argument("--poll-s", type=float, default=1.0,
+                        help="the relay's polling floor in the latency run (default: "
+                             "%(default)s; NOTIFY wakes it sooner)")
+    parser.add_argument("--postgres-url", default=POSTGRES_URL)
+    parser.add_argument("--redis-url", default=REDIS_URL)
+    args = parser.parse_args(argv)
+    if args.messages < 1 or args.messages > 1_000_000 or args.seconds > 300:
+        parser.error("keep it bounded: 1..1,000,000 messages, at most 300 s per latency run")
+
+    client = redis.Redis.from_url(args.redis_url, socket_timeout=10)
+    with fresh_schema(args.postgres_url) as engine, fresh_prefix(client) as prefix:
+        say(f"throughput: {args.messages} messages, batches of {args.batch}")
+        raw_tp = raw_throughput(client, prefix, args.messages, args.batch)
+        relay_tp = relay_throughput(engine, client, prefix, args.messages, args.batch)
+        say(f"latency: {args.rate:g} messages/s for {args.seconds:g} s each")
+        raw_lat = raw_latency(client, prefix + "l:", args.rate, args.seconds)
+        relay_lat = relay_latency(engine, client, prefix + "l:", args.rate, args.seconds,
+                                  args.poll_s)
+    client.close()
+
+    ratio = relay_tp / raw_tp
+    p50, p99 = statistics.median(relay_lat), percentile(relay_lat, 0.99)
+    figures = {
+        "messages": args.messages, "batch": args.batch, "rate_per_s": args.rate,
+        "latency_messages": len(relay_lat),
+        "relay_msgs_per_s": round(relay_tp), "raw_msgs_per_s": round(raw_tp),
+        "throughput_ratio": round(ratio, 3), "throughput_target_met": ratio >= THROUGHPUT_TARGET,
+        "p50_ms": round(p50, 2), "p99_ms": round(p99, 2),
+        "max_ms": round(max(relay_lat), 2), "latency_target_met": p99 < P99_TARGET_MS,
+        "raw_p50_ms": round(statistics.median(raw_lat), 2),
+        "raw_p99_ms": round(percentile(raw_lat, 0.99), 2),
+    }
+    print(f"{'path':<42} {'msgs/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
+    print(f"{'relay: outbox -> stream -> reader':<42} {figures['relay_msgs_per_s']:>9} "
+          f"{figures['p50_ms']:>8} {figures['p99_ms']:>8}")
+    print(f"{'raw: XADD -> XREADGROUP':<42} {figures['raw_msgs_per_s']:>9} "
+          f"{figures['raw_p50_ms']:>8} {figures['raw_p99_ms']:>8}")
+    print(f"throughput ratio {ratio:.2f} (target >= {THROUGHPUT_TARGET}); p99 {p99:.1f} ms at "
+          f"{args.rate:g}/s (target < {P99_TARGET_MS:g} ms)")
+    print(json.dumps(figures, sort_keys=True), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

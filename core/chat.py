@@ -1,0 +1,63 @@
+"""Where case updates are posted for people to read: the ``ChatSink`` protocol the notifier posts
+through, and ``RecordingSink``, which keeps posts in memory (tests and the embedded default).
+
+The Slack front end plugs in its own sink (``chat.postMessage`` / ``chat.update``); the core
+never imports it.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+Blocks = list[dict[str, Any]]
+
+
+class ChatSink(Protocol):
+    def post(self, case_id: str, text: str, blocks: Blocks | None = None,
+             thread_key: str | None = None) -> dict[str, Any]:
+        """Post ``text`` (and Block Kit ``blocks``) in the case's thread; returns at least
+        ``{"ts": …}``, the posted message's id, which ``update`` takes."""
+        ...
+
+    def update(self, case_id: str, ts: str, text: str,
+               blocks: Blocks | None = None) -> dict[str, Any]:
+        """Replace the message ``ts`` in place (an approval message once decided)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    case_id: str
+    ts: str
+    text: str
+    blocks: Blocks | None = None
+    thread_key: str | None = None
+
+
+@dataclass
+class RecordingSink:
+    """Keeps every post and update in memory, in order."""
+
+    posts: list[ChatMessage] = field(default_factory=list)
+    updates: list[ChatMessage] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def post(self, case_id: str, text: str, blocks: Blocks | None = None,
+             thread_key: str | None = None) -> dict[str, Any]:
+        with self._lock:
+            ts = f"{len(self.posts) + 1}.000000"
+            self.posts.append(ChatMessage(case_id, ts, text, blocks, thread_key))
+        return {"ok": True, "ts": ts, "thread_key": thread_key}
+
+    def update(self, case_id: str, ts: str, text: str,
+               blocks: Blocks | None = None) -> dict[str, Any]:
+        with self._lock:
+            self.updates.append(ChatMessage(case_id, ts, text, blocks))
+        return {"ok": True, "ts": ts}
+
+    def thread(self, case_id: str) -> list[str]:
+        """The texts posted for one case, in order."""
+        with self._lock:
+            return [message.text for message in self.posts if message.case_id == case_id]

@@ -1,0 +1,31 @@
+"""The consumers of the closed loop, one small module each: each turns a delivered message into
+case-service writes (facts come back only as transitions and notes). ``build_consumers`` is the
+one list every loop (in-process or ``opsgate consume``) runs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from core.bootstrap import App
+    from core.messaging.consumer import Consumer
+
+CONSUMER_NAMES = ("intake", "analyst", "planner", "gatekeeper", "executor", "verifier",
+                  "notifier")
+"""Every consumer, in the order the in-process bus calls the subscribers of one topic."""
+
+
+def build_consumers(app: App) -> list[Consumer]:
+    """One instance of every consumer, wired to ``app``."""
+    # Imported here: the consumers import the composition root, which must not import them.
+    from core.consumers.analyst import Analyst
+    from core.consumers.executor import Executor
+    from core.consumers.gatekeeper import Gatekeeper
+    from core.consumers.intake import Intake
+    from core.consumers.notifier import Notifier
+    from core.consumers.planner import Planner
+    from core.consumers.verifier import Verifier
+
+    consumers: list[Consumer] = [Intake(app), Analyst(app), Planner(app), Gatekeeper(app),
+                                 Executor(app), Verifier(app), Notifier(app)]
+    return consumers

@@ -1,0 +1,41 @@
+"""Intake (``evt.case.opened.v1``): a case that was just opened starts its analysis."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from core.consumers.runs import current_run
+from core.domain.commands import TransitionCase
+from core.domain.fsm import CaseEvent, CaseStatus
+from core.domain.messages import Topic
+from core.messaging.consumer import Delivery
+
+if TYPE_CHECKING:
+    from core.bootstrap import App
+
+log = logging.getLogger(__name__)
+
+
+class Intake:
+    """Consumer of ``evt.case.opened.v1``: NEW → ANALYZING."""
+
+    name = "intake"
+    topics: tuple[str, ...] = (Topic.CASE_OPENED,)
+
+    def __init__(self, app: App) -> None:
+        self.cases = app.cases
+
+    def handle(self, delivery: Delivery) -> None:
+        payload = delivery.envelope.payload
+        run = current_run(self.cases, self.name, payload, CaseStatus.NEW)
+        if run is None:
+            return
+        cmd = TransitionCase(run.case_id, CaseEvent.START_ANALYSIS, actor=self.name,
+                             correlation_id=payload.get("correlation_id"),
+                             expected_version=run.version)
+        reply = self.cases.transition(cmd, run.key, inbox_entry=delivery.inbox_entry)
+        if reply.status in (409, 412):
+            log.info("intake: case %s moved on first (%s)", run.case_id, reply.body)
+            return
+        reply.data()

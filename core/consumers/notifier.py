@@ -1,0 +1,122 @@
+"""The notifier (``evt.*``): turns each fact about a case into a short update in the case's chat
+thread. Every post goes through the gateway with the message id as business key, so a
+redelivered event never posts twice; the Slack front end plugs in its own ``ChatSink``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from core.chat import ChatSink, RecordingSink
+from core.domain.messages import Topic
+from core.gateway import ToolCall
+from core.messaging.consumer import Delivery
+
+if TYPE_CHECKING:
+    from core.bootstrap import App
+
+__all__ = ["ChatSink", "Notifier", "RecordingSink", "render"]
+
+log = logging.getLogger(__name__)
+
+POST_WAIT_S = 5.0  # how long a duplicate waits for the first delivery's post to finish
+STEP_RESULT = "evt.exec.step_result.v1"  # the executor's step and rollback results
+# The transition fact of these moves says less than the plan event emitted beside it.
+_TOLD_BY_PLAN_EVENTS = frozenset({"plan_ready", "gate_approved", "gate_rejected"})
+
+Payload = Mapping[str, Any]
+
+
+def _short(digest: object) -> str:
+    return str(digest or "")[:12]
+
+
+def _opened(p: Payload) -> str:
+    return f"Case opened by {p.get('actor')}: {p.get('title')} ({p.get('severity')})"
+
+
+def _moved(p: Payload) -> str | None:
+    if p.get("event") in _TOLD_BY_PLAN_EVENTS:
+        return None
+    line = f"{p.get('from')} → {p.get('to')}: {p.get('event')} by {p.get('actor')}"
+    return f"{line} — {p['reason']}" if p.get("reason") else line
+
+
+def _proposed(p: Payload) -> str:
+    return f"Plan {_short(p.get('plan_hash'))} proposed by {p.get('actor')}; waiting at the gate"
+
+
+def _approval(p: Payload) -> str:
+    return (f"{p.get('actor')} approved plan {_short(p.get('plan_hash'))}; "
+            f"{p.get('needs')} more approval(s) needed")
+
+
+def _awaiting(p: Payload) -> str:
+    return f"Plan {_short(p.get('plan_hash'))}: {p.get('reason')}"
+
+
+def _approved(p: Payload) -> str:
+    # The reason names every approver ("approved by bob, carol"); the actor only the last one.
+    how = p.get("reason") or f"approved by {p.get('actor')}"
+    return f"Plan {_short(p.get('plan_hash'))} {how}; executing"
+
+
+def _rejected(p: Payload) -> str:
+    return f"Plan {_short(p.get('plan_hash'))} rejected by {p.get('actor')}: {p.get('reason')}"
+
+
+def _step(p: Payload) -> str:
+    mark = "✓" if p.get("ok") else "✗"
+    return f"{mark} {p.get('reason')}"
+
+
+_RENDERERS: dict[str, Callable[[Payload], str | None]] = {
+    Topic.CASE_OPENED: _opened,
+    Topic.CASE_TRANSITION: _moved,
+    Topic.PLAN_PROPOSED: _proposed,
+    Topic.APPROVAL_RECORDED: _approval,
+    Topic.AWAITING_APPROVAL: _awaiting,
+    Topic.PLAN_APPROVED: _approved,
+    Topic.PLAN_REJECTED: _rejected,
+    STEP_RESULT: _step,
+}
+
+
+def render(topic: str, payload: Payload) -> str | None:
+    """The update one event makes in the case's thread; None when it adds nothing."""
+    renderer = _RENDERERS.get(topic)
+    return None if renderer is None else renderer(payload)
+
+
+class Notifier:
+    """Consumer of the ``evt.*`` topics: one chat post per event worth telling."""
+
+    name = "notifier"
+    topics: tuple[str, ...] = tuple(_RENDERERS)
+
+    def __init__(self, app: App, sink: ChatSink | None = None) -> None:
+        self.gateway = app.gateway
+        self.sink = sink or app.chat
+
+    def handle(self, delivery: Delivery) -> None:
+        envelope = delivery.envelope
+        text = render(envelope.topic, envelope.payload)
+        if text is None:
+            return
+        case_id = str(envelope.payload.get("case_id", envelope.key))
+        call = ToolCall(tool="chat.post",
+                        args={"case_id": case_id, "text": text, "thread_key": case_id},
+                        actor=self.name, session_id=f"case:{case_id}",
+                        business_key=f"message:{envelope.message_id}")
+        # Not idempotent: a post that may have happened without its result being stored is
+        # left for reconciliation rather than posted again.
+        result = self.gateway.run(call, self._post, wait_s=POST_WAIT_S)
+        if not result.ok:
+            # Still in progress elsewhere, or refused: raise so the runner retries, then buries.
+            raise RuntimeError(f"chat post for message {envelope.message_id}: "
+                               f"{result.status} {result.error}")
+
+    def _post(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        return self.sink.post(str(args["case_id"]), str(args["text"]),
+                              thread_key=str(args["thread_key"]))

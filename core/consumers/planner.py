@@ -1,0 +1,90 @@
+"""The template planner (``cmd.plan.generate``): picks a plan from the catalog by keywords in the
+case title (``noop`` when none match), checks it against the ChangePlan schema and proposes it
+(``plan_ready``) on behalf of the human who opened the case. The LLM planner replaces the choice
+with the agent issue; the way the plan enters the case stays."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import TYPE_CHECKING
+from uuid import UUID
+
+from core.consumers.runs import current_run
+from core.domain.commands import NoteCase, TransitionCase
+from core.domain.fsm import CaseEvent, CaseStatus
+from core.domain.messages import Topic
+from core.domain.plan_templates import load_template
+from core.domain.plans import plan_problems
+from core.messaging.consumer import Delivery
+from core.service import CaseService
+
+if TYPE_CHECKING:
+    from core.bootstrap import App
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TEMPLATE = "noop"
+KEYWORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("gateway.flip.failover", ("failover", "region", "standby", "datacenter", "traffic")),
+    ("k8s.rollout.canary", ("deploy", "release", "rollout", "regression", "canary", "image")),
+    ("script.restart", ("restart", "hung", "hang", "stuck", "oom", "crash", "leak",
+                        "unresponsive", "deadlock")),
+)
+"""Template → word stems that pick it; the first template with a match wins (most drastic
+first: a title that says "region" and "restart" is about the region)."""
+
+
+def choose_template(title: str) -> str:
+    """The catalog template for a case titled ``title``."""
+    words = re.findall(r"[a-z0-9]+", title.lower())
+    for template, stems in KEYWORDS:
+        if any(word.startswith(stem) for word in words for stem in stems):
+            return template
+    return DEFAULT_TEMPLATE
+
+
+def case_opener(cases: CaseService, case_id: UUID) -> str | None:
+    """Who opened the case: the human every plan of the case is proposed for."""
+    for row in cases.timeline(case_id):
+        if row["event"] == "case_opened":
+            return str(row["actor"])
+    return None
+
+
+class Planner:
+    """Consumer of ``cmd.plan.generate``: PLANNING → WAIT_GATE with a template plan."""
+
+    name = "planner"
+    topics: tuple[str, ...] = (Topic.PLAN_GENERATE,)
+
+    def __init__(self, app: App) -> None:
+        self.cases = app.cases
+
+    def handle(self, delivery: Delivery) -> None:
+        payload = delivery.envelope.payload
+        run = current_run(self.cases, self.name, payload, CaseStatus.PLANNING)
+        if run is None:
+            return
+        case = self.cases.get_case(run.case_id)
+        template = choose_template(case["title"])
+        plan = load_template(template)
+        correlation_id = payload.get("correlation_id")
+        problems = plan_problems(plan)
+        if problems:
+            # A broken catalog entry is a bug to fix, not a message to retry: say so on the case.
+            note = NoteCase(run.case_id, "plan_invalid", self.name, correlation_id=correlation_id,
+                            reason=f"template {template} fails the ChangePlan schema",
+                            meta={"template": template, "problems": problems})
+            self.cases.note(note, run.key, inbox_entry=delivery.inbox_entry).data()
+            return
+        cmd = TransitionCase(run.case_id, CaseEvent.PLAN_READY, actor=self.name, plan=plan,
+                             reason=f"template {template} chosen from the case title",
+                             meta={"template": template}, correlation_id=correlation_id,
+                             expected_version=run.version,
+                             requester=case_opener(self.cases, run.case_id))
+        reply = self.cases.transition(cmd, run.key, inbox_entry=delivery.inbox_entry)
+        if reply.status in (409, 412):
+            log.info("planner: case %s moved on first (%s)", run.case_id, reply.body)
+            return
+        reply.data()

@@ -1,0 +1,58 @@
+"""Where a ``cmd.*`` consumer starts: the case the command names, still in the status and at the
+version the command was emitted at (otherwise the command is stale), and its plan."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from core.domain.fsm import CaseStatus
+from core.errors import NotFound
+from core.service import CaseService
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PlanRun:
+    """One command's work on one case version: every key its effects use derives from it, so a
+    redelivery, or another message for the same case version, replays instead of repeating."""
+
+    consumer: str
+    case_id: UUID
+    version: int
+    plan_hash: str | None
+    plan: dict[str, Any] | None  # None: the plan the command names is not stored
+
+    @property
+    def key(self) -> str:
+        return f"{self.consumer}:{self.case_id}:{self.version}"
+
+    @property
+    def session_id(self) -> str:
+        """The gateway session of the case's thread."""
+        return f"case:{self.case_id}"
+
+
+def current_run(cases: CaseService, consumer: str, payload: Mapping[str, Any],
+                expected: CaseStatus) -> PlanRun | None:
+    """The run the command asks for, or None when it is stale: the case is gone, not in
+    ``expected`` or no longer at the payload's version (someone moved it on)."""
+    case_id, version = UUID(str(payload["case_id"])), int(payload["version"])
+    try:
+        case = cases.get_case(case_id)
+    except NotFound:
+        log.warning("%s: case %s does not exist; command ignored", consumer, case_id)
+        return None
+    if case["status"] != expected or case["version"] != version:
+        log.info("%s: stale command for case %s (wants %s v%d, case is %s v%d)", consumer,
+                 case_id, expected, version, case["status"], case["version"])
+        return None
+    digest = payload.get("plan_hash")
+    found = cases.proposed_plan(case_id, None if digest is None else str(digest))
+    if found is None:
+        return PlanRun(consumer, case_id, version, None if digest is None else str(digest), None)
+    return PlanRun(consumer, case_id, version, str(found["plan_hash"]), found["plan"])

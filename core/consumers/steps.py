@@ -1,0 +1,178 @@
+"""One plan step with its retries: each attempt runs its adapter through the gateway under a
+business key of its own (a redelivered command replays it, never runs it again) and is noted on
+the case timeline (``evt.exec.step_result.v1``)."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from core.consumers.runs import PlanRun
+from core.domain.commands import NoteCase
+from core.domain.messages import Topic
+from core.errors import Unavailable
+from core.executor.adapters import Adapter, StepContext, StepRefused
+from core.executor.capture import truncate
+from core.gateway import BusinessRefusal, CallResult, CallStatus, Gateway, ToolCall
+from core.service import CaseService
+
+STEP_RESULT_TOPIC = Topic.EXEC_STEP_RESULT
+NOTE_OUTPUT_LIMIT = 2048  # bytes of a step's output on the timeline and in the event
+LEASE_MARGIN_S = 15.0
+
+
+def step_lease_s(timeout_s: float, configured_s: float) -> float:
+    """A step's gateway lease: a lease shorter than the step would let a repeat claim it while
+    it still runs. ``http.request`` bounds each network wait by ``timeout_s`` (not the whole
+    exchange), so the lease allows twice the timeout, plus a margin, and never less than the
+    configured lease."""
+    return max(configured_s, timeout_s + max(timeout_s, LEASE_MARGIN_S))
+
+
+@dataclass(frozen=True)
+class Step:
+    """A step as the executor runs it; ``phase`` is "step" or "rollback"."""
+
+    phase: str
+    index: int
+    action: str
+    params: Mapping[str, Any]
+    timeout_s: float
+    retry: int
+
+    @property
+    def label(self) -> str:
+        what = "step" if self.phase == "step" else "rollback step"
+        return f"{what} {self.index + 1} ({self.action})"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt's outcome as stored by the gateway. ``final``: retrying cannot help (the
+    step was refused: nothing ran)."""
+
+    ok: bool
+    summary: str
+    output: str = ""
+    duration_s: float = 0.0
+    detail: Mapping[str, Any] | None = None
+    refused: str | None = None  # the refusal's code
+
+    @property
+    def final(self) -> bool:
+        return self.ok or self.refused is not None
+
+
+@dataclass(frozen=True)
+class StepResult:
+    ok: bool
+    attempts: int
+    last: Attempt
+
+    def describe(self, step: Step) -> str:
+        if self.ok:
+            return f"{step.label} succeeded"
+        if self.last.refused is not None:
+            return f"{step.label} refused: {self.last.summary}"
+        tries = "1 attempt" if self.attempts == 1 else f"{self.attempts} attempts"
+        return f"{step.label} failed after {tries}: {self.last.summary}"
+
+
+class StepRunner:
+    """Runs steps of a plan run through the gateway and notes each attempt."""
+
+    def __init__(self, gateway: Gateway, cases: CaseService, adapters: Mapping[str, Adapter],
+                 lease_s: float) -> None:
+        self.gateway = gateway
+        self.cases = cases
+        self.adapters = adapters
+        self.lease_s = lease_s
+
+    def run(self, run: PlanRun, step: Step) -> StepResult:
+        """Attempts until one succeeds, one is refused, or ``1 + step.retry`` have failed."""
+        attempt = Attempt(False, "never ran")
+        number = 0
+        for number in range(1, step.retry + 2):
+            attempt = self._attempt(run, step, number)
+            self._note(run, step, number, attempt)
+            if attempt.final:
+                break
+        return StepResult(attempt.ok, number, attempt)
+
+    # -- one attempt ----------------------------------------------------------------------
+
+    def _attempt(self, run: PlanRun, step: Step, number: int) -> Attempt:
+        part = str(step.index) if step.phase == "step" else f"rollback:{step.index}"
+        # The case version is part of the key: after resume, re-planning and a new approval the
+        # same plan runs again for real instead of replaying the earlier run's results.
+        business_key = f"{run.case_id}:{run.plan_hash}:{run.version}:{part}:{number}"
+        call = ToolCall(tool=f"step.{step.action}", args=dict(step.params), actor=run.consumer,
+                        session_id=run.session_id, business_key=business_key)
+        lease_s = step_lease_s(step.timeout_s, self.lease_s)
+        result = self.gateway.run(call, self._executor(run, step, number, business_key),
+                                  lease_s=lease_s, wait_s=lease_s,
+                                  idempotent=step.action == "noop")
+        return _attempt_from(result, step)
+
+    def _executor(self, run: PlanRun, step: Step, number: int,
+                  business_key: str) -> Callable[[Mapping[str, Any]], Any]:
+        def execute(params: Mapping[str, Any]) -> dict[str, Any]:
+            adapter = self.adapters.get(step.action)
+            if adapter is None:
+                raise BusinessRefusal(f"{step.action}: no adapter is configured",
+                                      code=StepRefused.code, action=step.action)
+            ctx = StepContext(str(run.case_id), run.plan_hash or "", step.index, number,
+                              downstream_key(business_key), step.timeout_s)
+            started = time.monotonic()
+            try:
+                outcome = adapter.run(params, ctx)
+            except StepRefused as no:
+                raise BusinessRefusal(no.message, code=no.code, **no.details) from no
+            # Measured here so the stored result carries it: a replay notes the same duration.
+            return {**outcome.as_dict(), "duration_s": round(time.monotonic() - started, 3)}
+        return execute
+
+    def _note(self, run: PlanRun, step: Step, number: int, attempt: Attempt) -> None:
+        event = "step_result" if step.phase == "step" else "rollback_result"
+        meta: dict[str, Any] = {
+            "phase": step.phase, "step": step.index, "attempt": number,
+            "attempts_allowed": step.retry + 1, "action": step.action, "ok": attempt.ok,
+            "duration_s": attempt.duration_s,
+            "output": truncate(attempt.output, NOTE_OUTPUT_LIMIT) if attempt.output else "",
+            "plan_hash": run.plan_hash,
+        }
+        if attempt.refused is not None:
+            meta["refused"] = attempt.refused
+        if attempt.detail:
+            meta["detail"] = dict(attempt.detail)
+        note = NoteCase(run.case_id, event, run.consumer, reason=f"{step.label}: {attempt.summary}",
+                        meta=meta, topic=STEP_RESULT_TOPIC)
+        phase = "step" if step.phase == "step" else "rollback"
+        self.cases.note(note, f"{run.key}:{phase}:{step.index}:{number}").data()
+
+
+def downstream_key(business_key: str) -> str:
+    """The Idempotency-Key an attempt sends downstream: stable per attempt, header-safe, and
+    free of the case id."""
+    digest = hashlib.sha256(f"opsgate.step:{business_key}".encode()).hexdigest()
+    return f"opsgate-step-{digest[:40]}"
+
+
+def _attempt_from(result: CallResult, step: Step) -> Attempt:
+    if result.status is CallStatus.IN_PROGRESS:
+        # Another worker still runs this very attempt after we waited a whole lease: transient,
+        # the consumer runner retries the message later.
+        raise Unavailable(f"{step.label} is still running elsewhere; retry later",
+                          key=result.key)
+    if result.error is not None:
+        code = str(result.error.get("code", "refused"))
+        return Attempt(False, str(result.error.get("message", code)), refused=code)
+    stored: Mapping[str, Any] = result.result if isinstance(result.result, Mapping) else {}
+    detail = stored.get("detail")
+    return Attempt(ok=bool(stored.get("ok")), summary=str(stored.get("summary", "")),
+                   output=str(stored.get("output") or ""),
+                   duration_s=float(stored.get("duration_s") or 0.0),
+                   detail=detail if isinstance(detail, Mapping) else None)

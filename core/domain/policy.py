@@ -1,0 +1,190 @@
+"""The approval policy: who may approve a plan, how many must, and which plans approve themselves.
+
+Pure: ``evaluate`` judges a plan and the approvals recorded for it without I/O; the case service
+runs it inside the transaction that locks the case (docs/approvals.md says where each rule bites).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from core.domain.plans import plan_hash
+
+AutoApprove = Literal["off", "noop_only", "low_risk"]
+AUTO_APPROVE_MODES: tuple[AutoApprove, ...] = ("off", "noop_only", "low_risk")
+
+AUTO_APPROVER = "gatekeeper"
+"""The actor an automatic approval is recorded under: it counts only for plans the policy lets
+approve themselves, so naming it by hand gains nothing."""
+
+GroupMembers = Callable[[str], Collection[str]]
+"""A user group id → its members' user ids. Called inside the case's transaction, so it must
+answer from memory (the Slack front end keeps a cache of ``usergroups.users.list``)."""
+
+
+def _no_groups(_group: str) -> Collection[str]:
+    return ()
+
+
+@dataclass(frozen=True)
+class Approval:
+    """One approver's yes to one plan, identified by its hash."""
+
+    approver: str
+    plan_hash: str
+
+
+@dataclass(frozen=True)
+class Satisfied:
+    """Enough distinct, eligible approvers said yes: the plan may run."""
+
+    approvers: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Pending:
+    """Every approval so far is valid, but ``needs`` more distinct approvers must say yes."""
+
+    needs: int
+    reason: str
+    approvers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Refused:
+    """An approval that must not count (not an approver, the requester, an ineligible
+    automatic approval): nothing about it may be recorded as a yes."""
+
+    reason: str
+
+
+Verdict = Satisfied | Pending | Refused
+
+
+@dataclass(frozen=True)
+class ApprovalPolicy:
+    """Who may approve and how many must. ``approvers`` holds user ids and/or user group ids;
+    empty means anyone may approve (except, always, the requester)."""
+
+    approvers: frozenset[str] = frozenset()
+    two_person_risk: float = 0.7
+    auto_approve: AutoApprove = "off"
+    auto_approve_max_risk: float = 0.3
+    members: GroupMembers = field(default=_no_groups, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.auto_approve not in AUTO_APPROVE_MODES:
+            raise ValueError(f"auto_approve must be one of {AUTO_APPROVE_MODES}, "
+                             f"not {self.auto_approve!r}")
+        for name in ("two_person_risk", "auto_approve_max_risk"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be within 0..1")
+
+    # -- who -------------------------------------------------------------------------------
+
+    def may_approve(self, user: str) -> bool:
+        """Whether ``user`` is on the approver list, directly or through a group on it."""
+        if not self.approvers or user in self.approvers:
+            return True
+        return any(user in self.members(group) for group in self.approvers)
+
+    def refusal(self, approver: str, requester: str, plan: Mapping[str, Any]) -> str | None:
+        """Why ``approver`` may not decide ``plan`` for ``requester``; None when they may."""
+        if approver == AUTO_APPROVER:
+            return None if self.auto_approves(plan) else self._no_auto_reason()
+        if approver == requester:
+            return f"{approver} requested this plan and cannot approve it"
+        if not self.may_approve(approver):
+            return f"{approver} is not an approver ({self.describe_approvers()} may approve)"
+        return None
+
+    def describe_approvers(self) -> str:
+        """Who may approve, in words, for refusals and "waiting for approval" notes."""
+        if not self.approvers:
+            return "anyone but the requester"
+        return ", ".join(sorted(self.approvers))
+
+    # -- how many ---------------------------------------------------------------------------
+
+    def required(self, plan: Mapping[str, Any]) -> int:
+        """Distinct approvers ``plan`` needs: two from ``two_person_risk`` up, else one."""
+        return 2 if plan_risk(plan) >= self.two_person_risk else 1
+
+    def auto_approves(self, plan: Mapping[str, Any]) -> bool:
+        """Whether the gatekeeper may approve ``plan`` without a human."""
+        if self.auto_approve == "off":
+            return False
+        if noop_only(plan):
+            return True
+        return self.auto_approve == "low_risk" and plan_risk(plan) < self.auto_approve_max_risk
+
+    def _no_auto_reason(self) -> str:
+        if self.auto_approve == "off":
+            return "automatic approval is off"
+        if self.auto_approve == "noop_only":
+            return "automatic approval covers noop-only plans; this plan changes something"
+        return (f"automatic approval covers noop-only plans and risk below "
+                f"{self.auto_approve_max_risk:g}; this plan is riskier")
+
+    # -- the verdict ------------------------------------------------------------------------
+
+    def evaluate(self, plan: Mapping[str, Any], requester: str,
+                 approvals: Iterable[Approval]) -> Verdict:
+        """Judge ``approvals`` of ``plan`` proposed for ``requester``.
+
+        Approvals of another plan hash do not count; one approver counts once however often
+        they approved; any approval by someone who may not approve refuses the lot.
+        """
+        digest = plan_hash(plan)
+        approvers: list[str] = []
+        for approval in approvals:
+            if approval.plan_hash != digest or approval.approver in approvers:
+                continue
+            refused = self.refusal(approval.approver, requester, plan)
+            if refused is not None:
+                return Refused(refused)
+            approvers.append(approval.approver)
+        if AUTO_APPROVER in approvers:
+            return Satisfied(tuple(approvers), f"approved by {AUTO_APPROVER} "
+                             f"(automatic approval policy: {self.auto_approve})")
+        needed = self.required(plan)
+        if len(approvers) >= needed:
+            return Satisfied(tuple(approvers), f"approved by {', '.join(approvers)}")
+        return Pending(needed - len(approvers), self._pending_reason(plan, approvers, needed),
+                       tuple(approvers))
+
+    def _pending_reason(self, plan: Mapping[str, Any], approvers: list[str], needed: int) -> str:
+        why = (f"risk {plan_risk(plan):g} ≥ {self.two_person_risk:g} needs two distinct "
+               "approvers" if needed == 2 else "needs one approver")
+        have = f"; approved so far by {', '.join(approvers)}" if approvers else ""
+        return f"{why}{have}"
+
+
+def plan_risk(plan: Mapping[str, Any]) -> float:
+    """The plan's risk score; a plan that does not say counts as the riskiest (fail closed)."""
+    risk = plan.get("risk_score")
+    return float(risk) if isinstance(risk, int | float) else 1.0
+
+
+def noop_only(plan: Mapping[str, Any]) -> bool:
+    """Whether every step and every rollback step of ``plan`` is a ``noop``."""
+    steps = list(plan.get("steps") or [])
+    return bool(steps) and all(_is_noop(step) for step in (*steps, *rollback_steps(plan)))
+
+
+def rollback_steps(plan: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The rollback as a list of steps: ``{"steps": [...]}``, one step, or none (``{}``)."""
+    rollback = plan.get("rollback") or {}
+    if not isinstance(rollback, Mapping):
+        return [{"action": None}]  # an unreadable rollback is never "noop only"
+    if "steps" in rollback:
+        steps = rollback["steps"]
+        return list(steps) if isinstance(steps, list) else [{"action": None}]
+    return [rollback] if rollback else []
+
+
+def _is_noop(step: Any) -> bool:
+    return isinstance(step, Mapping) and step.get("action") == "noop"

@@ -1,0 +1,369 @@
+"""The closed loop end to end on PostgreSQL + Redis Streams, with real ``opsgate relay`` and
+``opsgate consume`` processes: 200 cases run their whole life at once, each plan's one step an
+``http.request`` to a server on 127.0.0.1 that counts requests by Idempotency-Key.
+
+Then the same with kill -9 of the relay and of consumer processes at random moments, restarted
+each time: every case still ends CLOSED or PARKED, no step's request is sent twice, no outbox row
+stays unpublished and no message is lost (every consumer's inbox holds every message of its
+topics, every stream's pending list drains, every case's timeline is complete).
+
+The planner is the one consumer run inside the test (a real stream consumer in the ``planner``
+group): it proposes the plan whose step calls the counting server, whose port only the test knows.
+Bounded: 200 cases, a few kills, deadlines of a minute or two; only 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+import redis
+from sqlalchemy import Engine, select, text
+
+from core.adapters.tables import case_timeline, ops_case
+from core.bootstrap import App, bootstrap
+from core.consumers import build_consumers
+from core.consumers.planner import case_opener
+from core.consumers.runs import current_run
+from core.domain.commands import OpenCase, TransitionCase
+from core.domain.fsm import CaseEvent, CaseStatus
+from core.domain.messages import Topic
+from core.loop_processes import stream_bus, streams_client
+from core.messaging import inbox
+from core.messaging.consumer import ConsumerRunner, Delivery
+from core.messaging.streams import StreamConsumer
+from core.settings import Settings
+from tests.conftest import REDIS_URL
+from tests.e2e.loop_support import Process, clean_env
+from tests.integration.local_http import LocalServer, Reply, Seen, local_server
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.loop]
+
+CASES = 200
+RUN_DEADLINE_S = 120.0
+SETTLE_DEADLINE_S = 60.0
+PROCESS_CONSUMERS = ("intake", "analyst", "gatekeeper", "executor", "verifier", "notifier")
+CLOSED_LIFE = ["case_opened", "start_analysis", "analysis_done", "plan_ready", "gate_approved",
+               "step_result", "exec_done", "verify_result", "verify_pass"]
+FINAL = (CaseStatus.CLOSED, CaseStatus.PARKED)
+
+
+def effect_plan(url: str, case_id: UUID) -> dict[str, Any]:
+    """A low-risk plan (the gatekeeper approves it itself) whose one step POSTs to ``url``."""
+    return {
+        "title": "Tell the downstream service, once",
+        "risk_score": 0.1,
+        "steps": [{"action": "http.request",
+                   "params": {"method": "POST", "url": url, "json": {"case_id": str(case_id)}},
+                   "timeout_s": 10, "retry": 0}],
+        "rollback": {"action": "noop", "params": {"note": "nothing to undo"}},
+        "verify": {"checks": [{"metric": "http_5xx_ratio", "below": 0.01}]},
+    }
+
+
+class EffectPlanner:
+    """The ``planner`` consumer of this test: proposes ``effect_plan`` for the counting server."""
+
+    name = "planner"
+    topics: tuple[str, ...] = (Topic.PLAN_GENERATE,)
+
+    def __init__(self, app: App, url: str) -> None:
+        self.cases = app.cases
+        self.url = url
+
+    def handle(self, delivery: Delivery) -> None:
+        run = current_run(self.cases, self.name, delivery.envelope.payload, CaseStatus.PLANNING)
+        if run is None:
+            return
+        cmd = TransitionCase(run.case_id, CaseEvent.PLAN_READY, actor=self.name,
+                             plan=effect_plan(self.url, run.case_id),
+                             expected_version=run.version,
+                             requester=case_opener(self.cases, run.case_id))
+        reply = self.cases.transition(cmd, run.key, inbox_entry=delivery.inbox_entry)
+        if reply.status not in (409, 412):
+            reply.data()
+
+
+# -- the world of one run --------------------------------------------------------------------
+
+
+@dataclass
+class World:
+    app: App
+    engine: Engine
+    redis: redis.Redis
+    server: LocalServer
+    relay: Process
+    consumers: list[Process]
+    stop: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    @property
+    def processes(self) -> list[Process]:
+        return [self.relay, *self.consumers]
+
+    def start(self) -> None:
+        for process in self.processes:
+            process.start()
+        self.relay.wait_for_output("messages waiting")
+        for process in self.consumers:
+            process.wait_for_output("on Redis streams")
+        self._start_planner()
+
+    def _start_planner(self) -> None:
+        bus = stream_bus(self.app.settings, streams_client(REDIS_URL))
+        runner = ConsumerRunner(self.engine, EffectPlanner(self.app, self.server.url("/effect")))
+        for worker in range(2):
+            stream = StreamConsumer(bus, runner, block_ms=200, claim_idle_ms=2000,
+                                    name=f"test-planner-{worker}")
+            thread = threading.Thread(target=stream.run, args=(self.stop,), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def open_cases(self, count: int) -> list[UUID]:
+        run = uuid.uuid4().hex[:8]
+
+        def open_one(n: int) -> UUID:
+            reply = self.app.cases.open_case(
+                OpenCase(title=f"checkout errors, shard {n}", actor="pagerduty"),
+                f"e2e-{run}-{n}")
+            return UUID(reply.data()["case_id"])
+
+        with ThreadPoolExecutor(8) as pool:
+            return list(pool.map(open_one, range(count)))
+
+    def close(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(5)
+        for process in self.processes:
+            process.close()
+
+
+@pytest.fixture
+def world(tmp_path: Path, pg_engine: Engine, redis_client, redis_prefix: str) -> Iterator[World]:
+    with local_server({"/effect": _effect}) as server:
+        url = pg_engine.url.render_as_string(hide_password=False)
+        knobs = {
+            "OPSGATE_DATABASE_URL": url, "OPSGATE_REDIS_URL": REDIS_URL,
+            "OPSGATE_STREAM_PREFIX": f"{redis_prefix}stream:",
+            "OPSGATE_GATEWAY_KEY_PREFIX": f"{redis_prefix}gw:",
+            "OPSGATE_AUTO_APPROVE": "low_risk",
+            "OPSGATE_HTTP_ALLOWLIST": json.dumps([server.base + "/"]),
+            "OPSGATE_RELAY_POLL_S": "0.5", "OPSGATE_STREAM_CLAIM_IDLE_S": "2",
+            "OPSGATE_DB_POOL_SIZE": "12",
+        }
+        settings = Settings(database_url=url, redis_url=REDIS_URL,
+                            stream_prefix=knobs["OPSGATE_STREAM_PREFIX"],
+                            gateway_key_prefix=knobs["OPSGATE_GATEWAY_KEY_PREFIX"],
+                            auto_approve="low_risk", http_allowlist=[server.base + "/"])
+        app = bootstrap(settings, engine=pg_engine)
+        env = clean_env(**knobs)
+        relay = Process("relay", ("relay", "--progress-s", "2"), env, tmp_path / "relay.log")
+        consumers = [Process(f"consume-{n}", ("consume", *PROCESS_CONSUMERS, "--workers", "2",
+                                              "--progress-s", "5"),
+                             env, tmp_path / f"consume-{n}.log") for n in (1, 2)]
+        loop = World(app, pg_engine, redis_client, server, relay, consumers)
+        try:
+            loop.start()
+            yield loop
+        finally:
+            loop.close()
+            app.gateway.close()
+
+
+def _effect(seen: Seen) -> Reply:
+    return Reply(200, b'{"applied": true}', {"Content-Type": "application/json"})
+
+
+# -- waiting and checking --------------------------------------------------------------------
+
+
+def wait_until(done, timeout_s: float, what: str, every_s: float = 0.25) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f}s waiting {what}"
+        time.sleep(every_s)
+
+
+def statuses(engine: Engine, case_ids: list[UUID]) -> dict[UUID, str]:
+    with engine.connect() as conn:
+        rows = conn.execute(select(ops_case.c.id, ops_case.c.status)
+                            .where(ops_case.c.id.in_(case_ids))).all()
+    return {row.id: row.status for row in rows}
+
+
+def all_final(engine: Engine, case_ids: list[UUID]) -> bool:
+    return all(status in FINAL for status in statuses(engine, case_ids).values())
+
+
+def timelines(engine: Engine) -> dict[UUID, list[str]]:
+    with engine.connect() as conn:
+        rows = conn.execute(select(case_timeline.c.case_id, case_timeline.c.event)
+                            .order_by(case_timeline.c.id)).all()
+    events: dict[UUID, list[str]] = defaultdict(list)
+    for row in rows:
+        events[row.case_id].append(row.event)
+    return events
+
+
+def unpublished(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(text("select count(*) from outbox where published_at is null"))
+                   .scalar_one())
+
+
+def undelivered(engine: Engine, topics_of: dict[str, tuple[str, ...]]) -> dict[str, int]:
+    """Per consumer: messages of its topics its inbox has not recorded (lost, or in flight)."""
+    missing = {}
+    with engine.connect() as conn:
+        for consumer, topics in topics_of.items():
+            missing[consumer] = int(conn.execute(text(
+                "select count(*) from outbox o where o.topic = any(:topics) and not exists "
+                "(select 1 from inbox i where i.consumer = :consumer and i.message_id = o.id)"),
+                {"topics": list(topics), "consumer": consumer}).scalar_one())
+    return {consumer: count for consumer, count in missing.items() if count}
+
+
+def pending_entries(world: World, topics_of: dict[str, tuple[str, ...]]) -> int:
+    client, prefix = world.redis, world.app.settings.stream_prefix
+    total = 0
+    for consumer, topics in topics_of.items():
+        for topic in topics:
+            stream = f"{prefix}{topic}"
+            if client.exists(stream):
+                total += int(client.xpending(stream, consumer)["pending"])
+    return total
+
+
+def requests_by_case(server: LocalServer) -> tuple[Counter[str], dict[str, list[str]]]:
+    keys: Counter[str] = Counter()
+    by_case: dict[str, list[str]] = defaultdict(list)
+    for seen in list(server.seen):
+        key = seen.headers.get("idempotency-key", "")
+        keys[key] += 1
+        by_case[json.loads(seen.body)["case_id"]].append(key)
+    return keys, by_case
+
+
+def check_the_run(world: World, case_ids: list[UUID], *, chaos: bool) -> dict[str, Any]:
+    """Everything the loop promises, checked after every case ended; returns a summary."""
+    topics_of = {consumer.name: consumer.topics for consumer in build_consumers(world.app)}
+    wait_until(lambda: unpublished(world.engine) == 0, SETTLE_DEADLINE_S,
+               "for the outbox to drain")
+    wait_until(lambda: not undelivered(world.engine, topics_of), SETTLE_DEADLINE_S,
+               f"for every message to reach its consumers ({undelivered(world.engine, topics_of)}"
+               " missing when the wait began)")
+    wait_until(lambda: pending_entries(world, topics_of) == 0, SETTLE_DEADLINE_S,
+               "for every stream entry to be acknowledged")
+
+    final = statuses(world.engine, case_ids)
+    counted = Counter(final.values())
+    if chaos:
+        assert set(counted) <= set(FINAL), counted
+    else:
+        assert counted == {CaseStatus.CLOSED: CASES}, counted
+
+    keys, by_case = requests_by_case(world.server)
+    twice = {key: n for key, n in keys.items() if n > 1}
+    assert not twice, f"step requests sent more than once: {twice}"
+    events = timelines(world.engine)
+    for case_id, status in final.items():
+        sent = by_case.get(str(case_id), [])
+        if status == CaseStatus.CLOSED:
+            assert len(sent) == 1, (case_id, sent)
+            assert events[case_id] == CLOSED_LIFE, (case_id, events[case_id])
+        else:
+            assert len(sent) <= 1, (case_id, sent)
+            life = events[case_id]
+            assert life[:5] == CLOSED_LIFE[:5], (case_id, life)
+            assert life[-1] in ("exec_failed", "verify_failed"), (case_id, life)
+    dead = inbox.dead_letters(world.engine)
+    if chaos:
+        check_interrupted_posts(dead, world)
+    else:
+        assert dead == []
+    return {"statuses": dict(counted), "requests": sum(keys.values()), "dead_letters": len(dead)}
+
+
+def check_interrupted_posts(dead: list[Any], world: World) -> None:
+    """The only dead letters a kill may leave: chat posts it interrupted. The notifier does not
+    post again blind (the post may have happened), so the gateway keeps the call in progress
+    and then for reconciliation, and the message waits for an operator in the dead letters."""
+    for row in dead:
+        assert row["consumer"] == "notifier", row
+        assert "in_progress" in row["error"] or "needs_reconciliation" in row["error"], row
+    consumer_kills = sum(process.kills for process in world.consumers)
+    assert len(dead) <= 2 * consumer_kills, (dead, consumer_kills)  # 2 notifier readers each
+
+
+def stop_cleanly(world: World) -> None:
+    for process in world.processes:
+        assert process.terminate() == 0, process.output()[-2000:]
+    assert "relay: stopped after publishing" in world.relay.output()
+    for process in world.consumers:
+        assert "consume: stopped (intake" in process.output()
+
+
+# -- the runs --------------------------------------------------------------------------------
+
+
+def test_200_cases_run_their_whole_life_through_relay_and_consumer_processes(world: World):
+    started = time.monotonic()
+    case_ids = world.open_cases(CASES)
+    wait_until(lambda: all_final(world.engine, case_ids), RUN_DEADLINE_S,
+               "for every case to end")
+    elapsed = time.monotonic() - started
+    summary = check_the_run(world, case_ids, chaos=False)
+    assert summary["requests"] == CASES
+    stop_cleanly(world)
+    print(f"\n{CASES} cases CLOSED in {elapsed:.1f}s; {summary}")
+
+
+@pytest.mark.chaos
+def test_kill_9_of_relay_and_consumers_mid_run_keeps_every_step_exactly_once(world: World):
+    seed = int(time.time())
+    rng, seed_note = random.Random(seed), f"chaos seed {seed}"
+    kills: list[str] = []
+    case_ids: list[UUID] = []
+
+    def chaos() -> None:
+        # Relay first, then a consumer, then whichever: each killed at a random moment and
+        # restarted after a random pause, until every case ended or the budget is spent.
+        order = [world.relay, world.consumers[0]] + [rng.choice(world.processes)
+                                                     for _ in range(6)]
+        for victim in order:
+            if world.stop.wait(rng.uniform(0.5, 2.5)) or (
+                    case_ids and all_final(world.engine, case_ids)):
+                return
+            victim.kill9()
+            kills.append(victim.name)
+            world.stop.wait(rng.uniform(0.1, 1.0))
+            victim.start()
+
+    killer = threading.Thread(target=chaos, daemon=True)
+    killer.start()
+    started = time.monotonic()
+    case_ids.extend(world.open_cases(CASES))
+    wait_until(lambda: all_final(world.engine, case_ids), RUN_DEADLINE_S,
+               f"for every case to end ({seed_note}, kills {kills})")
+    killer.join(15)
+    elapsed = time.monotonic() - started
+    for process in world.processes:
+        if not process.alive:
+            process.start()
+    summary = check_the_run(world, case_ids, chaos=True)
+    assert {"relay", "consume-1"} <= set(kills), kills
+    stop_cleanly(world)
+    print(f"\n{CASES} cases ended in {elapsed:.1f}s with kills {kills} ({seed_note}); {summary}")

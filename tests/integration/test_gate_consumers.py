@@ -1,0 +1,317 @@
+"""The consumers up to the gate and the notifier, on both databases: each takes effect once for
+a message delivered twice, and does nothing for a command that is stale."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import pytest
+from sqlalchemy import Engine, select
+
+from core.adapters.tables import case_timeline, outbox, plan_proposed
+from core.bootstrap import App, bootstrap
+from core.chat import RecordingSink
+from core.consumers import build_consumers
+from core.consumers.analyst import NO_ANALYST, Analyst
+from core.consumers.gatekeeper import Gatekeeper
+from core.consumers.intake import Intake
+from core.consumers.notifier import Notifier, render
+from core.consumers.planner import Planner
+from core.domain.commands import ApprovePlan, OpenCase, TransitionCase
+from core.domain.fsm import CaseEvent, CaseStatus
+from core.domain.messages import Topic
+from core.domain.plan_templates import load_template
+from core.domain.plans import plan_hash
+from core.messaging.consumer import Consumer, ConsumerRunner, Delivery
+from core.messaging.envelope import Envelope
+from core.settings import Settings
+from tests.support import PLAN, REQUESTER, command, key
+
+E, S = CaseEvent, CaseStatus
+HIGH_RISK = {**PLAN, "title": "Fail over", "risk_score": 0.9,
+             "steps": [{"action": "gateway.flip", "params": {"route": "r", "to": "b"},
+                        "timeout_s": 30, "retry": 0}]}
+
+
+def make_app(engine: Engine, **settings: Any) -> App:
+    return bootstrap(Settings(database_url="sqlite://", **settings), engine=engine)
+
+
+@pytest.fixture
+def app(engine: Engine) -> App:
+    return make_app(engine)
+
+
+def opened(app: App, title: str = "p95 latency spike on checkout") -> UUID:
+    reply = app.cases.open_case(OpenCase(title=title, actor=REQUESTER), key())
+    return UUID(reply.data()["case_id"])
+
+
+def move(app: App, case_id: UUID, *events: CaseEvent, **extra: Any) -> None:
+    for event in events:
+        assert app.cases.transition(command(case_id, event, **extra), key()).ok
+
+
+def messages(engine: Engine, topic: str, case_id: UUID) -> list[Envelope]:
+    query = (select(outbox).where(outbox.c.topic == topic, outbox.c.key == str(case_id))
+             .order_by(outbox.c.id))
+    with engine.connect() as conn:
+        return [Envelope(row["id"], row["topic"], row["key"], dict(row["payload"]))
+                for row in conn.execute(query).mappings()]
+
+
+def last(engine: Engine, topic: str, case_id: UUID) -> Envelope:
+    return messages(engine, topic, case_id)[-1]
+
+
+def deliver(consumer: Consumer, envelope: Envelope) -> None:
+    consumer.handle(Delivery(consumer.name, envelope))
+
+
+def timeline(engine: Engine, case_id: UUID) -> list[Any]:
+    query = select(case_timeline).where(case_timeline.c.case_id == case_id)
+    with engine.connect() as conn:
+        return list(conn.execute(query.order_by(case_timeline.c.id)).mappings())
+
+
+def events(engine: Engine, case_id: UUID) -> list[str]:
+    return [row["event"] for row in timeline(engine, case_id)]
+
+
+def status(app: App, case_id: UUID) -> tuple[str, int]:
+    case = app.cases.get_case(case_id)
+    return case["status"], case["version"]
+
+
+# -- intake and the analyst placeholder ----------------------------------------------------------
+
+
+def test_intake_starts_the_analysis_once(app, engine):
+    case_id = opened(app)
+    envelope = last(engine, Topic.CASE_OPENED, case_id)
+    deliver(Intake(app), envelope)
+    deliver(Intake(app), envelope)
+    assert status(app, case_id) == ("ANALYZING", 1)
+    assert events(engine, case_id) == ["case_opened", "start_analysis"]
+    assert len(messages(engine, Topic.ANALYSIS_RUN, case_id)) == 1
+
+
+def test_intake_ignores_a_case_that_moved_on(app, engine):
+    case_id = opened(app)
+    move(app, case_id, E.START_ANALYSIS, E.ANALYSIS_DONE)
+    deliver(Intake(app), last(engine, Topic.CASE_OPENED, case_id))
+    assert status(app, case_id) == ("PLANNING", 2)
+    assert events(engine, case_id).count("start_analysis") == 1
+
+
+def test_the_analyst_placeholder_says_no_analyst_is_configured_once(app, engine):
+    case_id = opened(app)
+    move(app, case_id, E.START_ANALYSIS)
+    envelope = last(engine, Topic.ANALYSIS_RUN, case_id)
+    deliver(Analyst(app), envelope)
+    deliver(Analyst(app), envelope)
+    assert status(app, case_id) == ("PLANNING", 2)
+    done = [row for row in timeline(engine, case_id) if row["event"] == "analysis_done"]
+    assert len(done) == 1 and done[0]["reason"] == NO_ANALYST
+    assert len(messages(engine, Topic.PLAN_GENERATE, case_id)) == 1
+
+
+def test_the_analyst_ignores_a_stale_command(app, engine):
+    case_id = opened(app)
+    move(app, case_id, E.START_ANALYSIS, E.ANALYSIS_DONE)
+    deliver(Analyst(app), last(engine, Topic.ANALYSIS_RUN, case_id))
+    assert status(app, case_id) == ("PLANNING", 2)
+
+
+# -- the planner -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("title", "template"), [("checkout is slow", "noop"),
+                                                 ("bad deploy of cart", "k8s.rollout.canary")])
+def test_the_planner_proposes_the_template_for_the_case_opener_once(app, engine, title,
+                                                                    template):
+    case_id = opened(app, title)
+    move(app, case_id, E.START_ANALYSIS, E.ANALYSIS_DONE)
+    envelope = last(engine, Topic.PLAN_GENERATE, case_id)
+    deliver(Planner(app), envelope)
+    deliver(Planner(app), envelope)
+    assert status(app, case_id) == ("WAIT_GATE", 3)
+    with engine.connect() as conn:
+        plans = list(conn.execute(select(plan_proposed)
+                                  .where(plan_proposed.c.case_id == case_id)).mappings())
+    assert len(plans) == 1
+    assert plans[0]["plan_hash"] == plan_hash(load_template(template))
+    assert plans[0]["proposed_by"] == REQUESTER, "the requester is the human who opened it"
+    ready = [row for row in timeline(engine, case_id) if row["event"] == "plan_ready"]
+    assert ready[0]["actor"] == "planner" and ready[0]["meta"]["context"] == {
+        "template": template}
+
+
+def test_the_planner_ignores_a_stale_command(app, engine):
+    case_id = opened(app)
+    move(app, case_id, E.START_ANALYSIS, E.ANALYSIS_DONE)
+    stale = last(engine, Topic.PLAN_GENERATE, case_id)
+    move(app, case_id, E.PLAN_READY)
+    deliver(Planner(app), stale)
+    assert status(app, case_id) == ("WAIT_GATE", 3)
+    assert events(engine, case_id).count("plan_ready") == 1
+
+
+# -- the gatekeeper ----------------------------------------------------------------------------
+
+
+def at_gate(app: App, plan: dict[str, Any] = PLAN, title: str = "checkout is slow") -> UUID:
+    case_id = opened(app, title)
+    move(app, case_id, E.START_ANALYSIS, E.ANALYSIS_DONE)
+    move(app, case_id, E.PLAN_READY, plan=plan)
+    return case_id
+
+
+def test_without_automatic_approval_the_gatekeeper_says_who_may_approve_once(engine):
+    app = make_app(engine, approvers=["U1", "S-sre"])
+    case_id = at_gate(app, HIGH_RISK)
+    envelope = last(engine, Topic.GATE_EVAL, case_id)
+    deliver(Gatekeeper(app), envelope)
+    deliver(Gatekeeper(app), envelope)
+    assert status(app, case_id) == ("WAIT_GATE", 3)
+    notes = [row for row in timeline(engine, case_id) if row["event"] == "awaiting_approval"]
+    assert len(notes) == 1
+    reason = notes[0]["reason"]
+    assert reason.startswith("waiting for approval by S-sre, U1: two distinct approvers")
+    assert f"{REQUESTER} requested it and cannot approve" in reason
+    [waiting] = messages(engine, Topic.AWAITING_APPROVAL, case_id)
+    assert (waiting.payload["needs"], waiting.payload["plan_hash"]) == (2, plan_hash(HIGH_RISK))
+
+
+def test_the_gatekeeper_approves_a_noop_plan_itself_when_the_policy_says_so(engine):
+    app = make_app(engine, auto_approve="noop_only")
+    case_id = at_gate(app)  # PLAN is noop-only
+    envelope = last(engine, Topic.GATE_EVAL, case_id)
+    deliver(Gatekeeper(app), envelope)
+    deliver(Gatekeeper(app), envelope)
+    assert status(app, case_id) == ("EXECUTING", 4)
+    approved = [row for row in timeline(engine, case_id) if row["event"] == "gate_approved"]
+    assert len(approved) == 1 and approved[0]["actor"] == "gatekeeper"
+    assert len(messages(engine, Topic.EXEC_RUN, case_id)) == 1
+
+
+def test_the_gatekeeper_waits_for_humans_on_a_plan_the_policy_does_not_cover(engine):
+    app = make_app(engine, auto_approve="low_risk")
+    case_id = at_gate(app, HIGH_RISK)
+    deliver(Gatekeeper(app), last(engine, Topic.GATE_EVAL, case_id))
+    assert status(app, case_id) == ("WAIT_GATE", 3)
+    assert "awaiting_approval" in events(engine, case_id)
+
+
+def test_the_gatekeeper_ignores_a_plan_already_decided(engine):
+    app = make_app(engine, auto_approve="noop_only")
+    case_id = at_gate(app)
+    app.cases.approve_plan(ApprovePlan(case_id, plan_hash(PLAN), "bob"), key()).data()
+    deliver(Gatekeeper(app), last(engine, Topic.GATE_EVAL, case_id))
+    assert status(app, case_id) == ("EXECUTING", 4)
+    assert [row["actor"] for row in timeline(engine, case_id)
+            if row["event"] == "gate_approved"] == ["bob"]
+
+
+# -- the notifier ------------------------------------------------------------------------------
+
+
+def test_the_notifier_posts_once_per_event_even_when_delivered_again(app, engine):
+    sink = RecordingSink()
+    case_id = at_gate(app, HIGH_RISK)
+    app.cases.approve_plan(ApprovePlan(case_id, plan_hash(HIGH_RISK), "bob"), key()).data()
+    every = [envelope for topic in Notifier.topics for envelope in messages(engine, topic, case_id)]
+    every.sort(key=lambda envelope: envelope.message_id)
+    for envelope in every:
+        deliver(Notifier(app, sink), envelope)
+    posted = sink.thread(str(case_id))
+    for envelope in every:  # a redelivery, even to another notifier process
+        deliver(Notifier(app, sink), envelope)
+    assert sink.thread(str(case_id)) == posted
+    assert posted == [
+        f"Case opened by {REQUESTER}: checkout is slow (SEV3)",
+        "NEW → ANALYZING: start_analysis by sre@example",
+        "ANALYZING → PLANNING: analysis_done by sre@example",
+        f"Plan {plan_hash(HIGH_RISK)[:12]} proposed by sre@example; waiting at the gate",
+        f"bob approved plan {plan_hash(HIGH_RISK)[:12]}; 1 more approval(s) needed",
+    ]
+    assert {message.thread_key for message in sink.posts} == {str(case_id)}
+
+
+def test_the_notifier_says_who_decided(app, engine):
+    sink = RecordingSink()
+    case_id = at_gate(app)
+    app.cases.approve_plan(ApprovePlan(case_id, plan_hash(PLAN), "bob"), key()).data()
+    deliver(Notifier(app, sink), last(engine, Topic.PLAN_APPROVED, case_id))
+    other = at_gate(app)
+    reject = TransitionCase(other, E.GATE_REJECTED, actor="carol", reason="too risky")
+    assert app.cases.transition(reject, key()).ok
+    deliver(Notifier(app, sink), last(engine, Topic.PLAN_REJECTED, other))
+    digest = plan_hash(PLAN)[:12]
+    assert sink.thread(str(case_id)) == [f"Plan {digest} approved by bob; executing"]
+    assert sink.thread(str(other)) == [f"Plan {digest} rejected by carol: too risky"]
+
+
+def test_the_notifier_stays_quiet_on_what_another_event_already_told(app, engine):
+    sink = RecordingSink()
+    case_id = at_gate(app)
+    ready = [e for e in messages(engine, Topic.CASE_TRANSITION, case_id)
+             if e.payload["event"] == "plan_ready"]
+    deliver(Notifier(app, sink), ready[0])
+    assert sink.posts == []
+    assert render("evt.unknown.v1", {"case_id": str(case_id)}) is None
+
+
+def test_the_notifier_posts_to_the_apps_chat_sink_by_default(app, engine):
+    case_id = opened(app)
+    runner = ConsumerRunner(engine, Notifier(app))
+    envelope = last(engine, Topic.CASE_OPENED, case_id)
+    assert [runner.deliver(envelope), runner.deliver(envelope)] == ["done", "duplicate"]
+    assert isinstance(app.chat, RecordingSink)
+    assert len(app.chat.thread(str(case_id))) == 1
+
+
+# -- the loop through the gate -----------------------------------------------------------------
+
+
+def pump(app: App, consumers: list[Consumer]) -> None:
+    """Deliver every outbox row, in order, to the consumers of its topic, until none is left."""
+    runners = [ConsumerRunner(app.engine, consumer, backoff_s=0) for consumer in consumers]
+    after = 0
+    while True:
+        with app.engine.connect() as conn:
+            fresh = list(conn.execute(select(outbox).where(outbox.c.id > after)
+                                      .order_by(outbox.c.id)).mappings())
+        if not fresh:
+            return
+        for row in fresh:
+            envelope = Envelope(row["id"], row["topic"], row["key"], dict(row["payload"]))
+            for runner in runners:
+                if envelope.topic in runner.consumer.topics:
+                    runner.deliver(envelope)
+            after = row["id"]
+
+
+def test_a_two_person_case_runs_to_closed_after_two_approvers_and_not_before(engine):
+    app = make_app(engine, two_person_risk=0.0)
+    consumers = build_consumers(app)
+    case_id = opened(app)
+    pump(app, consumers)
+    assert status(app, case_id) == ("WAIT_GATE", 3)
+    digest = app.cases.proposed_plan(case_id)["plan_hash"]
+    own = app.cases.approve_plan(ApprovePlan(case_id, digest, REQUESTER), key())
+    assert own.status == 422
+    assert app.cases.approve_plan(ApprovePlan(case_id, digest, "bob"), key()).data()[
+        "status"] == "WAIT_GATE"
+    pump(app, consumers)
+    assert status(app, case_id) == ("WAIT_GATE", 3)
+    assert app.cases.approve_plan(ApprovePlan(case_id, digest, "carol"), key()).data()[
+        "status"] == "EXECUTING"
+    pump(app, consumers)
+    assert status(app, case_id)[0] == "CLOSED"
+    thread = app.chat.thread(str(case_id))
+    assert thread[-1] == "VERIFYING → CLOSED: verify_pass by verifier — the check passed"
+    assert any(text.startswith(f"Plan {digest[:12]}: waiting for approval by anyone")
+               for text in thread)
+    assert f"Plan {digest[:12]} approved by bob, carol; executing" in thread

@@ -1,0 +1,74 @@
+"""The template catalog against the real executor: every step (and rollback step) is accepted by
+its adapter's params model, and every verify block is one the evidence module can judge."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from core.consumers.executor import rollback_steps
+from core.domain.plan_templates import load_template, template_names
+from core.executor.adapters.base import StepContext, StepRefused, parse_params
+from core.executor.adapters.gateway_flip import FlipParams
+from core.executor.adapters.http import HttpParams
+from core.executor.adapters.k8s import RolloutParams
+from core.executor.adapters.noop import NoopParams
+from core.executor.adapters.registry import adapters_from_settings
+from core.executor.adapters.script import ScriptParams
+from core.executor.allowlists import UrlAllowList
+from core.executor.evidence import StaticSource, evaluate
+from core.settings import Settings
+
+PARAMS: dict[str, type[BaseModel]] = {
+    "noop": NoopParams, "script.exec": ScriptParams, "k8s.rollout": RolloutParams,
+    "gateway.flip": FlipParams, "http.request": HttpParams,
+}
+
+
+def every_step(name: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """(where, action, params) of each step and rollback step of template ``name``."""
+    plan = load_template(name)
+    found = [(f"steps[{n}]", s["action"], s.get("params", {}))
+             for n, s in enumerate(plan["steps"])]
+    steps, problem = rollback_steps(plan["rollback"])
+    assert problem is None, f"{name}: the executor cannot read the rollback: {problem}"
+    found += [(f"rollback[{s.index}]", s.action, dict(s.params)) for s in steps]
+    return found
+
+
+def test_the_params_table_covers_every_action_the_executor_knows():
+    assert set(PARAMS) == set(adapters_from_settings(Settings()))
+
+
+@pytest.mark.parametrize("name", template_names())
+def test_every_step_of_every_template_is_accepted_by_its_adapter(name):
+    for where, action, params in every_step(name):
+        try:
+            parse_params(PARAMS[action], params, action)
+        except StepRefused as refused:
+            pytest.fail(f"{name} {where}: {refused.details['problems']}")
+
+
+@pytest.mark.parametrize("name", template_names())
+def test_every_verify_block_is_judged_and_passes_on_the_embedded_metrics(name):
+    verify = load_template(name)["verify"]
+    outcome = evaluate(verify, StaticSource(Settings().static_metrics), UrlAllowList([]))
+    assert not outcome.reason.startswith("cannot verify"), outcome.reason
+    assert outcome.passed, outcome.reason
+    failing = evaluate(verify, StaticSource({}), UrlAllowList([]))
+    assert not failing.passed and "no value" in failing.reason, "the checks must read metrics"
+
+
+def test_the_noop_template_runs_on_the_real_adapter():
+    adapter = adapters_from_settings(Settings())["noop"]
+    step = load_template("noop")["steps"][0]
+    ctx = StepContext.for_step("case", "hash", 0, 1, timeout_s=step["timeout_s"])
+    assert adapter.run(step["params"], ctx).ok
+
+
+def test_a_param_the_adapter_does_not_know_is_what_this_test_catches():
+    with pytest.raises(StepRefused):
+        parse_params(RolloutParams, {"namespace": "prod", "deployment": "app",
+                                     "strategy": "canary"}, "k8s.rollout")
