@@ -120,6 +120,12 @@ def _end_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
             return
         time.sleep(0.02)
     _signal_group(proc.pid, signal.SIGKILL)
+    # SIGKILL is delivered asynchronously: wait (bounded) until the group really is gone, so
+    # the step's caller never sees a member still running after the step ended.
+    end = time.monotonic() + grace_s
+    while _group_alive(proc.pid) and time.monotonic() < end:
+        proc.poll()
+        time.sleep(0.02)
 
 
 def _group_alive(pgid: int) -> bool:
