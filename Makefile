@@ -40,6 +40,7 @@ test: install services lint typecheck ## install, lint, type-check and run every
 bench: install services ## run the benchmarks (PostgreSQL, Redis)
 	$(BIN)/python bench/transitions.py
 	$(BIN)/python bench/gateway.py
+	$(BIN)/python bench/outbox.py
 
 clean: ## remove the venv and caches
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis opsgate.db*

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -162,12 +163,19 @@ def _run_serve(args: argparse.Namespace) -> int:
         print(f"opsgate API on http://{args.host}:{args.port} "
               f"(database {_shown(settings.database_url)}; writes {writes})", flush=True)
         loop = _serve_loop(app, args.no_loop)
+        # uvicorn re-raises the SIGTERM it shut down on; without a handler of ours that would
+        # end the process on the spot, before the loop stops after the message in hand.
+        signal.signal(signal.SIGTERM, _exit_cleanly)
         uvicorn.run(create_api(app), host=args.host, port=args.port, log_level=args.log_level)
     finally:
         if loop is not None:
             loop.stop()
         app.close()
     return 0
+
+
+def _exit_cleanly(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
 
 
 def _serve_loop(app: App, disabled: bool) -> InProcessLoop | None:
@@ -249,7 +257,8 @@ def _loop_arguments(parser: argparse.ArgumentParser) -> None:
 def _run_relay(args: argparse.Namespace) -> int:
     import threading
 
-    from core.loop_processes import run_relay, stop_on_signals, unpublished
+    from core.loop import unpublished
+    from core.loop_processes import run_relay, stop_on_signals
 
     app = _production_app(args, "relay")
     try:

@@ -178,7 +178,7 @@ def _at_the_gate(rows: list[dict[str, Any]]) -> bool:
 
 
 def _waiting_for_a_person(rows: list[dict[str, Any]]) -> bool:
-    return rows[-1]["event"] == "awaiting_approval"
+    return bool(rows[-1]["event"] == "awaiting_approval")
 
 
 def _ended(rows: list[dict[str, Any]]) -> bool:

@@ -11,17 +11,25 @@ import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
 
-from sqlalchemy import func, select
+from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from core.adapters.database import is_sqlite
 from core.adapters.tables import outbox
 from core.bootstrap import App
+from core.consumers import build_consumers
 from core.messaging.bus import InProcessBus
 from core.messaging.consumer import Consumer, ConsumerRunner
 from core.messaging.relay import OutboxRelay
 
 log = logging.getLogger(__name__)
+
+
+def unpublished(engine: Engine) -> int:
+    """Outbox rows not yet handed to the bus (by any relay)."""
+    with engine.connect() as conn:
+        query = select(func.count()).select_from(outbox).where(outbox.c.published_at.is_(None))
+        return int(conn.execute(query).scalar_one())
 
 
 class InProcessLoop:
@@ -33,8 +41,6 @@ class InProcessLoop:
     """
 
     def __init__(self, app: App, consumers: Sequence[Consumer] | None = None) -> None:
-        from core.consumers import build_consumers
-
         settings = app.settings
         self.app = app
         self.bus = InProcessBus()
@@ -84,9 +90,7 @@ class InProcessLoop:
 
     def unpublished(self) -> int:
         """Outbox rows not yet handed to the bus."""
-        with self.app.engine.connect() as conn:
-            query = select(func.count()).select_from(outbox).where(outbox.c.published_at.is_(None))
-            return int(conn.execute(query).scalar_one())
+        return unpublished(self.app.engine)
 
     def wait_for(self, done: Callable[[], bool], timeout_s: float,
                  every_s: float = 0.02) -> bool:

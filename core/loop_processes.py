@@ -18,10 +18,11 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 import redis
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import Engine, update
 
 from core.adapters.tables import outbox
 from core.bootstrap import App
+from core.loop import unpublished
 from core.messaging import inbox
 from core.messaging.bus import Bus, RedisStreamsBus
 from core.messaging.consumer import Consumer, ConsumerRunner
@@ -58,12 +59,6 @@ def stop_on_signals(stop: threading.Event) -> None:
     signal.signal(signal.SIGINT, _stop)
 
 
-def unpublished(engine: Engine) -> int:
-    with engine.connect() as conn:
-        query = select(func.count()).select_from(outbox).where(outbox.c.published_at.is_(None))
-        return int(conn.execute(query).scalar_one())
-
-
 # -- the relay -------------------------------------------------------------------------------
 
 
@@ -86,7 +81,8 @@ def run_relay(app: App, bus: Bus, stop: threading.Event, out: TextIO, *,
     counting = CountingBus(bus)
     relay = OutboxRelay(app.engine, counting, batch_size=settings.relay_batch_size,
                         poll_s=settings.relay_poll_s)
-    worker = threading.Thread(target=relay.run, args=(stop,), name="opsgate-relay", daemon=True)
+    worker = threading.Thread(target=_relay_until, args=(relay, stop), name="opsgate-relay",
+                              daemon=True)
     started, reported = time.monotonic(), 0
     worker.start()
     while not stop.wait(progress_every_s):
@@ -99,6 +95,17 @@ def run_relay(app: App, bus: Bus, stop: threading.Event, out: TextIO, *,
                   f"{unpublished(app.engine)} waiting", file=out, flush=True)
     worker.join(settings.relay_poll_s + 30)
     return counting.published
+
+
+def _relay_until(relay: OutboxRelay, stop: threading.Event) -> None:
+    # The relay retries database and socket errors itself; anything else (a Redis error, a bug)
+    # would end its thread and, silently, the whole loop: log it and go on after a poll period.
+    while not stop.is_set():
+        try:
+            relay.run(stop)
+        except Exception:
+            log.exception("outbox relay failed; going on in %.1fs", relay.poll_s)
+            stop.wait(relay.poll_s)
 
 
 # -- the consumers ---------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Engine, RowMapping, select, update
+from sqlalchemy import Connection, Engine, RowMapping, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -27,12 +27,18 @@ def mark(conn: Connection, consumer: str, message_id: int) -> None:
 
 
 def bury(conn: Connection, consumer: str, envelope: Envelope, error: str, attempts: int) -> None:
-    """Move a poison message to the dead letters (once per consumer and message)."""
+    """Move a poison message to the dead letters (one row per consumer and message: a requeued
+    message that dies again is listed again, with its latest error)."""
     dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-    conn.execute(dialect_insert(dead_letter).values(
+    row = dialect_insert(dead_letter).values(
         consumer=consumer, message_id=envelope.message_id, topic=envelope.topic,
         key=envelope.key, payload=envelope.payload, error=error[:4000], attempts=attempts,
-    ).on_conflict_do_nothing())
+    )
+    conn.execute(row.on_conflict_do_update(
+        index_elements=[dead_letter.c.consumer, dead_letter.c.message_id],
+        set_={"error": row.excluded.error, "attempts": row.excluded.attempts,
+              "created_at": func.now(), "requeued_at": None},
+    ))
     mark(conn, consumer, envelope.message_id)
 
 

@@ -1,7 +1,8 @@
 """The outbox relay: moves committed outbox rows onto the bus, at least once, in id order.
 
-PostgreSQL: claims a batch with ``FOR UPDATE SKIP LOCKED`` (several relays never claim the same
-row), publishes, marks the rows published, all in one transaction; woken by ``LISTEN`` on the
+PostgreSQL: claims and marks a batch in one ``UPDATE … RETURNING`` whose subselect takes
+``FOR UPDATE SKIP LOCKED`` (several relays never claim the same row), publishes, then commits, all
+in one transaction (a failed publish rolls the marks back); woken by ``LISTEN`` on the
 channel the outbox trigger notifies at commit, with polling as the floor, so a lost notification
 costs only latency. A rolled-back transaction never notifies and its rows never exist.
 SQLite (embedded, one relay): reads a batch, publishes, then marks it, so the in-process bus can
@@ -13,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import suppress
 from datetime import UTC, datetime
@@ -46,7 +48,7 @@ class OutboxRelay:
         """Publish one batch; returns how many rows it moved."""
         if self._locking:
             with self.engine.begin() as conn:
-                return self._publish(conn, self._claim(conn))
+                return self._claim_publish_mark(conn)
         with self.engine.connect() as conn:
             envelopes = self._claim(conn)
             conn.rollback()
@@ -85,16 +87,30 @@ class OutboxRelay:
                  .where(outbox.c.published_at.is_(None))
                  .order_by(outbox.c.id)
                  .limit(self.batch_size))
-        if self._locking:
-            query = query.with_for_update(skip_locked=True)
         return [Envelope(row.id, row.topic, row.key, dict(row.payload))
                 for row in conn.execute(query)]
 
-    def _publish(self, conn: Connection, envelopes: list[Envelope]) -> int:
-        if not envelopes:
-            return 0
-        self.bus.publish(envelopes)
-        return self._mark(conn, envelopes)
+    def _claim_publish_mark(self, conn: Connection) -> int:
+        """PostgreSQL: claim and mark in one statement (one round trip, not two), publish, and
+        let the commit make it so; a failed publish rolls the marks back with the claim."""
+        claimable = (select(outbox.c.id)
+                     .where(outbox.c.published_at.is_(None))
+                     .order_by(outbox.c.id)
+                     .limit(self.batch_size)
+                     .with_for_update(skip_locked=True))
+        marked = conn.execute(
+            update(outbox)
+            .where(outbox.c.id.in_(claimable))
+            .values(published_at=datetime.now(UTC), attempts=outbox.c.attempts + 1)
+            .returning(outbox.c.id, outbox.c.topic, outbox.c.key, outbox.c.payload)
+        )
+        # RETURNING has no order: the bus gets the batch in id (commit) order.
+        envelopes = sorted((Envelope(row.id, row.topic, row.key, dict(row.payload))
+                            for row in marked.all()), key=lambda envelope: envelope.message_id)
+        if envelopes:
+            self.bus.publish(envelopes)
+        self._count(envelopes)
+        return len(envelopes)
 
     def _mark(self, conn: Connection, envelopes: list[Envelope]) -> int:
         conn.execute(
@@ -103,9 +119,13 @@ class OutboxRelay:
             .where(outbox.c.published_at.is_(None))
             .values(published_at=datetime.now(UTC), attempts=outbox.c.attempts + 1)
         )
-        for envelope in envelopes:
-            OUTBOX_PUBLISH.labels(topic=envelope.topic, status="published").inc()
+        self._count(envelopes)
         return len(envelopes)
+
+    @staticmethod
+    def _count(envelopes: list[Envelope]) -> None:
+        for topic, published in Counter(envelope.topic for envelope in envelopes).items():
+            OUTBOX_PUBLISH.labels(topic=topic, status="published").inc(published)
 
 
 class _Waker:

@@ -3,9 +3,11 @@ real subprocesses, the real PostgreSQL and Redis on 127.0.0.1, clear refusals.""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 
+import httpx
 import pytest
 from sqlalchemy import insert, select
 
@@ -133,3 +135,37 @@ def test_outbox_dead_lists_and_requeues_a_dead_letter(tmp_path):
         assert everything.stdout.strip().splitlines()[-1].split()[6] != "-"
     finally:
         engine.dispose()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_serve_runs_the_loop_in_process_and_a_case_closes_by_itself(tmp_path):
+    port = _free_port()
+    env = clean_env(OPSGATE_AUTO_APPROVE="noop_only")
+    serve = Process("serve", ("serve", "--port", str(port)), env, tmp_path / "serve.log")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        serve.start()
+        serve.wait_for_output("loop: in-process relay and consumers running")
+        _wait(lambda: _answers(f"{base}/healthz"), 60)
+        created = httpx.post(f"{base}/case/create", json={"title": "checkout is slow",
+                                                           "actor": "pagerduty"},
+                             headers={"Idempotency-Key": "serve-loop-1"})
+        assert created.status_code == 201, created.text
+        case_url = f"{base}/case/{created.json()['data']['case_id']}"
+        _wait(lambda: httpx.get(case_url).json()["data"]["status"] == "CLOSED", 30)
+        assert serve.terminate() == 0
+    finally:
+        serve.close()
+    assert "intake, analyst, planner, gatekeeper, executor, verifier, notifier" in serve.output()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False

@@ -218,6 +218,13 @@ def timelines(engine: Engine) -> dict[UUID, list[str]]:
     return events
 
 
+def park_reason(engine: Engine, case_id: UUID) -> str:
+    with engine.connect() as conn:
+        return str(conn.execute(select(case_timeline.c.reason)
+                                .where(case_timeline.c.case_id == case_id)
+                                .order_by(case_timeline.c.id.desc()).limit(1)).scalar_one())
+
+
 def unpublished(engine: Engine) -> int:
     with engine.connect() as conn:
         return int(conn.execute(text("select count(*) from outbox where published_at is null"))
@@ -279,6 +286,7 @@ def check_the_run(world: World, case_ids: list[UUID], *, chaos: bool) -> dict[st
     twice = {key: n for key, n in keys.items() if n > 1}
     assert not twice, f"step requests sent more than once: {twice}"
     events = timelines(world.engine)
+    parked: Counter[str] = Counter()
     for case_id, status in final.items():
         sent = by_case.get(str(case_id), [])
         if status == CaseStatus.CLOSED:
@@ -289,12 +297,14 @@ def check_the_run(world: World, case_ids: list[UUID], *, chaos: bool) -> dict[st
             life = events[case_id]
             assert life[:5] == CLOSED_LIFE[:5], (case_id, life)
             assert life[-1] in ("exec_failed", "verify_failed"), (case_id, life)
+            parked[park_reason(world.engine, case_id)[:90]] += 1
     dead = inbox.dead_letters(world.engine)
     if chaos:
         check_interrupted_posts(dead, world)
     else:
         assert dead == []
-    return {"statuses": dict(counted), "requests": sum(keys.values()), "dead_letters": len(dead)}
+    return {"statuses": dict(counted), "requests": sum(keys.values()), "dead_letters": len(dead),
+            "parked": dict(parked)}
 
 
 def check_interrupted_posts(dead: list[Any], world: World) -> None:

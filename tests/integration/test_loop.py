@@ -5,6 +5,7 @@ dead letter without stopping the other cases, and the loop stops cleanly. Both d
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 from uuid import UUID
 
@@ -18,6 +19,7 @@ from core.domain.commands import ApprovePlan, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic
 from core.loop import InProcessLoop
+from core.loop_processes import requeue_dead_letter
 from core.messaging import inbox
 from core.messaging.consumer import Delivery
 from core.settings import Settings
@@ -157,3 +159,70 @@ def test_stop_waits_for_the_message_in_hand(app):
     stopper.join(10)
     assert not loop.running
     assert _count(app.engine, inbox_table, inbox_table.c.consumer == "slow") == 1
+
+
+def test_a_requeued_dead_letter_reaches_its_consumer_again(app):
+    with InProcessLoop(app, stages(app)) as loop:
+        intake = loop.consumers[0]
+        poison = open_case(app.cases, "poison")
+        assert loop.wait_for(lambda: len(inbox.dead_letters(app.engine)) == 1, 10)
+        [dead] = inbox.dead_letters(app.engine)
+
+        # Still broken: requeued, it dies again and is listed again, with its latest error.
+        assert requeue_dead_letter(app, dead["id"]).message_id == dead["message_id"]
+        assert loop.wait_for(lambda: len(inbox.dead_letters(app.engine)) == 1, 10)
+        [again] = inbox.dead_letters(app.engine)
+        assert (again["id"], again["requeued_at"]) == (dead["id"], None)
+
+        # Fixed: requeued, it takes effect and the case runs its life; the other consumers of
+        # the topic skip the message by their inbox.
+        intake.handle = _fixed(intake)
+        requeue_dead_letter(app, dead["id"])
+        assert loop.wait_for(lambda: _status(app, poison) == S.CLOSED, 30)
+        assert inbox.dead_letters(app.engine) == []
+
+
+def _fixed(stage: Stage):
+    def handle(delivery: Delivery) -> None:
+        payload = delivery.envelope.payload
+        stage.app.cases.transition(
+            TransitionCase(UUID(payload["case_id"]), E.START_ANALYSIS, actor="intake"),
+            delivery.idempotency_key, inbox_entry=delivery.inbox_entry).data()
+    return handle
+
+
+def test_the_relay_process_outlives_a_bus_outage(app):
+    """A Redis error is no database error: the relay's own retry does not know it; the relay
+    process must still go on once the bus is back, and stop cleanly."""
+    import io
+
+    import redis
+
+    from core.loop_processes import run_relay
+
+    class Flaky:
+        def __init__(self) -> None:
+            self.failures, self.published = 3, []
+
+        def publish(self, envelopes):
+            if self.failures:
+                self.failures -= 1
+                raise redis.ConnectionError("Redis is down")
+            self.published.extend(envelopes)
+
+    bus, stop, out = Flaky(), threading.Event(), io.StringIO()
+    open_case(app.cases)
+    relay = threading.Thread(target=run_relay, args=(app, bus, stop, out),
+                             kwargs={"progress_every_s": 0.05})
+    relay.start()
+    try:
+        deadline = time.monotonic() + 20
+        while "relay: 1 messages published" not in out.getvalue() and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        relay.join(10)
+    assert not relay.is_alive()
+    assert bus.failures == 0 and [e.topic for e in bus.published] == [Topic.CASE_OPENED]
+    assert "relay: 1 messages published" in out.getvalue()
