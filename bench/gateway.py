@@ -15,16 +15,14 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import redis
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine
 
-from core.adapters.database import make_engine
 from core.gateway import (
     CallStatus,
     Gateway,
@@ -34,7 +32,7 @@ from core.gateway import (
     args_hash,
     redis_client,
 )
-from core.migrate import upgrade_engine
+from core.migrate import scratch_schema
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -188,25 +186,6 @@ class FullPath:
 # -- set-up ------------------------------------------------------------------------------------
 
 
-@contextmanager
-def bench_schema(url: str) -> Iterator[Engine]:
-    """A migrated schema of the bench's own on PostgreSQL, dropped afterwards."""
-    schema = f"bench_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    sep = "&" if "?" in url else "?"
-    engine = make_engine(f"{url}{sep}options=-csearch_path%3D{schema}", pool_size=8)
-    try:
-        upgrade_engine(engine)
-        yield engine
-    finally:
-        engine.dispose()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
-
-
 def drop_keys(client: redis.Redis, prefix: str) -> None:
     keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
     for start in range(0, len(keys), 1000):
@@ -264,7 +243,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "measured_path": "redis_store",
         } | ratios(ping, first, replay, naive_first, naive_replay)
         if args.full:
-            with bench_schema(args.postgres_url) as engine:
+            with scratch_schema(args.postgres_url) as engine:
                 full = FullPath(client, prefix + "full:", engine)
                 full_first, full_replay = measure(
                     {"ours full first (+ledger)": full.first, "ours full replay": full.replay},

@@ -25,14 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from sqlalchemy import Engine, create_engine, insert, text
+from sqlalchemy import Engine, insert
 
-from core.adapters.database import make_engine
 from core.adapters.tables import outbox
 from core.messaging.bus import RedisStreamsBus
 from core.messaging.envelope import Envelope
 from core.messaging.relay import OutboxRelay
-from core.migrate import upgrade_engine
+from core.migrate import scratch_schema
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -46,24 +45,6 @@ def say(message: str) -> None:
 
 
 # -- the places: a fresh schema and a fresh stream prefix ------------------------------------
-
-
-@contextmanager
-def fresh_schema(url: str) -> Iterator[Engine]:
-    admin = create_engine(url, isolation_level="AUTOCOMMIT")
-    schema = f"bench_{uuid.uuid4().hex[:10]}"
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    sep = "&" if "?" in url else "?"
-    engine = make_engine(f"{url}{sep}options=-csearch_path%3D{schema}", pool_size=5)
-    try:
-        upgrade_engine(engine)
-        yield engine
-    finally:
-        engine.dispose()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
 
 
 @contextmanager
@@ -267,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                      "and 20,000 messages/s per latency run")
 
     client = redis.Redis.from_url(args.redis_url, socket_timeout=10)
-    with fresh_schema(args.postgres_url) as engine, fresh_prefix(client) as prefix:
+    with scratch_schema(args.postgres_url) as engine, fresh_prefix(client) as prefix:
         say(f"throughput: {args.messages} messages each, batches of {args.batch}, "
             f"{args.rounds} interleaved rounds")
         relay_tp, raw_tp = throughputs(engine, client, prefix, args.messages, args.batch,

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine
+from sqlalchemy import Engine, create_engine, text
 
-from core.adapters.database import normalize_url
+from core.adapters.database import make_engine, normalize_url
 
 
 def migrations_dir() -> Path:
@@ -52,3 +55,24 @@ def upgrade_engine(engine: Engine, revision: str = "head") -> None:
     with engine.begin() as conn:
         config.attributes["connection"] = conn
         command.upgrade(config, revision)
+
+
+@contextmanager
+def scratch_schema(url: str, *, prefix: str = "scratch", pool_size: int = 8) -> Iterator[Engine]:
+    """A migrated PostgreSQL schema of its own (tests, benchmarks), dropped afterwards."""
+    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(normalize_url(url), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+        sep = "&" if "?" in url else "?"
+        engine = make_engine(f"{url}{sep}options=-csearch_path%3D{schema}", pool_size=pool_size)
+        try:
+            upgrade_engine(engine)
+            yield engine
+        finally:
+            engine.dispose()
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+    finally:
+        admin.dispose()

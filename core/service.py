@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID, uuid4
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import IntegrityError
 
 from core.adapters import case_store as store
+from core.adapters.database import connection, transaction
 from core.domain.commands import (
     ApprovePlan,
     Fence,
@@ -43,7 +44,6 @@ from core.errors import (
     NotFound,
     OpsgateError,
     StaleFence,
-    Unavailable,
     VersionConflict,
     error_from_body,
 )
@@ -532,22 +532,8 @@ class CaseService:
 
     # -- connections ----------------------------------------------------------------------
 
-    @contextmanager
-    def _transaction(self) -> Iterator[Connection]:
-        with _outage_is_unavailable(), self.engine.begin() as conn:
-            yield conn
+    def _transaction(self) -> AbstractContextManager[Connection]:
+        return transaction(self.engine)
 
-    @contextmanager
-    def _connection(self) -> Iterator[Connection]:
-        with _outage_is_unavailable(), self.engine.connect() as conn:
-            yield conn
-
-
-@contextmanager
-def _outage_is_unavailable() -> Iterator[None]:
-    """Connection loss, lock time-outs and serialization failures are transient: never stored,
-    reported as ``Unavailable`` so the caller retries."""
-    try:
-        yield
-    except OperationalError as exc:
-        raise Unavailable("the database is unavailable right now; safe to retry") from exc
+    def _connection(self) -> AbstractContextManager[Connection]:
+        return connection(self.engine)

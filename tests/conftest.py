@@ -13,7 +13,7 @@ import redis
 from sqlalchemy import Engine, create_engine, text
 
 from core.adapters.database import make_engine
-from core.migrate import upgrade_engine
+from core.migrate import scratch_schema, upgrade_engine
 from core.service import CaseService
 
 POSTGRES_URL = os.environ.get("OPSGATE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -40,25 +40,11 @@ def postgres_admin() -> Iterator[Engine]:
     engine.dispose()
 
 
-def _schema_url(schema: str) -> str:
-    sep = "&" if "?" in POSTGRES_URL else "?"
-    return f"{POSTGRES_URL}{sep}options=-csearch_path%3D{schema}"
-
-
 @pytest.fixture
 def pg_engine(postgres_admin: Engine) -> Iterator[Engine]:
     """A fresh migrated schema on the local PostgreSQL, dropped after the test."""
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    with postgres_admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    engine = make_engine(_schema_url(schema), pool_size=20)
-    try:
-        upgrade_engine(engine)
+    with scratch_schema(POSTGRES_URL, prefix="t", pool_size=20) as engine:
         yield engine
-    finally:
-        engine.dispose()
-        with postgres_admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
 
 
 @pytest.fixture

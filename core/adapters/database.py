@@ -7,10 +7,15 @@ lock up front; that is SQLite's equivalent of locking the case row.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+from core.errors import Unavailable
 
 
 def normalize_url(url: str) -> str:
@@ -51,3 +56,27 @@ def _setup_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+@contextmanager
+def outage_is_unavailable(what: str = "the database") -> Iterator[None]:
+    """Connection loss, lock time-outs and serialization failures are transient: never stored,
+    raised as ``Unavailable`` so the caller retries."""
+    try:
+        yield
+    except (OperationalError, InterfaceError) as exc:
+        raise Unavailable(f"{what} is unavailable right now; nothing was written; retry") from exc
+
+
+@contextmanager
+def transaction(engine: Engine, what: str = "the database") -> Iterator[Connection]:
+    """One committed transaction, with outages raised as ``Unavailable``."""
+    with outage_is_unavailable(what), engine.begin() as conn:
+        yield conn
+
+
+@contextmanager
+def connection(engine: Engine, what: str = "the database") -> Iterator[Connection]:
+    """A connection for reads, with outages raised as ``Unavailable``."""
+    with outage_is_unavailable(what), engine.connect() as conn:
+        yield conn

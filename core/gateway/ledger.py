@@ -9,8 +9,8 @@ lease is a call that may have run without its result being stored: it is reporte
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -19,9 +19,9 @@ from typing import Any
 from sqlalchemy import Connection, Engine, RowMapping, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import InterfaceError, OperationalError
 
 from core.adapters import case_store
+from core.adapters.database import connection, transaction
 from core.adapters.tables import tool_call_ledger as ledger_table
 from core.errors import Unavailable
 from core.gateway.model import Outcome, ToolCall
@@ -231,15 +231,11 @@ class Ledger:
 
     # -- connections ----------------------------------------------------------------------
 
-    @contextmanager
-    def _transaction(self) -> Iterator[Connection]:
-        with _outage_is_unavailable(), self.engine.begin() as conn:
-            yield conn
+    def _transaction(self) -> AbstractContextManager[Connection]:
+        return transaction(self.engine, "the tool call ledger")
 
-    @contextmanager
-    def _connection(self) -> Iterator[Connection]:
-        with _outage_is_unavailable(), self.engine.connect() as conn:
-            yield conn
+    def _connection(self) -> AbstractContextManager[Connection]:
+        return connection(self.engine, "the tool call ledger")
 
 
 def _owner_is(owner: str | None) -> Any:
@@ -255,11 +251,3 @@ def _stale_fence(conn: Connection, intent: Intent) -> LedgerClaim | None:
     if latest is not None and intent.fence >= latest:
         return None
     return LedgerClaim("stale_fence", latest_fence=latest)
-
-
-@contextmanager
-def _outage_is_unavailable() -> Iterator[None]:
-    try:
-        yield
-    except (OperationalError, InterfaceError) as exc:
-        raise Unavailable("the tool call ledger is unavailable; nothing ran; retry") from exc

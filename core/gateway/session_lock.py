@@ -20,9 +20,9 @@ import redis
 from sqlalchemy import Connection, Engine, delete, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import InterfaceError, OperationalError
 
 from core.adapters import case_store
+from core.adapters.database import transaction
 from core.adapters.tables import session_lock as lock_table
 from core.domain.commands import Fence
 from core.errors import Unavailable
@@ -101,7 +101,7 @@ class RedisSessionLock:
         if not taken:
             return None
         try:
-            with _outage_is_unavailable(), self.engine.begin() as conn:
+            with transaction(self.engine, "the session lock") as conn:
                 token = case_store.issue_fence(conn, session_id)
         except Exception:
             self.release(SessionRun(session_id, owner, Fence(session_id, 0)))
@@ -128,7 +128,7 @@ class SqlSessionLock:
 
     def _try(self, session_id: str) -> SessionRun | None:
         owner, now = uuid.uuid4().hex, datetime.now(UTC)
-        with _outage_is_unavailable(), self.engine.begin() as conn:
+        with transaction(self.engine, "the session lock") as conn:
             if not self._take(conn, session_id, owner, now):
                 return None
             return SessionRun(session_id, owner,
@@ -157,19 +157,11 @@ class SqlSessionLock:
             .where(lock_table.c.session_id == run.session_id, lock_table.c.owner == run.owner)
             .values(lease_until=datetime.now(UTC) + self.lease)
         )
-        with _outage_is_unavailable(), self.engine.begin() as conn:
+        with transaction(self.engine, "the session lock") as conn:
             return conn.execute(statement).rowcount == 1
 
     def release(self, run: SessionRun) -> bool:
         statement = delete(lock_table).where(lock_table.c.session_id == run.session_id,
                                              lock_table.c.owner == run.owner)
-        with _outage_is_unavailable(), self.engine.begin() as conn:
+        with transaction(self.engine, "the session lock") as conn:
             return conn.execute(statement).rowcount == 1
-
-
-@contextmanager
-def _outage_is_unavailable() -> Iterator[None]:
-    try:
-        yield
-    except (OperationalError, InterfaceError) as exc:
-        raise Unavailable("the database is unavailable for the session lock") from exc
