@@ -6,12 +6,10 @@ there, and with no ``OPSGATE_*`` variable inherited from the caller.
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import sqlite3
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -22,20 +20,9 @@ from sqlalchemy import Engine, text
 
 from core.migrate import head_revision
 from tests.conftest import POSTGRES_URL
+from tests.e2e.loop_support import clean_env, command
 
-OPSGATE = Path(sys.executable).with_name("opsgate")
 STARTUP_DEADLINE_S = 90.0
-
-
-def command(*args: str) -> list[str]:
-    if OPSGATE.exists():
-        return [str(OPSGATE), *args]
-    return [sys.executable, "-m", "core.cli", *args]
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {name: value for name, value in os.environ.items() if not name.startswith("OPSGATE_")}
-    return {**env, **extra}
 
 
 def opsgate(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
