@@ -31,7 +31,8 @@ class Analyst:
 
     def handle(self, delivery: Delivery) -> None:
         payload = delivery.envelope.payload
-        run = current_run(self.cases, self.name, payload, CaseStatus.ANALYZING)
+        run = current_run(self.cases, self.name, payload, CaseStatus.ANALYZING,
+                          with_plan=False)
         if run is None:
             return
         cmd = TransitionCase(run.case_id, CaseEvent.ANALYSIS_DONE, actor=self.name,

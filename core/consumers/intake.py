@@ -28,7 +28,8 @@ class Intake:
 
     def handle(self, delivery: Delivery) -> None:
         payload = delivery.envelope.payload
-        run = current_run(self.cases, self.name, payload, CaseStatus.NEW)
+        run = current_run(self.cases, self.name, payload, CaseStatus.NEW,
+                          with_plan=False)
         if run is None:
             return
         cmd = TransitionCase(run.case_id, CaseEvent.START_ANALYSIS, actor=self.name,

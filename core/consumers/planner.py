@@ -63,11 +63,11 @@ class Planner:
 
     def handle(self, delivery: Delivery) -> None:
         payload = delivery.envelope.payload
-        run = current_run(self.cases, self.name, payload, CaseStatus.PLANNING)
+        run = current_run(self.cases, self.name, payload, CaseStatus.PLANNING,
+                          with_plan=False)
         if run is None:
             return
-        case = self.cases.get_case(run.case_id)
-        template = choose_template(case["title"])
+        template = choose_template(run.case["title"])
         plan = load_template(template)
         correlation_id = payload.get("correlation_id")
         problems = plan_problems(plan)

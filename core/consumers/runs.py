@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
@@ -25,7 +25,8 @@ class PlanRun:
     case_id: UUID
     version: int
     plan_hash: str | None
-    plan: dict[str, Any] | None  # None: the plan the command names is not stored
+    plan: dict[str, Any] | None  # None: the plan the command names is not stored (or not read)
+    case: dict[str, Any] = field(default_factory=dict)  # the case as read for the stale check
 
     @property
     def key(self) -> str:
@@ -38,9 +39,10 @@ class PlanRun:
 
 
 def current_run(cases: CaseService, consumer: str, payload: Mapping[str, Any],
-                expected: CaseStatus) -> PlanRun | None:
+                expected: CaseStatus, *, with_plan: bool = True) -> PlanRun | None:
     """The run the command asks for, or None when it is stale: the case is gone, not in
-    ``expected`` or no longer at the payload's version (someone moved it on)."""
+    ``expected`` or no longer at the payload's version (someone moved it on). Consumers that
+    never use the plan pass ``with_plan=False`` and save its read."""
     case_id, version = UUID(str(payload["case_id"])), int(payload["version"])
     try:
         case = cases.get_case(case_id)
@@ -51,8 +53,8 @@ def current_run(cases: CaseService, consumer: str, payload: Mapping[str, Any],
         log.info("%s: stale command for case %s (wants %s v%d, case is %s v%d)", consumer,
                  case_id, expected, version, case["status"], case["version"])
         return None
-    digest = payload.get("plan_hash")
-    found = cases.proposed_plan(case_id, None if digest is None else str(digest))
+    digest = None if payload.get("plan_hash") is None else str(payload["plan_hash"])
+    found = cases.proposed_plan(case_id, digest) if with_plan else None
     if found is None:
-        return PlanRun(consumer, case_id, version, None if digest is None else str(digest), None)
-    return PlanRun(consumer, case_id, version, str(found["plan_hash"]), found["plan"])
+        return PlanRun(consumer, case_id, version, digest, None, case)
+    return PlanRun(consumer, case_id, version, str(found["plan_hash"]), found["plan"], case)
