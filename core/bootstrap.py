@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 
@@ -12,6 +14,26 @@ from core.domain.policy import ApprovalPolicy, GroupMembers
 from core.gateway import Gateway, build_gateway
 from core.service import CaseService
 from core.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from core.messaging.consumer import Consumer
+
+ConsumerFactory = Callable[["App"], "Consumer"]
+RouteMount = Callable[["App", "FastAPI"], None]
+
+
+@dataclass(frozen=True)
+class Extensions:
+    """What the outer layers (``agent/``, ``bot/``) plug into every opsgate process; the core
+    never imports them. ``consumers`` replaces core consumers by name (the agent plans instead
+    of the template planner); ``routes`` mount HTTP routes on the API (Slack events);
+    ``chat`` builds the sink the notifier posts through (Slack instead of memory)."""
+
+    consumers: Mapping[str, ConsumerFactory] = field(default_factory=dict)
+    routes: tuple[RouteMount, ...] = ()
+    chat: Callable[[App], ChatSink] | None = None
 
 
 @dataclass
@@ -24,6 +46,7 @@ class App:
     gateway: Gateway
     policy: ApprovalPolicy = field(default_factory=ApprovalPolicy)
     chat: ChatSink = field(default_factory=RecordingSink)  # the notifier posts here
+    extensions: Extensions = field(default_factory=Extensions)
 
     def close(self) -> None:
         self.gateway.close()
@@ -42,12 +65,18 @@ def policy_from_settings(settings: Settings,
 
 
 def bootstrap(settings: Settings | None = None, *, engine: Engine | None = None,
-              members: GroupMembers | None = None, chat: ChatSink | None = None) -> App:
-    """Wire opsgate from ``settings`` (the environment by default)."""
+              members: GroupMembers | None = None, chat: ChatSink | None = None,
+              extensions: Extensions | None = None) -> App:
+    """Wire opsgate from ``settings`` (the environment by default), with what ``extensions``
+    plug in; an explicit ``chat`` wins over the extensions' sink."""
+    extensions = extensions or Extensions()
     settings = settings or load_settings()
     engine = engine or make_engine(settings.database_url, pool_size=settings.db_pool_size)
     policy = policy_from_settings(settings, members)
-    return App(settings=settings, engine=engine,
-               cases=CaseService(engine, tenant=settings.tenant, policy=policy),
-               gateway=build_gateway(settings, engine), policy=policy,
-               chat=chat or RecordingSink())
+    app = App(settings=settings, engine=engine,
+              cases=CaseService(engine, tenant=settings.tenant, policy=policy),
+              gateway=build_gateway(settings, engine), policy=policy,
+              chat=chat or RecordingSink(), extensions=extensions)
+    if chat is None and extensions.chat is not None:
+        app.chat = extensions.chat(app)
+    return app

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-    from core.bootstrap import App
+    from core.bootstrap import App, Extensions
     from core.loop import InProcessLoop
     from core.messaging.bus import RedisStreamsBus
     from core.messaging.envelope import Envelope
@@ -154,7 +154,7 @@ def _run_serve(args: argparse.Namespace) -> int:
     from core.bootstrap import bootstrap
 
     settings = _settings(args)
-    app = bootstrap(settings, engine=_engine(settings))
+    app = bootstrap(settings, engine=_engine(settings), extensions=args.extensions)
     loop = None
     try:
         _require_schema(settings, app.engine)
@@ -200,7 +200,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     from core.demo import DemoFailed, run_demo
 
     settings = _settings(args)
-    app = bootstrap(settings, engine=_engine(settings))
+    app = bootstrap(settings, engine=_engine(settings), extensions=args.extensions)
     try:
         _require_schema(settings, app.engine)
         run_demo(app, sys.stdout)
@@ -224,7 +224,7 @@ def _production_app(args: argparse.Namespace, what: str) -> App:
         raise CliError(f"{what} needs OPSGATE_REDIS_URL (Redis Streams carry the messages "
                        "between processes); without Redis the loop runs in-process inside "
                        "`opsgate serve`")
-    app = bootstrap(settings, engine=_engine(settings))
+    app = bootstrap(settings, engine=_engine(settings), extensions=args.extensions)
     try:
         _require_schema(settings, app.engine)
     except BaseException:
@@ -337,7 +337,7 @@ def _run_outbox(args: argparse.Namespace) -> int:
     from core.bootstrap import bootstrap
 
     settings = _settings(args)
-    app = bootstrap(settings, engine=_engine(settings))
+    app = bootstrap(settings, engine=_engine(settings), extensions=args.extensions)
     try:
         _require_schema(settings, app.engine)
         if args.requeue is not None:
@@ -469,9 +469,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``opsgate`` console script; returns the exit code."""
+def main(argv: Sequence[str] | None = None, extensions: Extensions | None = None) -> int:
+    """Run one ``opsgate`` subcommand with what ``extensions`` plug in (the console script
+    passes the agent's and the bot's); returns the exit code."""
     args = build_parser().parse_args(argv)
+    args.extensions = extensions
 
     from sqlalchemy.exc import SQLAlchemyError
 

@@ -25,6 +25,8 @@ def create_api(app: App) -> FastAPI:
     for routes in (cases.router, plans.router, health.router):
         api.include_router(routes)
     api.state.opsgate = app  # what the endpoints' dependencies read (core.api.deps.opsgate)
+    for mount in app.extensions.routes:  # what the outer layers serve (Slack events, …)
+        mount(app, api)
     return api
 
 

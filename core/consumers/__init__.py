@@ -4,6 +4,7 @@ one list every loop (in-process or ``opsgate consume``) runs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -16,7 +17,8 @@ CONSUMER_NAMES = ("intake", "analyst", "planner", "gatekeeper", "executor", "ver
 
 
 def build_consumers(app: App) -> list[Consumer]:
-    """One instance of every consumer, wired to ``app``."""
+    """One instance of every consumer, wired to ``app``; a consumer the app's extensions
+    provide under the same name (the agent's planner) replaces the core one."""
     # Imported here: the consumers import the composition root, which must not import them.
     from core.consumers.analyst import Analyst
     from core.consumers.executor import Executor
@@ -26,6 +28,8 @@ def build_consumers(app: App) -> list[Consumer]:
     from core.consumers.planner import Planner
     from core.consumers.verifier import Verifier
 
-    consumers: list[Consumer] = [Intake(app), Analyst(app), Planner(app), Gatekeeper(app),
-                                 Executor(app), Verifier(app), Notifier(app)]
-    return consumers
+    core: dict[str, Callable[[App], Consumer]] = {
+        "intake": Intake, "analyst": Analyst, "planner": Planner, "gatekeeper": Gatekeeper,
+        "executor": Executor, "verifier": Verifier, "notifier": Notifier}
+    factories = {**core, **app.extensions.consumers}
+    return [factories[name](app) for name in CONSUMER_NAMES]

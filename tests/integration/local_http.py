@@ -37,6 +37,7 @@ class LocalServer:
     def __init__(self, routes: dict[str, Route | Reply]) -> None:
         self.routes = routes
         self.seen: list[Seen] = []
+        self.truncated = 0  # requests whose sender died before its body arrived: never acted on
         self._lock = threading.Lock()
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._http.daemon_threads = True
@@ -60,9 +61,16 @@ def _handler_for(server: LocalServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def _answer(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length)
+            if len(body) < length:
+                # The client was killed mid-request (chaos tests do that): like any real
+                # server, do not act on half a request, and do not count it as received.
+                server.truncated += 1
+                self.close_connection = True
+                return
             parts = urlsplit(self.path)
             seen = Seen(self.command, parts.path, parse_qs(parts.query),
-                        {k.lower(): v for k, v in self.headers.items()}, self.rfile.read(length))
+                        {k.lower(): v for k, v in self.headers.items()}, body)
             reply = server.record(seen)
             time.sleep(reply.delay_s)
             self.send_response(reply.status)
