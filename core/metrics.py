@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Histogram
 
 OUTBOX_PUBLISH = Counter(
     "outbox_publish_total", "Outbox rows handed to the bus.", ["topic", "status"]
@@ -12,4 +12,29 @@ INBOX_DEDUP = Counter(
 )
 DEAD_LETTERS = Counter(
     "dead_letter_total", "Messages a consumer gave up on after its retries.", ["consumer", "topic"]
+)
+CASE_TRANSITIONS = Counter(
+    "case_transition_total",
+    "Committed case transitions (an open is from=NONE).",
+    ["from", "to", "event"],
+)
+CONFLICTS = Counter(
+    "conflict_total",
+    "Refused case writes by HTTP status: 409 illegal, 412 version/fence, 422 guard/key reuse.",
+    ["reason"],
+)
+_STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+ADAPTER_STEP_SECONDS = Histogram(
+    "adapter_step_latency_seconds",
+    "Wall time of one plan step through its adapter.",
+    ["action"],
+    buckets=_STEP_BUCKETS,
+)
+VERIFY_SECONDS = Histogram(
+    "verify_latency_seconds", "Wall time of one verification of a case.", buckets=_STEP_BUCKETS
+)
+SLACK_ACK_SECONDS = Histogram(
+    "slack_ack_seconds",
+    "Time from receiving a Slack request to its ack (Slack wants it under 3 s).",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0),
 )
