@@ -6,7 +6,7 @@ so they never print.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -105,6 +105,27 @@ class Settings(BaseSettings):
     consumer_max_attempts: int = Field(
         default=4, ge=1, le=20,
         description="Attempts of a consumer on one message before it becomes a dead letter.",
+    )
+    # Evidence: the analyst and the librarian (docs/evidence.md).
+    series_dir: str | None = Field(
+        default=None,
+        description="Folder of recorded metric series (<metric>.json) the analyst reads when "
+        "OPSGATE_PROMETHEUS_URL is unset. Both unset: the analyst reads no metrics.",
+    )
+    analysis_before_s: int = Field(
+        default=3600, ge=300, le=7 * 86400,
+        description="Baseline window the analyst reads before the incident start.",
+    )
+    analysis_after_s: int = Field(
+        default=1800, ge=60, le=86400,
+        description="Window the analyst reads from the incident start on.",
+    )
+    analysis_step_s: int = Field(default=60, ge=1, le=3600,
+                                 description="Resolution of query_range.")
+    metric_catalog: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Extra or replaced analyst metrics (JSON): name → {\"query\", \"kind\": "
+        "\"level\"|\"ratio\", \"words\": [...]}; see docs/evidence.md.",
     )
 
 
