@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -105,6 +105,32 @@ class Settings(BaseSettings):
     consumer_max_attempts: int = Field(
         default=4, ge=1, le=20,
         description="Attempts of a consumer on one message before it becomes a dead letter.",
+    )
+    # The agent (docs/agent.md). No model and no key: the offline planner model.
+    model: str | None = Field(
+        default=None,
+        description="Chat model the agent asks (OPSGATE_MODEL), e.g. 'gpt-4o-mini' or a local "
+        "model's name. Unset, or no OPENAI_API_KEY: the offline planner model.",
+    )
+    openai_api_key: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("openai_api_key", "OPENAI_API_KEY"),
+        description="Key for OpenAI or an OpenAI-compatible server (OPENAI_API_KEY).",
+    )
+    openai_base_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("openai_base_url", "OPENAI_BASE_URL"),
+        description="OpenAI-compatible endpoint (OPENAI_BASE_URL), e.g. vLLM, Ollama, llama.cpp.",
+    )
+    model_timeout_s: float = Field(
+        default=30.0, gt=0, le=600, description="Timeout of one model request (per attempt)."
+    )
+    model_max_retries: int = Field(
+        default=1, ge=0, le=5, description="Retries of a model request that failed or timed out."
+    )
+    agent_max_model_calls: int = Field(
+        default=12, ge=1, le=100, description="Model calls one agent run may make at most."
+    )
+    runbooks_dir: str = Field(
+        default="docs/runbooks", description="Folder of Markdown runbooks search_runbooks reads."
     )
     # Evidence: the analyst and the librarian (docs/evidence.md).
     series_dir: str | None = Field(
