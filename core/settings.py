@@ -153,6 +153,32 @@ class Settings(BaseSettings):
         description="Extra or replaced analyst metrics (JSON): name → {\"query\", \"kind\": "
         "\"level\"|\"ratio\", \"words\": [...]}; see docs/evidence.md.",
     )
+    # The Slack front end (docs/slack.md). No bot token: Slack is off.
+    slack_bot_token: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("slack_bot_token", "SLACK_BOT_TOKEN"),
+        description="Bot token (xoxb-…) the bot calls the Web API with (SLACK_BOT_TOKEN).",
+    )
+    slack_signing_secret: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("slack_signing_secret", "SLACK_SIGNING_SECRET"),
+        description="Signing secret that verifies Slack's HTTP requests (SLACK_SIGNING_SECRET).",
+    )
+    slack_app_token: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("slack_app_token", "SLACK_APP_TOKEN"),
+        description="App-level token (xapp-…) for `opsgate serve --socket-mode` (SLACK_APP_TOKEN).",
+    )
+    slack_api_url: str = Field(
+        default="https://slack.com/api/",
+        description="Base URL of Slack's Web API, ending in '/' (a local sandbox or test server).",
+    )
+    incident_channel: str | None = Field(
+        default=None,
+        description="Channel id where cases opened outside Slack (REST, alerts) get their thread.",
+    )
+    slack_workers: int = Field(
+        default=16, ge=1, le=512,
+        description="Threads that run the slow part of Slack requests (the agent) after the ack.",
+    )
 
 
 def load_settings() -> Settings:
