@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from prometheus_client import Counter, Histogram
+
+from core.gateway.metrics import REPLAYS  # idempotent_replay_total: gateway and case service
 
 OUTBOX_PUBLISH = Counter(
     "outbox_publish_total", "Outbox rows handed to the bus.", ["topic", "status"]
@@ -38,3 +43,22 @@ SLACK_ACK_SECONDS = Histogram(
     "Time from receiving a Slack request to its ack (Slack wants it under 3 s).",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0),
 )
+
+_CONFLICT_STATUSES = frozenset({409, 412, 422})
+
+
+def count_write(status: int, replayed: bool, timeline: Mapping[str, Any] | None) -> None:
+    """Count one committed case-service write: a replay, a refusal (409/412/422) or, when its
+    timeline row records an accepted move or an open, the transition."""
+    if replayed:
+        REPLAYS.inc()
+        return
+    if status in _CONFLICT_STATUSES:
+        CONFLICTS.labels(reason=str(status)).inc()
+    if timeline is None:
+        return
+    meta = timeline.get("meta") or {}
+    if meta.get("outcome") in ("accepted", "opened"):
+        CASE_TRANSITIONS.labels(**{"from": str(meta.get("from") or "NONE"),
+                                   "to": str(meta.get("to")),
+                                   "event": str(timeline.get("event"))}).inc()

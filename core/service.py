@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -49,6 +50,10 @@ from core.errors import (
 )
 from core.gate import approval_state, decision_row, recorded_approvals, waited_plan
 from core.messaging import inbox
+from core.metrics import count_write
+from core.tracing import current as current_correlation_id
+
+log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
 Row = Mapping[Any, Any]
@@ -58,6 +63,12 @@ Work = Callable[[Connection, Row | None, store.Writes], dict[str, Any]]
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def correlation_of(given: str | None) -> str:
+    """The correlation id a write records: the caller's, else the one bound to the work in
+    hand (the REST request, the message a consumer handles), else a new one."""
+    return given or current_correlation_id() or uuid4().hex
 
 
 @dataclass(frozen=True)
@@ -90,6 +101,15 @@ class Reply:
 
 def fingerprint(intent: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_json(intent).encode("utf-8")).hexdigest()
+
+
+def _log_written(timeline: Mapping[str, Any], status: int) -> None:
+    meta = timeline.get("meta") or {}
+    log.info("case %s %s (%s): %s -> %s", timeline["case_id"], timeline["event"],
+             meta.get("outcome"), meta.get("from"), meta.get("to"),
+             extra={"case_id": str(timeline["case_id"]), "event": timeline["event"],
+                    "outcome": meta.get("outcome"), "status": status,
+                    "version": meta.get("version")})
 
 
 def case_view(row: Mapping[Any, Any]) -> dict[str, Any]:
@@ -245,10 +265,15 @@ class CaseService:
         for attempt in (1, 2):
             try:
                 with self._transaction() as conn:
-                    reply = self._once(conn, key, digest, case_id, work, fence, created)
+                    reply, writes = self._once(conn, key, digest, case_id, work, fence,
+                                               created)
                     if inbox_entry is not None:
                         inbox.mark(conn, *inbox_entry)
-                    return reply
+                timeline = None if writes is None else writes.timeline
+                count_write(reply.status, reply.replayed, timeline)
+                if timeline is not None:
+                    _log_written(timeline, reply.status)
+                return reply
             except IntegrityError:
                 if attempt == 2:
                     raise
@@ -263,7 +288,8 @@ class CaseService:
         work: Work,
         fence: Fence | None,
         created: bool,
-    ) -> Reply:
+    ) -> tuple[Reply, store.Writes | None]:
+        """The reply, and the writes it committed (None: a replay or refusal wrote nothing)."""
         case: Row | None = None
         prior: Row | None = None
         if case_id is None:
@@ -271,11 +297,11 @@ class CaseService:
         else:
             case, prior = store.lock_case_and_recall(conn, case_id, key)
             if case is None:
-                return Reply.of_error(NotFound(f"no case {case_id}", case_id=str(case_id)))
+                return Reply.of_error(NotFound(f"no case {case_id}", case_id=str(case_id))), None
         if prior is not None:
-            return self._replay(prior, digest, key)
+            return self._replay(prior, digest, key), None
         if fence is not None and (stale := self._stale(conn, fence)) is not None:
-            return Reply.of_error(stale)
+            return Reply.of_error(stale), None
         writes = store.Writes()
         try:
             reply = Reply.of_data(work(conn, case, writes), status=201 if created else 200)
@@ -285,7 +311,7 @@ class CaseService:
         writes.reply = {"key": key, "fingerprint": digest, "status": reply.status,
                         "body": reply.body}
         store.write(conn, writes)
-        return reply
+        return reply, writes
 
     @staticmethod
     def _replay(prior: Row, digest: str, key: str) -> Reply:
@@ -308,7 +334,7 @@ class CaseService:
 
     def _open(self, cmd: OpenCase, writes: store.Writes) -> dict[str, Any]:
         case_id, now = uuid4(), self.clock()
-        correlation_id = cmd.correlation_id or uuid4().hex
+        correlation_id = correlation_of(cmd.correlation_id)
         row = {"id": case_id, "tenant": cmd.tenant or self.tenant, "title": cmd.title,
                "severity": cmd.severity, "status": str(INITIAL_STATUS), "version": 0,
                "created_at": now, "updated_at": now}
@@ -327,7 +353,7 @@ class CaseService:
         if cmd.event in CaseEvent.__members__.values():
             raise _Refusal(GuardFailed(f"{cmd.event} is an FSM event: move the case instead",
                                        problems=[f"event: {cmd.event}"]))
-        correlation_id = cmd.correlation_id or uuid4().hex
+        correlation_id = correlation_of(cmd.correlation_id)
         meta = {"outcome": "note", "from": case["status"], "to": case["status"],
                 "version": case["version"], **({"context": cmd.meta} if cmd.meta else {})}
         writes.timeline = {"case_id": cmd.case_id, "event": cmd.event, "actor": cmd.actor,
@@ -352,7 +378,7 @@ class CaseService:
         if isinstance(decision, Refused):
             raise _Refusal(IllegalTransition(decision.reason, status=str(status),
                                              event=str(cmd.event)))
-        now, correlation_id = self.clock(), cmd.correlation_id or uuid4().hex
+        now, correlation_id = self.clock(), correlation_of(cmd.correlation_id)
         try:
             digest = self._guard(conn, cmd, version + 1, writes)
         except GuardFailed as refused:
@@ -515,7 +541,7 @@ class CaseService:
                 "to": case["status"] if outcome == "note" else None,
                 "version": case["version"], **extra}
         return {"case_id": case["id"], "event": event, "actor": actor, "reason": reason,
-                "correlation_id": correlation_id or uuid4().hex, "meta": meta,
+                "correlation_id": correlation_of(correlation_id), "meta": meta,
                 "created_at": self.clock()}
 
     @staticmethod

@@ -68,6 +68,7 @@ case_timeline = Table(
     Column("meta", Json, nullable=False),
     _now(),
     Index("ix_case_timeline_case_id", "case_id", "id"),
+    Index("ix_case_timeline_correlation_id", "correlation_id"),  # migration 0005
 )
 
 outbox = Table(
@@ -146,8 +147,10 @@ tool_call_ledger = Table(
     _now(),
     Column("started_at", DateTime(timezone=True)),
     Column("finished_at", DateTime(timezone=True)),
+    Column("correlation_id", String(128)),  # migration 0005: what `opsgate trace` follows
     Index("ix_tool_call_ledger_state", "state", "lease_until"),
     Index("ix_tool_call_ledger_session_id", "session_id"),
+    Index("ix_tool_call_ledger_correlation_id", "correlation_id"),
 )
 
 session_lock = Table(
@@ -180,4 +183,16 @@ dead_letter = Table(
     _now(),
     Column("requeued_at", DateTime(timezone=True)),
     Index("ix_dead_letter_consumer", "consumer", "message_id", unique=True),
+)
+
+alert_group = Table(  # migration 0005: one row per Alertmanager group, with the case it opened
+    "alert_group",
+    metadata,
+    Column("group_key_hash", String(64), primary_key=True),
+    Column("group_key", Text, nullable=False),
+    Column("receiver", String(200), nullable=False),
+    Column("title", String(200), nullable=False),
+    Column("severity", String(16), nullable=False),
+    Column("case_id", Uuid(), ForeignKey("ops_case.id")),
+    _now(),
 )

@@ -17,6 +17,7 @@ from core.errors import Unavailable
 from core.executor.adapters import Adapter, StepContext, StepRefused
 from core.executor.capture import truncate
 from core.gateway import BusinessRefusal, CallResult, CallStatus, Gateway, ToolCall
+from core.metrics import ADAPTER_STEP_SECONDS
 from core.service import CaseService
 
 STEP_RESULT_TOPIC = Topic.EXEC_STEP_RESULT
@@ -131,6 +132,9 @@ class StepRunner:
                 outcome = adapter.run(params, ctx)
             except StepRefused as no:
                 raise BusinessRefusal(no.message, code=no.code, **no.details) from no
+            finally:
+                ADAPTER_STEP_SECONDS.labels(action=step.action).observe(
+                    time.monotonic() - started)
             # Measured here so the stored result carries it: a replay notes the same duration.
             return {**outcome.as_dict(), "duration_s": round(time.monotonic() - started, 3)}
         return execute

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ from core.executor.allowlists import UrlAllowList
 from core.executor.evidence import MetricSource, evaluate, source_from_settings
 from core.gateway import CallStatus, ToolCall
 from core.messaging.consumer import Delivery
+from core.metrics import VERIFY_SECONDS
 
 if TYPE_CHECKING:
     from core.bootstrap import App
@@ -86,8 +88,12 @@ class Verifier:
         return dict(result.result)
 
     def _evaluate(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        outcome = evaluate(args.get("verify"), self.source, self.allowlist,
-                           timeout_s=CHECK_TIMEOUT_S)
+        started = time.monotonic()
+        try:
+            outcome = evaluate(args.get("verify"), self.source, self.allowlist,
+                               timeout_s=CHECK_TIMEOUT_S)
+        finally:
+            VERIFY_SECONDS.observe(time.monotonic() - started)
         return _observation(outcome.passed, outcome.reason, outcome.observed)
 
 

@@ -25,6 +25,7 @@ from core.adapters.database import connection, transaction
 from core.adapters.tables import tool_call_ledger as ledger_table
 from core.errors import Unavailable
 from core.gateway.model import Outcome, ToolCall
+from core.tracing import current as current_correlation_id
 
 Clock = Callable[[], datetime]
 
@@ -196,6 +197,7 @@ class Ledger:
             actor=call.actor, session_id=call.session_id, fence=intent.fence,
             state=str(LedgerState.IN_PROGRESS), owner=intent.owner,
             lease_until=now + timedelta(seconds=intent.lease_s), attempts=1, started_at=now,
+            correlation_id=current_correlation_id(),
         ).on_conflict_do_nothing(index_elements=[ledger_table.c.key])
         return conn.execute(statement.returning(ledger_table.c.key)).first() is not None
 
@@ -210,7 +212,8 @@ class Ledger:
                     lease_until=now + timedelta(seconds=intent.lease_s), fence=intent.fence,
                     actor=intent.call.actor, session_id=intent.call.session_id,
                     attempts=ledger_table.c.attempts + 1, started_at=now, finished_at=None,
-                    result=None, error=None)
+                    result=None, error=None,
+                    correlation_id=current_correlation_id() or row.get("correlation_id"))
         )
         if conn.execute(statement).rowcount != 1:
             raise _Raced

@@ -15,6 +15,7 @@ from sqlalchemy import Engine
 from core.messaging import inbox
 from core.messaging.envelope import Envelope
 from core.metrics import DEAD_LETTERS, INBOX_DEDUP
+from core.tracing import bound
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,13 @@ class ConsumerRunner:
         self.deliver(envelope)
 
     def deliver(self, envelope: Envelope) -> str:
-        """Handle ``envelope``; returns "done", "duplicate" or "dead"."""
+        """Handle ``envelope``; returns "done", "duplicate" or "dead". The message's correlation
+        id is bound meanwhile, so the consumer's writes and gateway calls carry it on."""
+        correlation_id = envelope.payload.get("correlation_id")
+        with bound(str(correlation_id) if correlation_id else None):
+            return self._deliver(envelope)
+
+    def _deliver(self, envelope: Envelope) -> str:
         name = self.consumer.name
         with self.engine.connect() as conn:
             if inbox.seen(conn, name, envelope.message_id):
@@ -78,6 +85,7 @@ class ConsumerRunner:
                 continue
             with self.engine.begin() as conn:
                 inbox.mark(conn, name, envelope.message_id)
+            log.debug("%s handled message %s (%s)", name, envelope.message_id, envelope.topic)
             return "done"
         with self.engine.begin() as conn:
             inbox.bury(conn, name, envelope, error, self.max_attempts)
