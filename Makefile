@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help install demo test lint typecheck unit services bench clean
+.PHONY: help install demo test lint typecheck unit services browser bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -25,6 +25,9 @@ services: ## start the local PostgreSQL and Redis if they are down
 	@pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start || true
 	@redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 || redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no || true
 
+browser: ## Chromium for the browser tests (Debian's package; Playwright never downloads one)
+	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+
 lint: install ## ruff
 	$(BIN)/ruff check .
 
@@ -34,7 +37,7 @@ typecheck: install ## mypy --strict on the packages
 unit: install ## the fast tests only
 	$(BIN)/pytest -q tests/unit
 
-test: install services lint typecheck ## install, lint, type-check and run every test
+test: install services browser lint typecheck ## install, lint, type-check and run every test
 	$(BIN)/pytest -q
 
 bench: install services ## run the benchmarks (PostgreSQL, Redis)
