@@ -179,6 +179,25 @@ class Settings(BaseSettings):
         default=16, ge=1, le=512,
         description="Threads that run the slow part of Slack requests (the agent) after the ack.",
     )
+    # Operations (docs/operations.md): logs, readiness, alert intake, reconciliation.
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="Log lines for people (text) or one JSON object a line for log pipelines.",
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO")
+    ready_max_relay_lag_s: float = Field(
+        default=60.0, gt=0,
+        description="/readyz answers 503 while the oldest unpublished outbox row is older.",
+    )
+    alert_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token Alertmanager sends to POST /alerts/alertmanager. Unset: the "
+        "endpoint refuses every request.",
+    )
+    reconcile_outbox_lag_s: float = Field(
+        default=300.0, gt=0,
+        description="`opsgate reconcile` reports outbox rows unpublished for longer than this.",
+    )
 
 
 def load_settings() -> Settings:
