@@ -194,5 +194,6 @@ alert_group = Table(  # migration 0005: one row per Alertmanager group, with the
     Column("title", String(200), nullable=False),
     Column("severity", String(16), nullable=False),
     Column("case_id", Uuid(), ForeignKey("ops_case.id")),
+    Column("pending", Json, nullable=False),  # resolutions seen before the case was opened
     _now(),
 )

@@ -7,9 +7,10 @@ from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import FastAPI
 
-from core.api import cases, health, plans
+from core.api import alerts, cases, health, ops, plans
 from core.api.failures import install_error_handlers
 from core.api.limits import MAX_BODY_BYTES, BodyLimit
+from core.api.ops_correlation import CorrelationId
 from core.bootstrap import App
 
 DESCRIPTION = """The case service over HTTP. Every write needs an `Idempotency-Key` header and,
@@ -22,7 +23,8 @@ def create_api(app: App) -> FastAPI:
     api = FastAPI(title="opsgate", version=_version(), description=DESCRIPTION, redoc_url=None)
     install_error_handlers(api)
     api.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
-    for routes in (cases.router, plans.router, health.router):
+    api.add_middleware(CorrelationId)  # outermost: even a refused body's reply names its id
+    for routes in (cases.router, plans.router, health.router, ops.router, alerts.router):
         api.include_router(routes)
     api.state.opsgate = app  # what the endpoints' dependencies read (core.api.deps.opsgate)
     for mount in app.extensions.routes:  # what the outer layers serve (Slack events, …)

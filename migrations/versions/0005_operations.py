@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects import postgresql
 
 revision = "0005"
 down_revision = "0004"
 branch_labels = None
 depends_on = None
+
+JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 
 
 def upgrade() -> None:
@@ -31,6 +34,8 @@ def upgrade() -> None:
         sa.Column("severity", sa.String(length=16), nullable=False),
         sa.Column("case_id", sa.Uuid(), sa.ForeignKey("ops_case.id",
                   name=op.f("fk_alert_group_case_id_ops_case")), nullable=True),
+        # Resolutions that arrived before the group's case was opened (out-of-order delivery).
+        sa.Column("pending", JSON, nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.func.now(),
                   nullable=False),
         sa.PrimaryKeyConstraint("group_key_hash", name=op.f("pk_alert_group")),

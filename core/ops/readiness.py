@@ -1,0 +1,86 @@
+"""Readiness of one opsgate process: the database answers, Redis answers when configured, the
+bus is reachable, and the relay keeps up (the oldest unpublished outbox row is younger than
+``OPSGATE_READY_MAX_RELAY_LAG_S``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import redis
+from sqlalchemy import Engine, func, select, text
+from sqlalchemy.exc import SQLAlchemyError
+
+from core.adapters.case_store import as_utc
+from core.adapters.tables import outbox
+
+if TYPE_CHECKING:
+    from core.bootstrap import App
+
+PROBE_TIMEOUT_S = 1.0
+
+Check = dict[str, Any]
+
+
+def readiness(app: App, now: datetime | None = None) -> dict[str, Any]:
+    """``{"status": "ready" | "not_ready", "checks": {name: {"ok": bool, …}}}``."""
+    database = check_database(app.engine)
+    checks: dict[str, Check] = {"database": database}
+    checks["redis"] = check_redis(app.settings.redis_url)
+    checks["bus"] = ({"ok": checks["redis"]["ok"], "kind": "redis-streams"}
+                     if app.settings.redis_url else {"ok": True, "kind": "in-process"})
+    if database["ok"]:
+        checks["relay_lag"] = check_relay_lag(app.engine, app.settings.ready_max_relay_lag_s,
+                                              now or datetime.now(UTC))
+    else:
+        checks["relay_lag"] = {"ok": False, "error": "the database is unreachable"}
+    ready = all(check["ok"] for check in checks.values())
+    return {"status": "ready" if ready else "not_ready", "checks": checks}
+
+
+def check_database(engine: Engine) -> Check:
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except SQLAlchemyError as exc:
+        return {"ok": False, "dialect": engine.dialect.name, "error": _first_line(exc)}
+    return {"ok": True, "dialect": engine.dialect.name}
+
+
+def check_redis(url: str | None) -> Check:
+    if not url:
+        return {"ok": True, "configured": False}
+    client = redis.Redis.from_url(url, socket_timeout=PROBE_TIMEOUT_S,
+                                  socket_connect_timeout=PROBE_TIMEOUT_S)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        return {"ok": False, "configured": True, "error": _first_line(exc)}
+    finally:
+        client.close()
+    return {"ok": True, "configured": True}
+
+
+def oldest_unpublished(engine: Engine) -> tuple[datetime | None, int]:
+    """When the oldest unpublished outbox row was written, and how many wait."""
+    query = (select(func.min(outbox.c.created_at), func.count())
+             .where(outbox.c.published_at.is_(None)))
+    with engine.connect() as conn:
+        oldest, waiting = conn.execute(query).one()
+    return (None if oldest is None else as_utc(oldest)), int(waiting)
+
+
+def check_relay_lag(engine: Engine, bound_s: float, now: datetime) -> Check:
+    try:
+        oldest, waiting = oldest_unpublished(engine)
+    except SQLAlchemyError as exc:
+        return {"ok": False, "error": _first_line(exc)}
+    lag_s = 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds())
+    return {"ok": lag_s <= bound_s, "lag_s": round(lag_s, 3), "bound_s": bound_s,
+            "unpublished": waiting}
+
+
+def _first_line(exc: BaseException) -> str:
+    cause = getattr(exc, "orig", None) or exc
+    lines = str(cause).strip().splitlines()
+    return lines[0][:200] if lines else type(cause).__name__
