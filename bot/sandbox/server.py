@@ -1,0 +1,273 @@
+"""The sandbox's HTTP server: Slack's Web API and response URLs for the bot, and for people the
+page (plain HTML and vanilla JS), its live updates (server-sent events) and its actions (post,
+click, submit a modal, switch chaos on), plus the case panel read from opsgate's REST API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from importlib.resources import files
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, Field
+
+from bot.sandbox import web_api
+from bot.sandbox.sender import SlackSender
+from bot.sandbox.workspace import (
+    BOT,
+    CHANNEL_ID,
+    CHANNEL_NAME,
+    PEOPLE,
+    SlackError,
+    Workspace,
+)
+
+PAGE = files("bot.sandbox") / "page"
+STREAM_EVERY_S = 0.1
+STREAM_KEEPALIVE_S = 15.0
+API_TIMEOUT_S = 5.0
+
+
+@dataclass
+class Sandbox:
+    """A workspace, the sender that plays Slack towards the bot, and the URLs they use.
+    ``api_url`` is opsgate's REST API (the case panel reads it)."""
+
+    events_url: str
+    api_url: str
+    public_url: str
+    signing_secret: str = field(default_factory=lambda: secrets.token_hex(16))
+    bot_token: str = field(default_factory=lambda: f"xoxb-sandbox-{secrets.token_hex(12)}")
+    chaos: bool = False
+    workspace: Workspace = field(init=False)
+    sender: SlackSender = field(init=False)
+    stopping: bool = False
+
+    def __post_init__(self) -> None:
+        self.workspace = Workspace(self.bot_token)
+        self.sender = SlackSender(self.workspace, self.events_url, self.signing_secret,
+                                  f"{self.public_url.rstrip('/')}/response", chaos=self.chaos)
+
+    @property
+    def web_api_url(self) -> str:
+        """What the bot's ``OPSGATE_SLACK_API_URL`` must be (with its trailing slash)."""
+        return f"{self.public_url.rstrip('/')}/api/"
+
+    def close(self) -> None:
+        self.stopping = True
+        self.sender.close()
+
+
+class Said(BaseModel):
+    user: str
+    text: str = Field(min_length=1, max_length=4000)
+    thread_ts: str | None = None
+
+
+class Clicked(BaseModel):
+    user: str
+    message_ts: str
+    action_id: str
+    block_id: str | None = None
+
+
+class Submitted(BaseModel):
+    user: str
+    view_id: str
+    values: dict[str, dict[str, str]] = Field(default_factory=dict)
+
+
+class Dismissed(BaseModel):
+    user: str
+    view_id: str
+
+
+class Chaos(BaseModel):
+    on: bool
+
+
+def create_sandbox_app(sandbox: Sandbox) -> FastAPI:
+    """The sandbox's FastAPI application (one per sandbox; nothing module-level)."""
+    app = FastAPI(title="opsgate Slack sandbox", docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    app.state.sandbox = sandbox
+    _slack_routes(app, sandbox)
+    _page_routes(app, sandbox)
+    _action_routes(app, sandbox)
+    _case_routes(app, sandbox)
+    return app
+
+
+def _slack_error(failed: SlackError) -> JSONResponse:
+    return JSONResponse({"ok": False, "error": failed.code}, status_code=400)
+
+
+# -- what the bot calls ----------------------------------------------------------------------
+
+
+def _slack_routes(app: FastAPI, sandbox: Sandbox) -> None:
+    @app.api_route("/api/{method}", methods=["GET", "POST"])
+    async def slack_method(method: str, request: Request) -> JSONResponse:
+        try:
+            args = web_api.parse_args(dict(request.query_params), await request.body(),
+                                      request.headers.get("content-type", ""))
+        except (SlackError, ValueError) as failed:
+            code = failed.code if isinstance(failed, SlackError) else "invalid_form_data"
+            return JSONResponse({"ok": False, "error": code})
+        return JSONResponse(web_api.call(sandbox.workspace, method,
+                                         request.headers.get("authorization"), args))
+
+    @app.post("/response/{token}")
+    async def response_url(token: str, request: Request) -> JSONResponse:
+        try:
+            body = json.loads(await request.body() or b"{}")
+            web_api.respond(sandbox.workspace, token, body if isinstance(body, dict) else {})
+        except ValueError:
+            return JSONResponse({"ok": False, "error": "invalid_json"}, status_code=400)
+        except SlackError as failed:
+            status = 404 if failed.code == "expired_url" else 400
+            return JSONResponse({"ok": False, "error": failed.code}, status_code=status)
+        return JSONResponse({"ok": True})
+
+
+# -- the page --------------------------------------------------------------------------------
+
+
+def _page_routes(app: FastAPI, sandbox: Sandbox) -> None:
+    @app.get("/", response_class=HTMLResponse)
+    def page() -> HTMLResponse:
+        return HTMLResponse((PAGE / "index.html").read_text(encoding="utf-8"))
+
+    @app.get("/page/{name}")
+    def asset(name: str) -> Response:
+        kinds = {"app.js": "text/javascript", "style.css": "text/css"}
+        if name not in kinds:
+            return Response(status_code=404)
+        return Response((PAGE / name).read_text(encoding="utf-8"), media_type=kinds[name])
+
+    @app.get("/sandbox/state")
+    def state(user: str) -> JSONResponse:
+        return JSONResponse(_state(sandbox, user))
+
+    @app.get("/sandbox/stream")
+    async def stream() -> StreamingResponse:
+        return StreamingResponse(_versions(sandbox), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+
+
+def _state(sandbox: Sandbox, user: str) -> dict[str, Any]:
+    workspace = sandbox.workspace
+    version = workspace.version
+    return {
+        "version": version,
+        "me": user,
+        "channel": {"id": CHANNEL_ID, "name": CHANNEL_NAME},
+        "bot": {"id": BOT.id, "name": BOT.name},
+        "people": [{"id": p.id, "name": p.name, "real_name": p.real_name, "role": p.role}
+                   for p in PEOPLE],
+        "names": {p.id: p.name for p in workspace.people.values()},
+        "messages": [{**m.as_slack(), "ephemeral": m.visible_to is not None}
+                     for m in workspace.visible(user)],
+        "views": [{"id": v.id, "view": v.view, "errors": v.errors}
+                  for v in workspace.views_of(user)],
+        "chaos": sandbox.sender.chaos,
+        "deliveries": [d.as_json() for d in list(sandbox.sender.deliveries)[-15:]],
+    }
+
+
+async def _versions(sandbox: Sandbox) -> AsyncIterator[str]:
+    """One ``data: <version>`` event whenever the workspace changes, and a comment now and then
+    so proxies keep the stream open."""
+    sent, quiet_s = -1, 0.0
+    while not sandbox.stopping:
+        version = sandbox.workspace.version
+        if version != sent:
+            sent, quiet_s = version, 0.0
+            yield f"data: {version}\n\n"
+        elif quiet_s >= STREAM_KEEPALIVE_S:
+            quiet_s = 0.0
+            yield ": keepalive\n\n"
+        await asyncio.sleep(STREAM_EVERY_S)
+        quiet_s += STREAM_EVERY_S
+
+
+# -- what people do on the page --------------------------------------------------------------
+
+
+def _action_routes(app: FastAPI, sandbox: Sandbox) -> None:
+    sender = sandbox.sender
+
+    @app.post("/sandbox/say", status_code=202)
+    def say(said: Said) -> Response:
+        """A message, a mention or (starting with ``/``) a slash command."""
+        try:
+            if said.text.startswith("/"):
+                sender.command(said.user, said.text, said.thread_ts)
+            else:
+                sender.say(said.user, said.text, said.thread_ts)
+        except SlackError as failed:
+            return _slack_error(failed)
+        return Response(status_code=202)
+
+    @app.post("/sandbox/click", status_code=202)
+    def click(clicked: Clicked) -> Response:
+        try:
+            sender.click(clicked.user, clicked.message_ts, clicked.action_id, clicked.block_id)
+        except SlackError as failed:
+            return _slack_error(failed)
+        return Response(status_code=202)
+
+    @app.post("/sandbox/submit", status_code=202)
+    def submit(submitted: Submitted) -> Response:
+        try:
+            sender.submit(submitted.user, submitted.view_id, submitted.values)
+        except SlackError as failed:
+            return _slack_error(failed)
+        return Response(status_code=202)
+
+    @app.post("/sandbox/dismiss", status_code=204)
+    def dismiss(dismissed: Dismissed) -> Response:
+        sender.dismiss(dismissed.user, dismissed.view_id)
+        return Response(status_code=204)
+
+    @app.post("/sandbox/chaos")
+    def chaos(chaos: Chaos) -> JSONResponse:
+        sender.chaos = chaos.on
+        sandbox.workspace.touch()
+        return JSONResponse({"chaos": sender.chaos})
+
+
+# -- the case panel --------------------------------------------------------------------------
+
+
+def _case_routes(app: FastAPI, sandbox: Sandbox) -> None:
+    @app.get("/sandbox/cases")
+    async def cases() -> Response:
+        return await _from_api(sandbox, "/case")
+
+    @app.get("/sandbox/cases/{case_id}")
+    async def case(case_id: str) -> Response:
+        async with httpx.AsyncClient(base_url=sandbox.api_url, timeout=API_TIMEOUT_S) as client:
+            try:
+                found = await client.get(f"/case/{case_id}")
+                timeline = await client.get(f"/case/{case_id}/timeline")
+            except httpx.HTTPError as exc:
+                return JSONResponse({"error": f"opsgate API unreachable: {exc}"}, 502)
+        if found.status_code != 200:
+            return Response(found.content, found.status_code, media_type="application/json")
+        return JSONResponse({"case": found.json()["data"], "timeline": timeline.json()["data"]})
+
+
+async def _from_api(sandbox: Sandbox, path: str) -> Response:
+    async with httpx.AsyncClient(base_url=sandbox.api_url, timeout=API_TIMEOUT_S) as client:
+        try:
+            reply = await client.get(path)
+        except httpx.HTTPError as exc:
+            return JSONResponse({"error": f"opsgate API unreachable: {exc}"}, 502)
+    return Response(reply.content, reply.status_code, media_type="application/json")
