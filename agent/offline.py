@@ -1,0 +1,134 @@
+"""The offline planner model: a deterministic chat model for the embedded default (no network).
+
+It is not a language model. It reads the conversation the graph gives it and answers the way a
+careful model would, through the very same tools: look at the case and the runbooks, record
+findings while the case is still analysed, then propose the catalog plan (core/domain/
+plan_templates) whose keywords match the incident text, and say that a human must approve it.
+It never asks for a tool that does not exist, so prompt-injected text changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages.tool import ToolCall
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.utils.function_calling import convert_to_openai_tool
+
+from agent.models import OFFLINE_NAME, estimate_usage
+from core.consumers.planner import choose_template
+from core.domain.fsm import CaseStatus
+from core.domain.plan_templates import load_template
+
+CASE_ID = re.compile(r"case ([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
+WANTS_PLAN = ("plan", "propose", "fix", "mitigat", "remediat")
+
+
+def _json(content: Any) -> dict[str, Any]:
+    try:
+        value = json.loads(content) if isinstance(content, str) else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class OfflinePlannerModel(BaseChatModel):
+    """Deterministic, template-based stand-in for an LLM; see the module docstring."""
+
+    model_name: str = OFFLINE_NAME
+
+    @property
+    def _llm_type(self) -> str:
+        return OFFLINE_NAME
+
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: str | None = None,
+                   **kwargs: Any) -> Runnable[Any, AIMessage]:
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                  run_manager: CallbackManagerForLLMRun | None = None,
+                  **kwargs: Any) -> ChatResult:
+        reply = self.decide(messages)
+        reply.usage_metadata = estimate_usage(messages, reply, kwargs.get("tools") or ())
+        reply.response_metadata = {"model_name": self.model_name}
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+    # -- the decision ---------------------------------------------------------------------
+
+    def decide(self, messages: Sequence[BaseMessage]) -> AIMessage:
+        case_id = self._case_id(messages)
+        start = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)),
+                    default=0)
+        request = str(messages[start].content) if messages else ""
+        results = {str(m.name): _json(m.content) for m in messages[start:]
+                   if isinstance(m, ToolMessage)}
+        turn = sum(isinstance(m, AIMessage) for m in messages)
+        if case_id is None:
+            return AIMessage(content="I can only work inside a case thread.")
+        if not results:
+            return self._calls(turn, [("get_case", {"case_id": case_id}),
+                                      ("search_runbooks", {"query": request[:300]})])
+        if "propose_plan" in results:
+            return AIMessage(content=self._proposal_answer(results["propose_plan"]))
+        case = results.get("get_case", {})
+        status = self._status(case, results.get("record_findings"))
+        title = str(case.get("title", ""))
+        wants_plan = any(word in request.lower() for word in WANTS_PLAN)
+        if wants_plan and status == CaseStatus.ANALYZING and "record_findings" not in results:
+            return self._calls(turn, [("record_findings", {
+                "case_id": case_id, "summary": self._findings(title, results)})])
+        if wants_plan and status == CaseStatus.PLANNING:
+            plan = load_template(choose_template(f"{title} {request}"))
+            return self._calls(turn, [("propose_plan", {"case_id": case_id, "plan": plan})])
+        return AIMessage(content=self._status_answer(case, status, results))
+
+    @staticmethod
+    def _case_id(messages: Sequence[BaseMessage]) -> str | None:
+        for message in messages:
+            if isinstance(message, SystemMessage):
+                found = CASE_ID.search(str(message.content))
+                if found:
+                    return found.group(1)
+        return None
+
+    @staticmethod
+    def _status(case: dict[str, Any], findings: dict[str, Any] | None) -> str:
+        recorded = ((findings or {}).get("result") or {}) if findings else {}
+        return str(recorded.get("status") or case.get("status") or "")
+
+    @staticmethod
+    def _calls(turn: int, calls: list[tuple[str, dict[str, Any]]]) -> AIMessage:
+        tool_calls = [ToolCall(name=name, args=args, id=f"offline-{turn}-{n}", type="tool_call")
+                      for n, (name, args) in enumerate(calls)]
+        return AIMessage(content="", tool_calls=tool_calls)
+
+    @staticmethod
+    def _runbook(results: dict[str, dict[str, Any]]) -> str | None:
+        found = results.get("search_runbooks", {}).get("runbooks") or []
+        return str(found[0]["title"]) if found else None
+
+    def _findings(self, title: str, results: dict[str, dict[str, Any]]) -> str:
+        runbook = self._runbook(results)
+        where = f"; runbook: {runbook}" if runbook else "; no runbook matched"
+        return f"Offline planner: incident '{title}'{where}."
+
+    @staticmethod
+    def _proposal_answer(result: dict[str, Any]) -> str:
+        if result.get("error"):
+            return f"I could not propose a plan: {json.dumps(result.get('error'))[:300]}"
+        digest = str((result.get("result") or {}).get("plan_hash", ""))[:12]
+        return (f"I proposed plan {digest}. It waits at the gate: an authorized human must "
+                "approve it; I cannot execute or approve plans.")
+
+    def _status_answer(self, case: dict[str, Any], status: str,
+                       results: dict[str, dict[str, Any]]) -> str:
+        runbook = self._runbook(results)
+        line = f"Case '{case.get('title')}' is {status} (version {case.get('version')})."
+        return f"{line} Relevant runbook: {runbook}." if runbook else line

@@ -1,0 +1,49 @@
+"""The agent-driven planner (``cmd.plan.generate``), replacing the template planner when the
+agent's extensions are plugged in: the same stale-command check and inbox dedup (the runner marks
+the inbox after ``handle``; every effect replays by its intent key), but the plan comes from an
+agent turn on the case's thread, proposed through the gateway on behalf of the case's opener."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from agent.prompts import plan_request
+from agent.runner import Agent
+from core.consumers.planner import case_opener
+from core.consumers.runs import current_run
+from core.domain.fsm import CaseStatus
+from core.domain.messages import Topic
+from core.errors import Unavailable
+from core.messaging.consumer import Delivery
+
+if TYPE_CHECKING:
+    from core.bootstrap import App
+
+log = logging.getLogger(__name__)
+
+
+class AgentPlanner:
+    """Consumer of ``cmd.plan.generate``: an agent turn that ends with a proposed plan (the case
+    goes to WAIT_GATE), or with a note saying why not (the case stays in PLANNING)."""
+
+    name = "planner"
+    topics: tuple[str, ...] = (Topic.PLAN_GENERATE,)
+
+    def __init__(self, app: App, agent: Agent | None = None) -> None:
+        self.app = app
+        self.agent = agent if agent is not None else Agent(app)
+
+    def handle(self, delivery: Delivery) -> None:
+        payload = delivery.envelope.payload
+        run = current_run(self.app.cases, self.name, payload, CaseStatus.PLANNING,
+                          with_plan=False)
+        if run is None:
+            return
+        result = self.agent.run_turn(run.case_id, plan_request(run.case),
+                                     requester=case_opener(self.app.cases, run.case_id),
+                                     correlation_id=payload.get("correlation_id"),
+                                     trigger="planner", post_failures=True)
+        if result.outcome in ("busy", "unavailable"):
+            raise Unavailable(f"planner: case {run.case_id}: {result.reply}")  # retried later
+        log.info("planner: case %s: %s (%s)", run.case_id, result.outcome, result.reply[:120])

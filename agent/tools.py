@@ -1,0 +1,328 @@
+"""The tools one agent run may call on its case, each answered as a ``ToolReply`` for the model.
+
+Read-only tools read the case service. Side-effecting tools run through the gateway with a
+business key derived from the intent (never from the model's ``tool_call_id``), so the same
+intent asked again — in the same message, on a later turn, after a retry or a crash — replays
+the first outcome. Every gateway call carries the run's fence: a run that lost the case's session
+lock is refused before anything runs (``LostLock`` stops it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from pydantic import ValidationError
+
+from agent import metrics
+from agent.runbooks import search_runbooks
+from agent.tool_specs import (
+    ARGS,
+    GetCase,
+    GetTimeline,
+    ListCases,
+    OpenCaseArgs,
+    PostUpdate,
+    ProposePlan,
+    RecordFindings,
+    SearchRunbooks,
+)
+from core.domain.commands import Fence, NoteCase, OpenCase, TransitionCase
+from core.domain.fsm import CaseEvent, CaseStatus
+from core.domain.plans import plan_hash, plan_problems
+from core.errors import NotFound, OpsgateError, Unavailable
+from core.gateway import BusinessRefusal, CallResult, CallStatus, SessionRun, ToolCall
+from core.service import Reply
+
+if TYPE_CHECKING:
+    from core.bootstrap import App
+
+ACTOR = "agent"
+IN_PROGRESS_WAIT_S = 5.0
+TIMELINE_LIMIT = 30
+REFUSED_TOOLS = ("execute_plan", "approve_plan", "run_plan", "gate_approved")
+
+
+class LostLock(Exception):
+    """The run's session lock or fence is no longer the latest: it must stop writing."""
+
+
+@dataclass(frozen=True)
+class ToolReply:
+    """What the model is told about one tool call."""
+
+    ok: bool
+    content: str
+    invalid_plan: bool = False
+
+    @classmethod
+    def of(cls, ok: bool, body: Mapping[str, Any], **flags: bool) -> ToolReply:
+        return cls(ok, json.dumps(body, default=str, sort_keys=True), **flags)
+
+
+def normalized(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+
+
+def session_of(case_id: UUID) -> str:
+    """The gateway session (and LangGraph thread) of a case."""
+    return f"case:{case_id}"
+
+
+def _reply_data(reply: Reply) -> Any:
+    """A case-service reply's data; a business refusal raises ``BusinessRefusal`` (stored and
+    replayed by the gateway), a stale fence ``LostLock``, an outage ``Unavailable``."""
+    if reply.ok:
+        return reply.data()
+    try:
+        reply.data()
+    except OpsgateError as error:
+        if error.code == "stale_fence":
+            raise LostLock(error.message) from error
+        if isinstance(error, Unavailable):
+            raise
+        raise BusinessRefusal(error.message, code=error.code, **error.details) from error
+    raise AssertionError("unreachable")
+
+
+class CaseTools:
+    """The tools of one run on one case, holding that run's lock and fence."""
+
+    def __init__(self, app: App, case_id: UUID, lock: SessionRun, *, requester: str | None,
+                 correlation_id: str | None, runbooks: Path | None = None) -> None:
+        self.app = app
+        self.cases = app.cases
+        self.case_id = case_id
+        self.lock = lock
+        self.requester = requester
+        self.correlation_id = correlation_id
+        self.runbooks = runbooks or Path(app.settings.runbooks_dir)
+
+    @property
+    def session_id(self) -> str:
+        return session_of(self.case_id)
+
+    @property
+    def fence(self) -> Fence:
+        return Fence(self.session_id, self.lock.fence.token)
+
+    # -- dispatch -------------------------------------------------------------------------
+
+    def call(self, name: str, args: Any) -> ToolReply:
+        """Answer one tool call; ``LostLock`` and outages propagate (the run stops)."""
+        reply = self._dispatch(name, args)
+        metrics.TOOL_CALLS.labels(tool=name if name in ARGS else "unknown",
+                                  status="ok" if reply.ok else "error").inc()
+        return reply
+
+    def _dispatch(self, name: str, args: Any) -> ToolReply:
+        if name not in ARGS:
+            return self.refuse_unknown(name, args)
+        if not isinstance(args, Mapping):
+            return ToolReply.of(False, {"error": "arguments must be a JSON object"})
+        try:
+            parsed = ARGS[name].model_validate(dict(args))
+        except ValidationError as exc:
+            problems = [f"{'.'.join(map(str, e['loc'])) or 'args'}: {e['msg']}"
+                        for e in exc.errors(include_url=False)]
+            return ToolReply.of(False, {"error": "invalid arguments", "problems": problems})
+        handler: Callable[[Any], ToolReply] = getattr(self, f"_{name}")
+        try:
+            return handler(parsed)
+        except NotFound as missing:
+            return ToolReply.of(False, {"error": missing.message})
+
+    def malformed(self, name: str | None, raw_args: str | None, error: str | None) -> ToolReply:
+        """A tool call whose arguments were not valid JSON: nothing ran."""
+        metrics.TOOL_CALLS.labels(tool=name if name in ARGS else "unknown",
+                                  status="malformed").inc()
+        return ToolReply.of(False, {"error": "the arguments are not valid JSON; nothing ran",
+                                    "detail": (error or "")[:200],
+                                    "received": (raw_args or "")[:200]})
+
+    def refuse_unknown(self, name: str, args: Any) -> ToolReply:
+        """A tool that does not exist: refused, and recorded on the case once per intent when
+        it asked to execute or approve (the gate is for humans)."""
+        body: dict[str, Any] = {"error": f"there is no tool {name!r}; nothing ran",
+                                "tools": sorted(ARGS)}
+        if self._looks_like_gate(name):
+            body["error"] = (f"there is no tool {name!r}: plans run only after an authorized "
+                             "human approves them; nothing ran")
+            self.note("agent_refused", f"the model asked for {name!r}; refused (no such tool)",
+                      {"tool": name[:80]}, key=f"refused:{self.case_id}:{digest(name)}")
+        return ToolReply.of(False, body)
+
+    @staticmethod
+    def _looks_like_gate(name: str) -> bool:
+        lowered = name.lower()
+        return lowered in REFUSED_TOOLS or any(w in lowered for w in ("exec", "approv"))
+
+    # -- read-only ------------------------------------------------------------------------
+
+    def _get_case(self, args: GetCase) -> ToolReply:
+        return ToolReply.of(True, self.cases.get_case(self._uuid(args.case_id)))
+
+    def _list_cases(self, args: ListCases) -> ToolReply:
+        return ToolReply.of(True, {"cases": self.cases.list_cases(args.status, limit=20)})
+
+    def _get_timeline(self, args: GetTimeline) -> ToolReply:
+        rows = self.cases.timeline(self._uuid(args.case_id))[-TIMELINE_LIMIT:]
+        slim = [{"event": r["event"], "actor": r["actor"], "reason": r["reason"],
+                 "to": (r["meta"] or {}).get("to"), "at": r["created_at"]} for r in rows]
+        return ToolReply.of(True, {"timeline": slim})
+
+    def _search_runbooks(self, args: SearchRunbooks) -> ToolReply:
+        return ToolReply.of(True, {"runbooks": search_runbooks(self.runbooks, args.query)})
+
+    # -- side-effecting -------------------------------------------------------------------
+
+    def _open_case(self, args: OpenCaseArgs) -> ToolReply:
+        key = (f"open_case:{args.business_key}" if args.business_key
+               else f"open_case:{self.session_id}:{digest(normalized(args.title))}")
+        actor = self.requester or ACTOR
+
+        def run(_: Mapping[str, Any]) -> Any:
+            cmd = OpenCase(title=args.title, actor=actor, severity=args.severity,
+                           correlation_id=self.correlation_id)
+            return _reply_data(self.cases.open_case(cmd, f"agent:{key}"))
+
+        return self._through_gateway("open_case", args.model_dump(), key, run)
+
+    def _record_findings(self, args: RecordFindings) -> ToolReply:
+        case_id = self._own_case(args.case_id)
+        if case_id is None:
+            return self._not_this_case(args.case_id)
+        key = f"findings:{case_id}:{digest(normalized(args.summary))}"
+
+        def run(_: Mapping[str, Any]) -> Any:
+            case = self.cases.get_case(case_id)
+            if case["status"] == CaseStatus.ANALYZING:
+                cmd = TransitionCase(case_id, CaseEvent.ANALYSIS_DONE, actor=ACTOR,
+                                     reason=args.summary[:500], fence=self.fence,
+                                     meta={"findings": args.summary},
+                                     correlation_id=self.correlation_id)
+                return _reply_data(self.cases.transition(cmd, f"agent:{key}"))
+            note = NoteCase(case_id, "findings", ACTOR, reason=args.summary[:500],
+                            meta={"findings": args.summary}, correlation_id=self.correlation_id)
+            return _reply_data(self.cases.note(note, f"agent:{key}"))
+
+        return self._through_gateway("record_findings", args.model_dump(), key, run)
+
+    def _propose_plan(self, args: ProposePlan) -> ToolReply:
+        case_id = self._own_case(args.case_id)
+        if case_id is None:
+            return self._not_this_case(args.case_id)
+        problems = plan_problems(args.plan)
+        if problems:
+            return ToolReply.of(False, {"error": "the plan fails the ChangePlan schema; nothing "
+                                        "was proposed; fix every problem and propose again",
+                                        "problems": problems[:20]}, invalid_plan=True)
+        digest_ = plan_hash(args.plan)
+        key = f"plan:{case_id}:round{self._planning_round(case_id)}:{digest_}"
+
+        def run(_: Mapping[str, Any]) -> Any:
+            cmd = TransitionCase(case_id, CaseEvent.PLAN_READY, actor=ACTOR, plan=args.plan,
+                                 reason=f"plan proposed by the agent: {args.plan['title']}",
+                                 meta={"source": ACTOR}, fence=self.fence,
+                                 requester=self.requester, correlation_id=self.correlation_id)
+            data = _reply_data(self.cases.transition(cmd, f"agent:{key}"))
+            return {"case": data, "plan_hash": digest_,
+                    "next": "waiting at the gate for a human approval"}
+
+        return self._through_gateway("propose_plan", args.model_dump(), key, run)
+
+    def _post_update(self, args: PostUpdate) -> ToolReply:
+        case_id = self._own_case(args.case_id)
+        if case_id is None:
+            return self._not_this_case(args.case_id)
+        key = f"update:{case_id}:{digest(normalized(args.text))}"
+
+        def run(_: Mapping[str, Any]) -> Any:
+            # The timeline first: a failed post is retried, the note replays by its own key.
+            note = NoteCase(case_id, "agent_update", ACTOR, reason=args.text,
+                            correlation_id=self.correlation_id)
+            _reply_data(self.cases.note(note, f"agent:{key}"))
+            return {"posted": self.app.chat.post(str(case_id), args.text)}
+
+        return self._through_gateway("post_update", args.model_dump(), key, run)
+
+    # -- notes the agent itself writes ------------------------------------------------------
+
+    def note(self, event: str, reason: str, meta: dict[str, Any], *, key: str,
+             post: bool = False) -> CallResult:
+        """A fact about the run on the case's timeline (and in its chat thread when ``post``),
+        once per ``key``, through the gateway under the run's fence."""
+
+        def run(_: Mapping[str, Any]) -> Any:
+            cmd = NoteCase(self.case_id, event, ACTOR, reason=reason, meta=meta,
+                           correlation_id=self.correlation_id)
+            data = _reply_data(self.cases.note(cmd, f"agent:{key}"))
+            if post:
+                self.app.chat.post(str(self.case_id), reason)
+            return {"note": data.get("note")}
+
+        call = ToolCall("agent.note", {"event": event, "reason": reason, "meta": meta},
+                        ACTOR, self.session_id, business_key=key)
+        return self._run(call, run)
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _through_gateway(self, tool: str, args: dict[str, Any], key: str,
+                         run: Callable[[Mapping[str, Any]], Any]) -> ToolReply:
+        result = self._run(ToolCall(tool, args, ACTOR, self.session_id, business_key=key), run)
+        if result.status is CallStatus.IN_PROGRESS:
+            return ToolReply.of(False, {"error": "the same call is still running elsewhere; "
+                                        "ask again later"})
+        body: dict[str, Any] = {"status": str(result.status)}
+        if result.status is CallStatus.REPLAYED:
+            body["note"] = "this was done before; this is the earlier outcome, nothing ran again"
+        if result.error is not None:
+            return ToolReply.of(False, {**body, "error": result.error})
+        return ToolReply.of(True, {**body, "result": result.result})
+
+    def _run(self, call: ToolCall, executor: Callable[[Mapping[str, Any]], Any]) -> CallResult:
+        if not self.app.gateway.locks or not self.app.gateway.locks.renew(self.lock):
+            raise LostLock(f"the session lock of {self.session_id} was lost")
+        result = self.app.gateway.run(call, executor, fence=self.lock.fence.token,
+                                      wait_s=IN_PROGRESS_WAIT_S)
+        if result.error is not None and result.error.get("code") == "stale_fence":
+            raise LostLock(str(result.error.get("message")))
+        return result
+
+    def _own_case(self, raw: str) -> UUID | None:
+        try:
+            case_id = UUID(raw)
+        except ValueError:
+            return None
+        return case_id if case_id == self.case_id else None
+
+    def _not_this_case(self, raw: str) -> ToolReply:
+        return ToolReply.of(False, {"error": f"this conversation may change only case "
+                                    f"{self.case_id}, not {raw!r}; nothing ran"})
+
+    @staticmethod
+    def _uuid(raw: str) -> UUID:
+        try:
+            return UUID(raw)
+        except ValueError:
+            raise NotFound(f"{raw!r} is not a case id") from None
+
+    def _planning_round(self, case_id: UUID) -> int:
+        """The version at which the case last entered PLANNING: stable while the plan waits at
+        the gate, new after a park and resume, so a re-plan is a new intent."""
+        round_ = 0
+        for row in self.cases.timeline(case_id):
+            meta = row["meta"] or {}
+            if meta.get("outcome") == "accepted" and meta.get("to") == CaseStatus.PLANNING:
+                round_ = int(meta.get("version", 0))
+        return round_
+
