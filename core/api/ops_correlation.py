@@ -18,7 +18,7 @@ def requested_id(scope: Scope) -> str | None:
     """The caller's correlation id, if it is one the API accepts."""
     for name, value in scope.get("headers", ()):
         if name == _RAW_HEADER:
-            given = value.decode("latin-1")
+            given: str = value.decode("latin-1")
             if 1 <= len(given) <= CORRELATION_ID_MAX_LENGTH and given.isprintable():
                 return given
             return None

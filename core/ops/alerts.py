@@ -19,7 +19,7 @@ from typing import Any, Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import Connection, Engine, select, update
+from sqlalchemy import Connection, Engine, RowMapping, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -152,7 +152,7 @@ class AlertIntake:
 
     # -- the group row ----------------------------------------------------------------------
 
-    def _claim(self, note: Notification, digest: str) -> Mapping[str, Any]:
+    def _claim(self, note: Notification, digest: str) -> RowMapping:
         """The group's row, inserted by the first notification that sees the group."""
         with transaction(self.engine, "the alert groups") as conn:
             dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
@@ -162,7 +162,7 @@ class AlertIntake:
             ).on_conflict_do_nothing(index_elements=[alert_group.c.group_key_hash]))
             return _row(conn, digest)
 
-    def _open(self, row: Mapping[str, Any], digest: str) -> UUID:
+    def _open(self, row: RowMapping, digest: str) -> UUID:
         """Open (or replay the opening of) the group's case, and record it on the row; then
         note the resolutions that arrived before it."""
         cmd = OpenCase(title=str(row["title"]), actor=ACTOR, severity=str(row["severity"]),
@@ -209,7 +209,7 @@ class AlertIntake:
         return 0 if reply.replayed else 1
 
 
-def _row(conn: Connection, digest: str, *, lock: bool = False) -> Mapping[str, Any]:
+def _row(conn: Connection, digest: str, *, lock: bool = False) -> RowMapping:
     query = select(alert_group).where(alert_group.c.group_key_hash == digest)
     if lock:
         query = query.with_for_update()

@@ -1,0 +1,102 @@
+"""``/healthz`` answers while the process runs; ``/readyz`` checks the database, Redis (when
+configured), the bus and the relay's lag, and says 503 with the failing check named."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, insert
+
+from core.adapters.tables import outbox
+from core.api import create_api
+from core.bootstrap import bootstrap
+from core.settings import Settings
+from tests.conftest import REDIS_URL
+
+
+def _client(engine: Engine | None = None, **settings: object) -> Iterator[TestClient]:
+    app = bootstrap(Settings(_env_file=None, **{"redis_url": None, **settings}), engine=engine)
+    try:
+        with TestClient(create_api(app)) as client:
+            yield client
+    finally:
+        app.close()
+
+
+@pytest.fixture
+def client(engine: Engine) -> Iterator[TestClient]:
+    yield from _client(engine)
+
+
+def _ready(client: TestClient) -> tuple[int, dict[str, object]]:
+    reply = client.get("/readyz")
+    return reply.status_code, reply.json()["data"]
+
+
+def test_healthz_is_the_process_alone(client, engine):
+    reply = client.get("/healthz")
+    assert reply.status_code == 200
+    assert reply.json()["data"] == {"status": "ok", "database": engine.dialect.name}
+
+
+def test_healthz_answers_even_when_the_database_does_not():
+    gen = _client(database_url="postgresql+psycopg://postgres@127.0.0.1:1/test")
+    client = next(gen)
+    assert client.get("/healthz").status_code == 200
+    status, report = _ready(client)
+    assert status == 503
+    assert report["status"] == "not_ready"
+    checks = report["checks"]
+    assert checks["database"]["ok"] is False and checks["relay_lag"]["ok"] is False
+    gen.close()
+
+
+def test_a_fresh_process_is_ready(client, engine):
+    status, report = _ready(client)
+    assert status == 200, report
+    assert report == {"status": "ready", "checks": {
+        "database": {"ok": True, "dialect": engine.dialect.name},
+        "redis": {"ok": True, "configured": False},
+        "bus": {"ok": True, "kind": "in-process"},
+        "relay_lag": {"ok": True, "lag_s": 0.0, "bound_s": 60.0, "unpublished": 0}}}
+
+
+def test_a_relay_that_lags_past_its_bound_makes_the_process_not_ready(client, engine):
+    with engine.begin() as conn:
+        conn.execute(insert(outbox).values(
+            topic="evt.case.opened.v1", key="k", payload={},
+            created_at=datetime.now(UTC) - timedelta(seconds=120)))
+    status, report = _ready(client)
+    assert status == 503
+    lag = report["checks"]["relay_lag"]
+    assert lag["ok"] is False and lag["unpublished"] == 1 and 119 < lag["lag_s"] < 600
+
+
+def test_an_unreachable_redis_makes_the_process_not_ready(sqlite_engine):
+    gen = _client(sqlite_engine, redis_url="redis://127.0.0.1:1/0")
+    client = next(gen)
+    status, report = _ready(client)
+    assert status == 503
+    assert report["checks"]["redis"]["ok"] is False
+    assert report["checks"]["bus"] == {"ok": False, "kind": "redis-streams"}
+    assert report["checks"]["database"]["ok"] is True
+    gen.close()
+
+
+def test_a_reachable_redis_is_ready(sqlite_engine, redis_client):
+    gen = _client(sqlite_engine, redis_url=REDIS_URL)
+    client = next(gen)
+    status, report = _ready(client)
+    assert status == 200, report
+    assert report["checks"]["redis"] == {"ok": True, "configured": True}
+    gen.close()
+
+
+def test_every_reply_names_its_correlation_id(client):
+    given = client.get("/healthz", headers={"X-Correlation-Id": "trace-me-1"})
+    assert given.headers["X-Correlation-Id"] == "trace-me-1"
+    fresh = client.get("/healthz")
+    assert len(fresh.headers["X-Correlation-Id"]) == 32
