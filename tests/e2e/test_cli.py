@@ -99,7 +99,7 @@ def test_an_expected_failure_is_one_line_and_a_non_zero_exit(tmp_path, url, says
 
 
 def test_demo_walks_a_case_to_closed_and_prints_its_timeline(tmp_path):
-    result = opsgate(tmp_path, "demo")
+    result = opsgate(tmp_path, "demo", "--walk")
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     for shown in ("upgraded from an empty schema to head", "replayed: the same",
@@ -125,8 +125,8 @@ def test_demo_walks_a_case_to_closed_and_prints_its_timeline(tmp_path):
 
 def test_demo_runs_again_on_the_same_database(tmp_path):
     url = f"sqlite:///{tmp_path}/demo.db"
-    assert opsgate(tmp_path, "demo", "--database-url", url).returncode == 0
-    again = opsgate(tmp_path, "demo", "--database-url", url)
+    assert opsgate(tmp_path, "demo", "--walk", "--database-url", url).returncode == 0
+    again = opsgate(tmp_path, "demo", "--walk", "--database-url", url)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "already at head" in again.stdout
     with sqlite3.connect(tmp_path / "demo.db") as conn:
@@ -135,7 +135,7 @@ def test_demo_runs_again_on_the_same_database(tmp_path):
 
 
 def test_demo_sends_the_bearer_token_when_one_is_set(tmp_path):
-    result = opsgate(tmp_path, "demo", OPSGATE_API_TOKEN="demo-token")
+    result = opsgate(tmp_path, "demo", "--walk", OPSGATE_API_TOKEN="demo-token")
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -1,0 +1,249 @@
+"""``opsgate demo``: the whole product in one process, with the Slack sandbox playing Slack.
+
+On the embedded default (a SQLite file, the ledger as dedup store, the in-process bus and relay,
+the offline planner model) it runs opsgate's API with the bot in HTTP mode on one port and the
+sandbox on another (``http://127.0.0.1:3000``): the sandbox signs what people do on its page and
+posts it to the bot's ``/slack/events``; the bot answers through the sandbox's Web API. With
+``--postgres URL --redis URL`` the same demo runs on PostgreSQL and Redis Streams. ``--walk`` is
+the core's scripted REST walk of one case instead (no browser needed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from bot.sandbox.server import Sandbox
+    from bot.sandbox.serving import ThreadedServer
+    from core.bootstrap import App
+    from core.cli import Subcommand
+    from core.settings import Settings
+
+DEFAULT_PORT = 3000
+HOST = "127.0.0.1"  # the demo has no authentication: never bind anything else
+
+
+def subcommand() -> Subcommand:
+    """The ``demo`` subcommand that replaces the core's when the bot is installed."""
+    from core.cli import SUBCOMMANDS, Subcommand
+
+    walk = SUBCOMMANDS["demo"]
+    return Subcommand(
+        summary="run the whole product locally with a Slack sandbox page",
+        description="Run opsgate in one process on the embedded default (SQLite file, "
+                    "in-process bus and relay, offline planner model) with the Slack bot in "
+                    "HTTP mode, and a local Slack sandbox page on http://127.0.0.1:3000 to talk "
+                    "to it: mention @opsgate, approve or reject plans as different people, "
+                    "switch on chaos. Ctrl-C stops it. --walk instead walks one case through "
+                    "the REST API and exits.",
+        add_arguments=_arguments,
+        run=lambda args: walk.run(args) if args.walk else run(args),
+    )
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help="port of the sandbox page on 127.0.0.1 (default: %(default)s)")
+    parser.add_argument("--api-port", type=int, default=0, metavar="PORT",
+                        help="port of opsgate's API and the bot's /slack/events on 127.0.0.1 "
+                             "(default: any free port)")
+    parser.add_argument("--postgres", metavar="URL",
+                        help="run on this PostgreSQL instead of the SQLite file "
+                             "(its schema is upgraded to head)")
+    parser.add_argument("--redis", metavar="URL",
+                        help="use this Redis for the gateway and carry the loop on Redis "
+                             "Streams instead of the in-process bus")
+    parser.add_argument("--chaos", action="store_true",
+                        help="start with chaos on: every event retried 3 times, every click "
+                             "sent twice")
+    parser.add_argument("--walk", action="store_true",
+                        help="walk one case through the REST API and exit (no sandbox)")
+    parser.add_argument(
+        "--database-url", metavar="URL",
+        help="SQLAlchemy URL (default: $OPSGATE_DATABASE_URL, else sqlite:///./opsgate.db)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start everything, print where to go, and serve until SIGINT/SIGTERM."""
+    from bot.sandbox.serving import PortTaken, check_free, free_port
+    from core.cli import CliError
+    from core.loop_processes import stop_on_signals
+
+    api_port = args.api_port or free_port(HOST)
+    try:
+        for port in (args.port, api_port):
+            check_free(HOST, port)
+    except PortTaken as taken:
+        raise CliError(str(taken)) from taken
+    demo = Demo(port=args.port, api_port=api_port, out=sys.stdout)
+    stop = threading.Event()
+    stop_on_signals(stop)
+    try:
+        demo.start(args)
+        stop.wait()
+    finally:
+        demo.stop()
+    print("opsgate demo: stopped", flush=True)
+    return 0
+
+
+@dataclass
+class Demo:
+    """The running pieces, started in dependency order and stopped in reverse."""
+
+    port: int
+    api_port: int
+    out: TextIO
+    sandbox: Sandbox | None = None
+    app: App | None = None
+    servers: list[ThreadedServer] = field(default_factory=list)
+    stops: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def page_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def api_url(self) -> str:
+        return f"http://{HOST}:{self.api_port}"
+
+    def start(self, args: argparse.Namespace) -> None:
+        from bot.sandbox.server import Sandbox, create_sandbox_app
+        from bot.sandbox.serving import ThreadedServer
+        from core.api import create_api
+        from core.bootstrap import bootstrap
+
+        started = time.perf_counter()
+        self.sandbox = Sandbox(events_url=f"{self.api_url}/slack/events", api_url=self.api_url,
+                               public_url=self.page_url, chaos=args.chaos)
+        # Slack first: the bot may call auth.test while it is being built.
+        self._serve(ThreadedServer(create_sandbox_app(self.sandbox), HOST, self.port,
+                                   "opsgate-sandbox"))
+        settings = demo_settings(args, self.sandbox)
+        self.app = bootstrap(settings, extensions=args.extensions)
+        _prepare_schema(settings, self.app, self.out)
+        self._start_loop(self.app)
+        self._serve(ThreadedServer(create_api(self.app), HOST, self.api_port, "opsgate-api"))
+        self._welcome(settings, time.perf_counter() - started)
+
+    def stop(self) -> None:
+        for server in reversed(self.servers):
+            server.stop()
+        for stop in reversed(self.stops):
+            stop()
+        if self.sandbox is not None:
+            self.sandbox.close()
+        if self.app is not None:
+            self.app.close()
+
+    def _serve(self, server: ThreadedServer) -> None:
+        self.servers.append(server.start())
+
+    def _start_loop(self, app: App) -> None:
+        if app.settings.redis_url:
+            self.stops.append(_streams_loop(app, self.out))
+            return
+        from core.loop import InProcessLoop
+
+        loop = InProcessLoop(app).start()
+        self.stops.append(loop.stop)
+
+    def _welcome(self, settings: Settings, took_s: float) -> None:
+        from core.cli import STARTED
+
+        engines = "PostgreSQL" if not settings.database_url.startswith("sqlite") else "SQLite"
+        bus = "Redis Streams" if settings.redis_url else "in-process bus"
+        print(f"opsgate demo: {engines}, {bus}, offline planner model, bot in HTTP mode at "
+              f"{self.api_url}/slack/events", file=self.out, flush=True)
+        print(f"opsgate demo: ready in {time.perf_counter() - STARTED:.2f} s "
+              f"(startup {took_s:.2f} s after imports)", file=self.out, flush=True)
+        print(f"\n  open {self.page_url}  — the Slack sandbox: mention @opsgate, then switch to "
+              f"alice and click Approve\n  stop with Ctrl-C\n", file=self.out, flush=True)
+
+
+def demo_settings(args: argparse.Namespace, sandbox: Sandbox) -> Settings:
+    """The environment's settings with Slack pointed at the sandbox, alice the approver, the
+    offline planner model and no auto-approval (a person decides at the gate)."""
+    from pydantic import SecretStr
+
+    from bot.sandbox.workspace import APPROVER, CHANNEL_ID
+    from core.settings import Settings, load_settings
+
+    base = Settings(database_url=args.database_url) if args.database_url else load_settings()
+    update: dict[str, object] = {
+        "slack_bot_token": SecretStr(sandbox.bot_token),
+        "slack_signing_secret": SecretStr(sandbox.signing_secret),
+        "slack_app_token": None,
+        "slack_api_url": sandbox.web_api_url,
+        "incident_channel": CHANNEL_ID,
+        "approvers": [APPROVER.id],
+        "auto_approve": "off",
+        "model": None,
+        "openai_api_key": None,
+    }
+    if args.postgres:
+        update["database_url"] = args.postgres
+    if args.redis:
+        update["redis_url"] = args.redis
+    return base.model_copy(update=update)
+
+
+def _prepare_schema(settings: Settings, app: App, out: TextIO) -> None:
+    """Upgrade the demo's database to head (a demo's database is the demo's to upgrade)."""
+    from sqlalchemy.engine import make_url
+
+    from core.migrate import current_revision, head_revision, upgrade
+
+    before = current_revision(app.engine)
+    where = make_url(settings.database_url).render_as_string(hide_password=True)
+    if before == head_revision():
+        print(f"database {where}: at head ({before})", file=out, flush=True)
+        return
+    upgrade(settings.database_url)
+    print(f"database {where}: upgraded from {before or 'an empty schema'} to head",
+          file=out, flush=True)
+
+
+def _streams_loop(app: App, out: TextIO) -> Callable[[], None]:
+    """The production loop inside the demo: a relay onto Redis Streams and every consumer on
+    its consumer group, each on a thread; returns how to stop them."""
+    from core.cli import CliError
+    from core.consumers import build_consumers
+    from core.loop_processes import (
+        ConsumerProcess,
+        run_relay,
+        stream_bus,
+        streams_client,
+    )
+
+    assert app.settings.redis_url is not None
+    client = streams_client(app.settings.redis_url)
+    try:
+        client.ping()
+    except Exception as exc:
+        raise CliError(f"Redis is not reachable: {exc}") from exc
+    bus = stream_bus(app.settings, client)
+    stop = threading.Event()
+    process = ConsumerProcess(app, bus, build_consumers(app))
+    threads = [
+        threading.Thread(target=run_relay, args=(app, bus, stop, out), daemon=True,
+                         name="opsgate-demo-relay"),
+        threading.Thread(target=process.run, args=(stop, out), daemon=True,
+                         name="opsgate-demo-consume"),
+    ]
+    for thread in threads:
+        thread.start()
+
+    def halt() -> None:
+        stop.set()
+        for thread in threads:
+            thread.join(15)
+        client.close()
+
+    return halt
