@@ -15,6 +15,8 @@ def product_extensions() -> Extensions:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``opsgate`` console script; returns the exit code."""
+    from bot.sandbox.demo import subcommand as sandbox_demo
     from core.cli import main as core_main
 
-    return core_main(argv, extensions=product_extensions())
+    return core_main(argv, extensions=product_extensions(),
+                     subcommands={"demo": sandbox_demo()})

@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -456,23 +456,28 @@ SUBCOMMANDS: dict[str, Subcommand] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(subcommands: Mapping[str, Subcommand] | None = None
+                 ) -> argparse.ArgumentParser:
+    """The parser of ``SUBCOMMANDS``, where ``subcommands`` add or replace some (the bot's
+    ``demo`` runs the sandbox; the core's demo walks the REST API)."""
     parser = argparse.ArgumentParser(
         prog="opsgate",
         description="opsgate: a chat-ops bot for incident channels. The LLM proposes, a pure "
                     "state machine decides, one transaction records.",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, sub in SUBCOMMANDS.items():
+    for name, sub in {**SUBCOMMANDS, **(subcommands or {})}.items():
         sub_parser = commands.add_parser(name, help=sub.summary, description=sub.description)
+        sub_parser.set_defaults(run=sub.run)
         sub.add_arguments(sub_parser)
     return parser
 
 
-def main(argv: Sequence[str] | None = None, extensions: Extensions | None = None) -> int:
+def main(argv: Sequence[str] | None = None, extensions: Extensions | None = None,
+         subcommands: Mapping[str, Subcommand] | None = None) -> int:
     """Run one ``opsgate`` subcommand with what ``extensions`` plug in (the console script
-    passes the agent's and the bot's); returns the exit code."""
-    args = build_parser().parse_args(argv)
+    passes the agent's and the bot's, and its own ``subcommands``); returns the exit code."""
+    args = build_parser(subcommands).parse_args(argv)
     args.extensions = extensions
 
     from sqlalchemy.exc import SQLAlchemyError
@@ -480,7 +485,7 @@ def main(argv: Sequence[str] | None = None, extensions: Extensions | None = None
     from core.errors import OpsgateError
 
     try:
-        return SUBCOMMANDS[args.command].run(args)
+        return int(args.run(args))
     except CliError as failed:
         return _fail(str(failed), failed.exit_code)
     except OpsgateError as error:
