@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -53,8 +54,10 @@ class Agent:
 
     def __init__(self, app: App, *, model: BaseChatModel | None = None,
                  checkpoints: Checkpoints | None = None, lock_wait_s: float = LOCK_WAIT_S,
-                 interrupt_before: list[str] | None = None) -> None:
+                 interrupt_before: list[str] | None = None,
+                 tool_factory: Callable[..., CaseTools] = CaseTools) -> None:
         self.app = app
+        self.tool_factory = tool_factory
         self.model = model if model is not None else chat_model(app.settings)
         self.lock_wait_s = lock_wait_s
         self.interrupt_before = interrupt_before
@@ -94,8 +97,8 @@ class Agent:
             return self._counted(trigger, TurnResult(STORE_DOWN, "unavailable"))
         if lock is None:
             return self._counted(trigger, TurnResult(BUSY, "busy"))
-        tools = CaseTools(self.app, case_id, lock, requester=requester,
-                          correlation_id=correlation_id)
+        tools = self.tool_factory(self.app, case_id, lock, requester=requester,
+                                  correlation_id=correlation_id)
         usage = RunUsage()
         graph = build_graph(self.model, tools, self.checkpoints.saver,
                             max_model_calls=self.app.settings.agent_max_model_calls,

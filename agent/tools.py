@@ -195,7 +195,9 @@ class CaseTools:
                            correlation_id=self.correlation_id)
             return _reply_data(self.cases.open_case(cmd, f"agent:{key}"))
 
-        return self._through_gateway("open_case", args.model_dump(), key, run)
+        intent = {"title": normalized(args.title), "severity": args.severity,
+                  "business_key": args.business_key}
+        return self._through_gateway("open_case", intent, key, run)
 
     def _record_findings(self, args: RecordFindings) -> ToolReply:
         case_id = self._own_case(args.case_id)
@@ -215,7 +217,8 @@ class CaseTools:
                             meta={"findings": args.summary}, correlation_id=self.correlation_id)
             return _reply_data(self.cases.note(note, f"agent:{key}"))
 
-        return self._through_gateway("record_findings", args.model_dump(), key, run)
+        intent = {"case_id": str(case_id), "summary": normalized(args.summary)}
+        return self._through_gateway("record_findings", intent, key, run)
 
     def _propose_plan(self, args: ProposePlan) -> ToolReply:
         case_id = self._own_case(args.case_id)
@@ -238,7 +241,8 @@ class CaseTools:
             return {"case": data, "plan_hash": digest_,
                     "next": "waiting at the gate for a human approval"}
 
-        return self._through_gateway("propose_plan", args.model_dump(), key, run)
+        intent = {"case_id": str(case_id), "plan_hash": digest_}
+        return self._through_gateway("propose_plan", intent, key, run)
 
     def _post_update(self, args: PostUpdate) -> ToolReply:
         case_id = self._own_case(args.case_id)
@@ -253,7 +257,8 @@ class CaseTools:
             _reply_data(self.cases.note(note, f"agent:{key}"))
             return {"posted": self.app.chat.post(str(case_id), args.text)}
 
-        return self._through_gateway("post_update", args.model_dump(), key, run)
+        intent = {"case_id": str(case_id), "text": normalized(args.text)}
+        return self._through_gateway("post_update", intent, key, run)
 
     # -- notes the agent itself writes ------------------------------------------------------
 
@@ -276,9 +281,13 @@ class CaseTools:
 
     # -- plumbing -------------------------------------------------------------------------
 
-    def _through_gateway(self, tool: str, args: dict[str, Any], key: str,
+    def _through_gateway(self, tool: str, intent: dict[str, Any], key: str,
                          run: Callable[[Mapping[str, Any]], Any]) -> ToolReply:
-        result = self._run(ToolCall(tool, args, ACTOR, self.session_id, business_key=key), run)
+        """``intent``: the normalized arguments the gateway fingerprints, so a repeat worded
+        with other spacing or case replays while a changed intent under the same key is
+        refused (``idempotency_key_reused``)."""
+        call = ToolCall(tool, intent, ACTOR, self.session_id, business_key=key)
+        result = self._run(call, run)
         if result.status is CallStatus.IN_PROGRESS:
             return ToolReply.of(False, {"error": "the same call is still running elsewhere; "
                                         "ask again later"})
