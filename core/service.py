@@ -180,14 +180,22 @@ class CaseService:
         )
 
     def note(self, cmd: NoteCase, key: str, *,
-             inbox_entry: tuple[str, int] | None = None) -> Reply:
+             inbox_entry: tuple[str, int] | None = None,
+             also: Callable[[Connection], None] | None = None) -> Reply:
         """Record a fact on the case's timeline (and ``cmd.topic`` in the outbox) without moving
-        it, once per idempotency key."""
+        it, once per idempotency key. ``also`` writes the fact's own rows (the analyst's
+        evidence) in the same transaction, only when the note is recorded, never on a replay."""
+        def work(_conn: Connection, case: Row | None, writes: store.Writes) -> dict[str, Any]:
+            data = self._note(case, cmd, writes)
+            if also is not None:
+                also(_conn)
+            return data
+
         return self._idempotent(
             key,
             fingerprint(cmd.intent()),
             cmd.case_id,
-            lambda _conn, case, writes: self._note(case, cmd, writes),
+            work,
             inbox_entry=inbox_entry,
         )
 

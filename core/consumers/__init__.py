@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from core.messaging.consumer import Consumer
 
 CONSUMER_NAMES = ("intake", "analyst", "planner", "gatekeeper", "executor", "verifier",
-                  "notifier")
+                  "notifier", "librarian")
 """Every consumer, in the order the in-process bus calls the subscribers of one topic."""
 
 
@@ -27,9 +27,11 @@ def build_consumers(app: App) -> list[Consumer]:
     from core.consumers.notifier import Notifier
     from core.consumers.planner import Planner
     from core.consumers.verifier import Verifier
+    from core.library.consumer import Librarian
 
     core: dict[str, Callable[[App], Consumer]] = {
         "intake": Intake, "analyst": Analyst, "planner": Planner, "gatekeeper": Gatekeeper,
-        "executor": Executor, "verifier": Verifier, "notifier": Notifier}
+        "executor": Executor, "verifier": Verifier, "notifier": Notifier,
+        "librarian": Librarian}
     factories = {**core, **app.extensions.consumers}
     return [factories[name](app) for name in CONSUMER_NAMES]

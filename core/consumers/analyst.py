@@ -1,15 +1,35 @@
-"""The analyst placeholder (``cmd.analysis.run``): until an analyst agent is configured, analysis
-ends at once with a note saying so, and the case goes on to planning."""
+"""The analyst (``cmd.analysis.run``): reads the metrics the case names around its start
+(Prometheus ``query_range``, or the recorded series of ``OPSGATE_SERIES_DIR``), turns them into
+findings, recalls similar closed cases and relevant runbooks, notes all of it on the case
+(``evt.analysis.findings.v1`` and ``evidence_link`` rows, one transaction), then
+``analysis_done`` → PLANNING.
+
+The evidence is gathered once per case version through the gateway: metrics move and the
+library grows, so a redelivery must reuse the first reading rather than note a different one.
+With no metric source there is no note: the case goes on to planning at once, the move's reason
+naming any similar past case."""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
-from core.consumers.runs import current_run
-from core.domain.commands import TransitionCase
+from sqlalchemy import Connection
+
+from core.analysis.catalog import catalog, metrics_for
+from core.analysis.findings import FINDINGS_TOPIC, find, summary_line
+from core.analysis.sources import SeriesSource, series_source
+from core.analysis.store import write_findings
+from core.consumers.runs import PlanRun, current_run
+from core.domain.commands import NoteCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic
+from core.errors import Unavailable
+from core.gateway import CallStatus, ToolCall
+from core.library import Library
 from core.messaging.consumer import Delivery
 
 if TYPE_CHECKING:
@@ -17,17 +37,26 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-NO_ANALYST = "no analyst is configured: planning from the template catalog"
+NO_ANALYST = ("no metric source (OPSGATE_PROMETHEUS_URL, OPSGATE_SERIES_DIR) and nothing "
+               "similar in the library: planning from the template catalog")
+READ_TIMEOUT_S = 10.0  # each metric's query_range
+FINDINGS_EVENT = "analysis_findings"
 
 
 class Analyst:
-    """Consumer of ``cmd.analysis.run``: ANALYZING → PLANNING."""
+    """Consumer of ``cmd.analysis.run``: ANALYZING → PLANNING, with the evidence noted first."""
 
     name = "analyst"
     topics: tuple[str, ...] = (Topic.ANALYSIS_RUN,)
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: App, source: SeriesSource | None = None,
+                 library: Library | None = None) -> None:
+        self.app = app
         self.cases = app.cases
+        self.source = source or series_source(app.settings)
+        self.library = library or Library(app.engine)
+        self.specs = catalog(app.settings.metric_catalog)
+        self.runbooks_dir: str | None = getattr(app.settings, "runbooks_dir", None)
 
     def handle(self, delivery: Delivery) -> None:
         payload = delivery.envelope.payload
@@ -35,12 +64,76 @@ class Analyst:
                           with_plan=False)
         if run is None:
             return
+        correlation_id = payload.get("correlation_id")
+        evidence = self._gather(run)
+        similar = [str(c["case_id"]) for c in evidence.get("similar_cases", [])]
+        reason = _with_similar(NO_ANALYST, evidence)
+        meta: dict[str, Any] = {"analyst": "none", **({"similar_cases": similar} if similar
+                                                       else {})}
+        if evidence["source"] != "none":
+            reason = summary_line(evidence)
+            meta = {"analyst": "metrics", "findings": len(evidence["findings"])}
+            self._note(run, evidence, reason, correlation_id)
         cmd = TransitionCase(run.case_id, CaseEvent.ANALYSIS_DONE, actor=self.name,
-                             reason=NO_ANALYST, meta={"analyst": "none"},
-                             correlation_id=payload.get("correlation_id"),
+                             reason=reason, meta=meta, correlation_id=correlation_id,
                              expected_version=run.version)
         reply = self.cases.transition(cmd, run.key, inbox_entry=delivery.inbox_entry)
         if reply.status in (409, 412):
             log.info("analyst: case %s moved on first (%s)", run.case_id, reply.body)
             return
         reply.data()
+
+    def _gather(self, run: PlanRun) -> dict[str, Any]:
+        """The findings and the recall, computed once per case version (the gateway stores the
+        first result; a redelivery replays it)."""
+        specs = metrics_for(str(run.case["title"]), self.specs)
+        lease_s = max(self.app.settings.gateway_lease_s, 15.0 + READ_TIMEOUT_S * len(specs))
+        call = ToolCall(tool="analysis.gather",
+                        args={"title": run.case["title"], "metrics": [s.name for s in specs],
+                              "incident_at": run.case["created_at"],
+                              "case_id": str(run.case_id)},
+                        actor=self.name, session_id=run.session_id,
+                        business_key=f"{run.case_id}:{run.version}:analysis")
+        result = self.app.gateway.run(call, self._evidence, lease_s=lease_s, wait_s=lease_s,
+                                      idempotent=True)
+        if result.status is CallStatus.IN_PROGRESS:
+            raise Unavailable("analysis of this case is running elsewhere; retry later",
+                              key=result.key)
+        if result.error is not None or not isinstance(result.result, Mapping):
+            raise RuntimeError(f"analysis of case {run.case_id} failed: {result.error}")
+        return dict(result.result)
+
+    def _evidence(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        title = str(args["title"])
+        evidence: dict[str, Any] = {"findings": [], "checked": [], "missing": [],
+                                    "source": "none"}
+        if self.source is not None:
+            specs = [self.specs[name] for name in args["metrics"] if name in self.specs]
+            incident_at = datetime.fromisoformat(str(args["incident_at"]))
+            evidence = {**find(specs, self.source, incident_at),
+                        "source": type(self.source).__name__}
+        if self.runbooks_dir:
+            self.library.index_runbooks(self.runbooks_dir)
+        return {**evidence, **self.library.recall(title, exclude=UUID(str(args["case_id"])))}
+
+    def _note(self, run: PlanRun, evidence: dict[str, Any], reason: str,
+              correlation_id: str | None) -> None:
+        findings = list(evidence["findings"])
+
+        def evidence_rows(conn: Connection) -> None:
+            write_findings(conn, run.case_id, run.version, findings)
+
+        note = NoteCase(run.case_id, FINDINGS_EVENT, self.name, reason=reason, meta=evidence,
+                        topic=FINDINGS_TOPIC, correlation_id=correlation_id)
+        self.cases.note(note, f"{run.key}:findings", also=evidence_rows).data()
+
+
+def _with_similar(reason: str, evidence: Mapping[str, Any]) -> str:
+    """Without a metric source there is no findings note: the move's reason names the similar
+    past cases, so the thread still shows them."""
+    similar = evidence.get("similar_cases") or []
+    if not similar:
+        return reason
+    told = "; ".join(f"{c['title']} (resolved by {c.get('resolved_by') or 'its plan'})"
+                     for c in similar)
+    return f"{reason}; similar past cases: {told}"

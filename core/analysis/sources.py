@@ -1,0 +1,140 @@
+"""Where the analyst reads a metric's series around the incident start: Prometheus'
+``query_range`` (production) or recorded series files (the embedded default and tests).
+
+Both answer ``read(spec, incident_at)`` with points ``[(offset_s, value), …]`` relative to the
+incident start, and ``link(spec, incident_at)``: where a person sees the same numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Protocol
+
+import httpx
+
+from core.analysis.catalog import MetricSpec
+from core.executor.allowlists import Origin
+from core.executor.evidence import PROMETHEUS_BODY_LIMIT, EvidenceMissing
+from core.executor.http_client import RedirectRefused, send
+from core.settings import Settings
+
+Series = list[tuple[float, float]]
+
+
+class SeriesSource(Protocol):
+    def read(self, spec: MetricSpec, incident_at: datetime) -> Series:
+        """The metric's points around ``incident_at``; ``EvidenceMissing`` when there are none."""
+        ...
+
+    def link(self, spec: MetricSpec, incident_at: datetime) -> str:
+        """Where a person can look at the same query and window."""
+        ...
+
+
+class PrometheusRangeSource:
+    """``GET /api/v1/query_range`` over [start - before, min(now, start + after)]."""
+
+    def __init__(self, base_url: str, *, before_s: int, after_s: int, step_s: int,
+                 timeout_s: float = 10.0,
+                 now: Callable[[], datetime] | None = None) -> None:
+        self._base = base_url.rstrip("/")
+        self._endpoint = httpx.URL(self._base + "/api/v1/query_range")
+        self.before_s, self.after_s, self.step_s = before_s, after_s, step_s
+        self._timeout_s = timeout_s
+        self._now = now or (lambda: datetime.now(UTC))
+
+    def read(self, spec: MetricSpec, incident_at: datetime) -> Series:
+        start, end = self._window(incident_at)
+        url = self._endpoint.copy_merge_params({
+            "query": spec.query, "start": f"{start.timestamp():.3f}",
+            "end": f"{end.timestamp():.3f}", "step": str(self.step_s)})
+        origin = Origin.of(self._endpoint)
+        try:
+            reply = send("GET", url, allowed=lambda u: Origin.of(u) == origin,
+                         timeout_s=self._timeout_s, body_limit=PROMETHEUS_BODY_LIMIT)
+        except (httpx.HTTPError, RedirectRefused) as exc:
+            raise EvidenceMissing(f"Prometheus unreachable: {type(exc).__name__}: {exc}") from exc
+        if reply.truncated:
+            raise EvidenceMissing(f"Prometheus answer over {PROMETHEUS_BODY_LIMIT} bytes")
+        return matrix_points(reply.body, incident_at.timestamp(), status=reply.status)
+
+    def link(self, spec: MetricSpec, incident_at: datetime) -> str:
+        start, end = self._window(incident_at)
+        params = {"g0.expr": spec.query, "g0.tab": "0",
+                  "g0.range_input": f"{int((end - start).total_seconds())}s",
+                  "g0.end_input": end.strftime("%Y-%m-%d %H:%M:%S")}
+        return str(httpx.URL(self._base + "/graph").copy_merge_params(params))
+
+    def _window(self, incident_at: datetime) -> tuple[datetime, datetime]:
+        start = incident_at - timedelta(seconds=self.before_s)
+        end = min(self._now(), incident_at + timedelta(seconds=self.after_s))
+        return start, max(end, start + timedelta(seconds=self.step_s))
+
+
+def matrix_points(body: bytes, origin_s: float, status: int = 200) -> Series:
+    """The points of a ``query_range`` answer, offsets from ``origin_s``. Several series (one per
+    label set) are summed per timestamp, the way a dashboard's total reads."""
+    try:
+        doc = json.loads(body)
+    except ValueError as exc:
+        raise EvidenceMissing(f"Prometheus answered HTTP {status} without JSON") from exc
+    if not isinstance(doc, dict) or doc.get("status") != "success":
+        error = doc.get("error", "no error text") if isinstance(doc, dict) else "not an object"
+        raise EvidenceMissing(f"Prometheus refused the query (HTTP {status}): {error}")
+    try:
+        data = doc["data"]
+        if data["resultType"] != "matrix":
+            raise ValueError(f"a {data['resultType']} result; query_range gives a matrix")
+        totals: dict[float, float] = {}
+        for series in data["result"]:
+            for stamp, value in series["values"]:
+                totals[float(stamp)] = totals.get(float(stamp), 0.0) + float(value)
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise EvidenceMissing(f"Prometheus answer not understood: {exc!r}") from exc
+    points = [(t - origin_s, v) for t, v in sorted(totals.items()) if math.isfinite(v)]
+    if not points:
+        raise EvidenceMissing("no data: the query matched no series")
+    return points
+
+
+class RecordedSource:
+    """``<folder>/<metric>.json`` = ``{"metric", "step_s", "points": [[offset_s, value], …]}``,
+    offsets already relative to the incident start (whatever the case's own start is)."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+
+    def read(self, spec: MetricSpec, incident_at: datetime) -> Series:
+        path = self._path(spec)
+        try:
+            doc = json.loads(path.read_text())
+            points = [(float(t), float(v)) for t, v in doc["points"]]
+        except FileNotFoundError as exc:
+            raise EvidenceMissing(f"no recorded series {path.name}") from exc
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise EvidenceMissing(f"recorded series {path.name} unreadable: {exc!r}") from exc
+        if not points:
+            raise EvidenceMissing(f"recorded series {path.name} is empty")
+        return points
+
+    def link(self, spec: MetricSpec, incident_at: datetime) -> str:
+        return self._path(spec).resolve().as_uri()
+
+    def _path(self, spec: MetricSpec) -> Path:
+        return self.folder / f"{spec.name}.json"
+
+
+def series_source(settings: Settings) -> SeriesSource | None:
+    """Prometheus when ``OPSGATE_PROMETHEUS_URL`` is set, else the recorded series of
+    ``OPSGATE_SERIES_DIR``; None when neither is: the analyst then reads no metrics."""
+    if settings.prometheus_url:
+        return PrometheusRangeSource(settings.prometheus_url, before_s=settings.analysis_before_s,
+                                     after_s=settings.analysis_after_s,
+                                     step_s=settings.analysis_step_s)
+    if settings.series_dir:
+        return RecordedSource(settings.series_dir)
+    return None

@@ -1,0 +1,13 @@
+"""The librarian's knowledge base: closed cases and runbooks, indexed for full-text recall.
+
+``Library(engine)`` is the API others use: ``similar_cases(text, limit=3)`` (with what resolved
+them), ``relevant_runbooks(text, limit=3)``, ``best_plan_for(text)`` (the plan of the most
+similar verified case and the case it came from), ``recall(text)`` (both lists, for a thread or
+the agent's context), ``index_case(case_id)`` and ``index_runbooks(folder)``.
+"""
+
+from __future__ import annotations
+
+from core.library.library import Document, Library
+
+__all__ = ["Document", "Library"]

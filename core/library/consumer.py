@@ -1,0 +1,40 @@
+"""The librarian consumer (``evt.case.transition.v1``): when a case is CLOSED (verified), it goes
+into the library with what resolved it; the runbooks folder is re-read beside it (unchanged
+files write nothing). Indexing is idempotent, so a redelivery is harmless."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+from uuid import UUID
+
+from core.domain.fsm import CaseStatus
+from core.domain.messages import Topic
+from core.library.library import Library
+from core.messaging.consumer import Delivery
+
+if TYPE_CHECKING:
+    from core.bootstrap import App
+
+log = logging.getLogger(__name__)
+
+
+class Librarian:
+    """Consumer of the transition facts: indexes each case that reaches CLOSED."""
+
+    name = "librarian"
+    topics: tuple[str, ...] = (Topic.CASE_TRANSITION,)
+
+    def __init__(self, app: App, library: Library | None = None) -> None:
+        self.library = library or Library(app.engine)
+        self.runbooks_dir: str | None = getattr(app.settings, "runbooks_dir", None)
+
+    def handle(self, delivery: Delivery) -> None:
+        payload = delivery.envelope.payload
+        if payload.get("to") != CaseStatus.CLOSED:
+            return
+        case_id = UUID(str(payload["case_id"]))
+        if self.library.index_case(case_id):
+            log.info("librarian: indexed closed case %s", case_id)
+        if self.runbooks_dir:
+            self.library.index_runbooks(self.runbooks_dir)

@@ -1,0 +1,110 @@
+"""Full-text search over ``kb_chunk``, ranked, one best chunk per document: PostgreSQL's
+tsvector (GIN, ``ts_rank``) or SQLite's FTS5 (``bm25``). The query is the text's words, any of
+which may match (a new case's title shares some words with the right past case, rarely all)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, func, or_, select, text
+
+from core.analysis.catalog import title_words
+from core.library.tables import kb_chunk, kb_doc
+
+MAX_TERMS = 16
+MAX_CHUNKS = 1000  # best-ranked chunks looked at on SQLite (its ranking runs per row)
+STOPWORDS = frozenset((
+    "a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "has", "have", "in", "is",
+    "it", "its", "of", "on", "or", "the", "to", "was", "were", "with", "after", "before", "over",
+    "under", "during", "since", "into", "than", "then", "this", "that", "these", "those", "our",
+    "we", "us", "you", "not", "no"))
+
+_PG = text("""
+SELECT d.id, d.source, d.kind, d.title, d.meta, max(ts_rank(c.tsv, q.query, 1)) AS score
+FROM kb_chunk c
+JOIN kb_doc d ON d.id = c.doc_id
+CROSS JOIN (SELECT to_tsquery('english', :terms) AS query) q
+WHERE c.tsv @@ q.query AND d.kind = :kind
+GROUP BY d.id
+ORDER BY score DESC, d.id DESC
+LIMIT :limit
+""")
+_SQLITE = text("""
+WITH hits AS (
+    SELECT rowid AS chunk_id, rank
+    FROM kb_chunk_fts WHERE kb_chunk_fts MATCH :terms
+    ORDER BY rank LIMIT :chunks
+)
+SELECT d.id, d.source, d.kind, d.title, d.meta, -min(hits.rank) AS score
+FROM hits
+JOIN kb_chunk c ON c.id = hits.chunk_id
+JOIN kb_doc d ON d.id = c.doc_id
+WHERE d.kind = :kind
+GROUP BY d.id
+ORDER BY score DESC, d.id DESC
+LIMIT :limit
+""")
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One document and how well its best chunk matched (higher is better)."""
+
+    doc_id: int
+    source: str
+    kind: str
+    title: str
+    meta: dict[str, Any]
+    score: float
+
+
+def query_terms(query: str) -> list[str]:
+    """The words of ``query`` worth searching for: no stopwords, no repeats, at most 16."""
+    terms: list[str] = []
+    for word in title_words(query):
+        if word not in STOPWORDS and len(word) > 1 and word not in terms:
+            terms.append(word)
+    return terms[:MAX_TERMS]
+
+
+def search(conn: Connection, query: str, kind: str, limit: int) -> list[Hit]:
+    """The ``kind`` documents best matching ``query``, best first."""
+    terms = query_terms(query)
+    if not terms or limit < 1:
+        return []
+    if conn.dialect.name == "postgresql":
+        # Words are [a-z0-9]+ (title_words), so no tsquery syntax can slip in.
+        statement, joined = _PG, " | ".join(terms)
+    else:
+        statement, joined = _SQLITE, " OR ".join(f'"{term}"' for term in terms)
+    params = {"terms": joined, "kind": kind, "limit": limit, "chunks": MAX_CHUNKS}
+    rows = conn.execute(statement, params).mappings()
+    return [Hit(int(row["id"]), str(row["source"]), str(row["kind"]), str(row["title"]),
+                _meta(row["meta"]), float(row["score"])) for row in rows]
+
+
+def _meta(value: Any) -> dict[str, Any]:
+    # A raw text() query on SQLite hands JSON back as its text.
+    if isinstance(value, str):
+        loaded = json.loads(value)
+        return dict(loaded) if isinstance(loaded, dict) else {}
+    return dict(value or {})
+
+
+def like_scan(conn: Connection, query: str, kind: str, limit: int) -> list[int]:
+    """The baseline the benchmark compares against: ``lower(body) LIKE '%word%'`` for any word,
+    documents by how many chunks matched. No index can help it."""
+    terms = query_terms(query)
+    if not terms:
+        return []
+    body = func.lower(kb_chunk.c.body)
+    statement = (select(kb_doc.c.id, func.count().label("score"))
+                 .select_from(kb_chunk.join(kb_doc, kb_doc.c.id == kb_chunk.c.doc_id))
+                 .where(or_(*(body.like(f"%{term}%") for term in terms)), kb_doc.c.kind == kind)
+                 .group_by(kb_doc.c.id)
+                 .order_by(func.count().desc(), kb_doc.c.id.desc()).limit(limit))
+    rows = conn.execute(statement)
+    return [int(row[0]) for row in rows]
+

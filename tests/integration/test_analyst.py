@@ -1,0 +1,181 @@
+"""The analyst consumer on real SQLite and PostgreSQL: findings from recorded series and from a
+Prometheus-shaped ``query_range`` server on 127.0.0.1 are noted on the case
+(``evt.analysis.findings.v1`` in the outbox, ``evidence_link`` rows) in one transaction, then the
+case goes on to planning; a redelivery after a crash reads nothing again and writes nothing
+twice; with no metric source the case goes on at once, as before."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import func, select
+
+from core.adapters.tables import outbox
+from core.analysis.catalog import MetricSpec
+from core.analysis.sources import RecordedSource
+from core.analysis.store import case_findings
+from core.analysis.tables import evidence_link
+from core.consumers.analyst import NO_ANALYST, Analyst
+from core.domain.fsm import CaseEvent, CaseStatus
+from core.domain.messages import Topic
+from core.errors import Unavailable
+from core.messaging.consumer import ConsumerRunner
+from core.service import CaseService
+from tests.integration.local_http import Reply, Seen, local_server
+from tests.integration.plan_runs import envelope_of, make_app, notes, status
+from tests.support import command, key, open_case
+
+SERIES = Path(__file__).parents[1] / "fixtures" / "series"
+FINDINGS = "evt.analysis.findings.v1"
+
+
+def analyzing_case(app, title: str) -> UUID:
+    case_id = open_case(app.cases, title)
+    assert app.cases.transition(command(case_id, CaseEvent.START_ANALYSIS), key()).ok
+    return case_id
+
+
+def analyse(app, case_id: UUID, analyst: Analyst | None = None) -> str:
+    runner = ConsumerRunner(app.engine, analyst or Analyst(app), sleep=lambda _s: None)
+    return runner.deliver(envelope_of(app.engine, case_id, Topic.ANALYSIS_RUN))
+
+
+def findings_events(engine, case_id: UUID) -> list[dict[str, Any]]:
+    query = select(outbox.c.payload).where(outbox.c.topic == FINDINGS,
+                                           outbox.c.key == str(case_id))
+    with engine.connect() as conn:
+        return [dict(p) for p in conn.execute(query).scalars()]
+
+
+def evidence_rows(engine, case_id: UUID) -> int:
+    query = select(func.count()).select_from(evidence_link).where(
+        evidence_link.c.case_id == case_id)
+    with engine.connect() as conn:
+        return int(conn.execute(query).scalar_one())
+
+
+def test_a_latency_step_is_noted_with_its_evidence_then_the_case_plans(engine):
+    app = make_app(engine, series_dir=str(SERIES / "latency_step"))
+    case_id = analyzing_case(app, "checkout p95 latency over 2 s")
+    assert analyse(app, case_id) == "done"
+
+    assert status(app, case_id) == CaseStatus.PLANNING
+    [note] = notes(app, case_id, "analysis_findings")
+    [finding] = note["context"]["findings"]
+    assert finding["metric"] == "latency_p95_ms" and finding["statistic"] == "shift"
+    assert note["reason"].startswith("latency_p95_ms stepped up")
+    [event] = findings_events(engine, case_id)
+    assert event["findings"] == note["context"]["findings"] and event["version"] == 1
+    assert case_findings(engine, case_id) == [finding]
+    done = [row for row in app.cases.timeline(case_id) if row["event"] == "analysis_done"]
+    assert done[0]["reason"] == note["reason"]
+    assert done[0]["meta"]["context"] == {"analyst": "metrics", "findings": 1}
+
+
+def test_a_flat_series_notes_that_nothing_changed(engine):
+    app = make_app(engine, series_dir=str(SERIES / "flat"))
+    case_id = analyzing_case(app, "checkout p95 latency over 2 s")
+    assert analyse(app, case_id) == "done"
+    [note] = notes(app, case_id, "analysis_findings")
+    assert note["context"]["findings"] == []
+    assert note["reason"] == "no significant change in latency_p95_ms"
+    assert evidence_rows(engine, case_id) == 0
+    assert status(app, case_id) == CaseStatus.PLANNING
+
+
+def test_without_a_metric_source_the_case_plans_at_once(engine):
+    app = make_app(engine)
+    case_id = analyzing_case(app, "checkout p95 latency over 2 s")
+    assert analyse(app, case_id) == "done"
+    assert status(app, case_id) == CaseStatus.PLANNING
+    assert notes(app, case_id, "analysis_findings") == []
+    assert findings_events(engine, case_id) == []
+    [done] = [row for row in app.cases.timeline(case_id) if row["event"] == "analysis_done"]
+    assert done["reason"] == NO_ANALYST
+
+
+class CountingSource(RecordedSource):
+    def __init__(self, folder: Path) -> None:
+        super().__init__(folder)
+        self.reads: list[str] = []
+
+    def read(self, spec: MetricSpec, incident_at):  # type: ignore[no-untyped-def]
+        self.reads.append(spec.name)
+        return super().read(spec, incident_at)
+
+
+class CrashingOnce:
+    """The case service, except that the first transition fails as if the process died."""
+
+    def __init__(self, cases: CaseService) -> None:
+        self._cases = cases
+        self.crashed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cases, name)
+
+    def transition(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.crashed:
+            self.crashed = True
+            raise Unavailable("the process died before analysis_done")
+        return self._cases.transition(*args, **kwargs)
+
+
+def test_a_redelivery_after_a_crash_reuses_the_first_reading_and_writes_once(engine):
+    app = make_app(engine)
+    source = CountingSource(SERIES / "error_spike")
+    analyst = Analyst(app, source=source)
+    analyst.cases = CrashingOnce(app.cases)  # type: ignore[assignment]
+    case_id = analyzing_case(app, "HighErrorRate on checkout")
+    assert analyse(app, case_id, analyst) == "done"  # the runner retried after the crash
+
+    assert analyst.cases.crashed and status(app, case_id) == CaseStatus.PLANNING
+    assert source.reads == ["http_5xx_ratio"]
+    assert len(notes(app, case_id, "analysis_findings")) == 1
+    assert len(findings_events(engine, case_id)) == 1
+    assert evidence_rows(engine, case_id) == 1
+    assert analyse(app, case_id) == "duplicate"  # the inbox saw the message
+
+
+def matrix(values: list[tuple[float, float]]) -> bytes:
+    series = [{"metric": {"pod": "a"}, "values": [[t, str(v / 2)] for t, v in values]},
+              {"metric": {"pod": "b"}, "values": [[t, str(v / 2)] for t, v in values]}]
+    return json.dumps({"status": "success",
+                       "data": {"resultType": "matrix", "result": series}}).encode()
+
+
+def test_prometheus_query_range_is_read_around_the_case_start(engine):
+    recorded = json.loads((SERIES / "error_spike" / "http_5xx_ratio.json").read_text())
+
+    def query_range(seen: Seen) -> Reply:
+        start = float(seen.query["start"][0])
+        origin = start + 3600  # the case start: one hour after the window opens
+        return Reply(200, matrix([(origin + t, v) for t, v in recorded["points"]]))
+
+    with local_server({"/api/v1/query_range": query_range}) as prometheus:
+        app = make_app(engine, prometheus_url=prometheus.base)
+        case_id = analyzing_case(app, "HighErrorRate on checkout")
+        assert analyse(app, case_id) == "done"
+
+    [seen] = prometheus.seen
+    assert seen.query["query"][0].startswith('sum(rate(http_requests_total{code=~"5.."}')
+    assert seen.query["step"] == ["60"]
+    assert float(seen.query["end"][0]) > float(seen.query["start"][0]) + 3600
+    [note] = notes(app, case_id, "analysis_findings")
+    [finding] = note["context"]["findings"]
+    assert finding["statistic"] == "error_ratio" and finding["current"] > 0.05
+    assert finding["link"].startswith(prometheus.base + "/graph?g0.expr=")
+    assert status(app, case_id) == CaseStatus.PLANNING
+
+
+def test_an_unreachable_prometheus_is_noted_and_the_case_still_plans(engine):
+    app = make_app(engine, prometheus_url="http://127.0.0.1:9")
+    case_id = analyzing_case(app, "HighErrorRate on checkout")
+    assert analyse(app, case_id) == "done"
+    [note] = notes(app, case_id, "analysis_findings")
+    [missing] = note["context"]["missing"]
+    assert missing["metric"] == "http_5xx_ratio" and "unreachable" in missing["reason"]
+    assert status(app, case_id) == CaseStatus.PLANNING
