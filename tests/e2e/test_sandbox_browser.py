@@ -1,0 +1,201 @@
+"""``opsgate demo`` in a real browser: Debian's Chromium, headless, driven by Playwright, on the
+sandbox page of a demo started as a subprocess on free ports. People type a mention, approve or
+reject the plan as different people, and switch chaos on; the case's state and timeline in the
+side panel (and opsgate's REST API) must show what happened, once.
+
+Screenshots go to ``artifacts/`` (gitignored); ``docs/img/sandbox.png`` is one of them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bot.sandbox.serving import free_port
+from tests.e2e.loop_support import clean_env, command
+
+sync_api = pytest.importorskip("playwright.sync_api")
+expect = sync_api.expect
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
+START_TIMEOUT_S = 30.0
+STEP_TIMEOUT_MS = 20_000
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@dataclass(frozen=True)
+class Demo:
+    page_url: str
+    api_url: str
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    where = tmp_path_factory.mktemp("demo")
+    port, api_port = free_port(), free_port()
+    log = (where / "demo.log").open("wb")
+    process = subprocess.Popen(
+        command("demo", "--port", str(port), "--api-port", str(api_port)),
+        cwd=where, env=clean_env(), stdout=log, stderr=subprocess.STDOUT)
+    running = Demo(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{api_port}")
+    try:
+        _wait_listening(running, process, where / "demo.log")
+        yield running
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+def _wait_listening(demo: Demo, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"opsgate demo exited:\n{log.read_text()}"
+        try:
+            if httpx.get(f"{demo.api_url}/healthz", timeout=1).status_code == 200 and \
+                    httpx.get(demo.page_url, timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"opsgate demo did not listen in time:\n{log.read_text()}")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    if shutil.which(CHROMIUM) is None:
+        pytest.fail(f"{CHROMIUM} is missing: `make browser` installs Debian's chromium")
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                              args=["--headless", "--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser, demo: Demo):
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    opened = context.new_page()
+    opened.set_default_timeout(STEP_TIMEOUT_MS)
+    opened.goto(demo.page_url)
+    expect(opened.locator("#who option")).to_have_count(3)
+    yield opened
+    context.close()
+
+
+# -- what a person does on the page ----------------------------------------------------------
+
+
+def be(page, name: str) -> None:
+    value = page.locator("#who option", has_text=name).get_attribute("value")
+    page.select_option("#who", value)
+
+
+def mention(page, title: str) -> None:
+    """Riley mentions the bot in the channel; the page opens the new message's thread."""
+    be(page, "riley")
+    page.fill("#channel-input", f"@opsgate {title}")
+    page.press("#channel-input", "Enter")
+    expect(page.locator("#thread .message").first).to_contain_text(title)
+    expect(page.locator("#thread").get_by_role("button", name="Approve")).to_be_visible()
+    expect(page.locator("#case-summary .case-title")).to_have_text(title)
+    expect(page.locator("#case-status")).to_have_text("WAIT_GATE")
+
+
+def click_in_thread(page, label: str) -> None:
+    page.locator("#thread").get_by_role("button", name=label).click()
+
+
+def case_id_shown(page) -> str:
+    return page.locator("#case-summary .muted").inner_text().strip()
+
+
+def shot(page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+# -- the stories -----------------------------------------------------------------------------
+
+
+def test_mention_then_approval_closes_the_case(page):
+    mention(page, "checkout p95 is over 2 s")
+    shot(page, "sandbox-plan")
+    be(page, "alice")
+    click_in_thread(page, "Approve")
+    expect(page.locator("#case-status")).to_have_text("CLOSED")
+    thread = page.locator("#thread")
+    expect(thread).to_contain_text("Approved")
+    expect(thread).to_contain_text("VERIFYING → CLOSED")
+    expect(thread.get_by_role("button", name="Approve")).to_have_count(0)
+    expect(page.locator("#timeline [data-event=verify_pass]")).to_have_count(1)
+    shot(page, "sandbox")
+
+
+def test_rejection_with_a_reason_parks_the_case(page):
+    mention(page, "disk filling on db-2")
+    be(page, "alice")
+    click_in_thread(page, "Reject")
+    modal = page.locator("#modal")
+    expect(modal).to_be_visible()
+    modal.locator("textarea").fill("wrong service: db-2 is a replica")
+    shot(page, "sandbox-reject-modal")
+    page.click("#modal-submit")
+    expect(modal).to_be_hidden()
+    expect(page.locator("#case-status")).to_have_text("PARKED")
+    expect(page.locator("#thread")).to_contain_text("wrong service: db-2 is a replica")
+    expect(page.locator("#thread").get_by_role("button", name="Reject")).to_have_count(0)
+
+
+def test_a_click_by_someone_not_on_the_approver_list_is_refused(page, demo):
+    mention(page, "5xx on the payments gateway")
+    be(page, "bob")
+    click_in_thread(page, "Approve")
+    refusal = page.locator("#thread .message.ephemeral")
+    expect(refusal).to_contain_text("not an approver")
+    shot(page, "sandbox-refused")
+    case = httpx.get(f"{demo.api_url}/case/{case_id_shown(page)}").json()["data"]
+    assert case["status"] == "WAIT_GATE" and case["version"] == 3
+    be(page, "alice")  # the refusal is bob's alone to see
+    expect(page.locator("#thread .message.ephemeral")).to_have_count(0)
+    expect(page.locator("#thread").get_by_role("button", name="Approve")).to_be_visible()
+
+
+def test_with_chaos_on_nothing_happens_twice(page, demo):
+    page.check("#chaos")
+    try:
+        mention(page, "queue lag on orders")
+        be(page, "alice")
+        click_in_thread(page, "Approve")
+        expect(page.locator("#case-status")).to_have_text("CLOSED")
+        deliveries = page.locator("#deliveries")
+        expect(deliveries).to_contain_text("retry 3")
+        expect(deliveries).to_contain_text("copy 2")
+        shot(page, "sandbox-chaos")
+    finally:
+        page.uncheck("#chaos")
+    case_id = case_id_shown(page)
+    rows = httpx.get(f"{demo.api_url}/case/{case_id}/timeline").json()["data"]
+    seen = Counter((row["event"], row["actor"], row["meta"].get("outcome"),
+                    row["meta"].get("from"), row["meta"].get("to"), row["reason"])
+                   for row in rows)
+    assert [row for row, count in seen.items() if count > 1] == [], rows
+    events = Counter(row["event"] for row in rows if row["meta"].get("outcome") == "accepted")
+    assert events["plan_ready"] == 1 and events["gate_approved"] == 1, events
+    assert events["verify_pass"] == 1, events
+    thread = page.locator("#thread")
+    expect(thread.locator(".message", has_text="Case opened by")).to_have_count(1)
+    expect(thread.locator(".bk-header", has_text="Plan:")).to_have_count(1)
