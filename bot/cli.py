@@ -3,14 +3,38 @@ plugged in (the core never imports the outer layers; this is where they meet).""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from core.bootstrap import Extensions
+
+if TYPE_CHECKING:
+    from core.bootstrap import App
+    from core.chat import ChatSink
+
+
+def slack_chat(app: App) -> ChatSink:
+    """The sink the notifier posts through: Slack when a bot token is set, memory otherwise."""
+    from bot.app import slack_configured, web_client
+    from bot.sink import SlackChatSink
+    from bot.store import SlackStore
+    from core.chat import RecordingSink
+
+    if not slack_configured(app.settings):
+        return RecordingSink()
+    return SlackChatSink(web_client(app.settings), SlackStore(app.engine),
+                         incident_channel=app.settings.incident_channel)
 
 
 def product_extensions() -> Extensions:
     """What the agent and the bot plug into every opsgate process."""
-    return Extensions()
+    from bot.app import mount_slack_events
+    from bot.notifier import SlackNotifier
+    from bot.socket_mode import start_socket_mode
+
+    return Extensions(consumers={"notifier": SlackNotifier}, routes=(mount_slack_events,),
+                      chat=slack_chat, socket_mode=start_socket_mode)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -20,3 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     return core_main(argv, extensions=product_extensions(),
                      subcommands={"demo": sandbox_demo()})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

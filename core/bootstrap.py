@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy import Engine
 
@@ -24,16 +24,24 @@ ConsumerFactory = Callable[["App"], "Consumer"]
 RouteMount = Callable[["App", "FastAPI"], None]
 
 
+class Connection(Protocol):
+    """A long-lived connection an outer layer opens beside the API (Slack Socket Mode)."""
+
+    def close(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class Extensions:
     """What the outer layers (``agent/``, ``bot/``) plug into every opsgate process; the core
     never imports them. ``consumers`` replaces core consumers by name (the agent plans instead
     of the template planner); ``routes`` mount HTTP routes on the API (Slack events);
-    ``chat`` builds the sink the notifier posts through (Slack instead of memory)."""
+    ``chat`` builds the sink the notifier posts through (Slack instead of memory);
+    ``socket_mode`` connects to Slack over Socket Mode (``opsgate serve --socket-mode``)."""
 
     consumers: Mapping[str, ConsumerFactory] = field(default_factory=dict)
     routes: tuple[RouteMount, ...] = ()
     chat: Callable[[App], ChatSink] | None = None
+    socket_mode: Callable[[App], Connection] | None = None
 
 
 @dataclass

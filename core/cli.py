@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-    from core.bootstrap import App, Extensions
+    from core.bootstrap import App, Connection, Extensions
     from core.loop import InProcessLoop
     from core.messaging.bus import RedisStreamsBus
     from core.messaging.envelope import Envelope
@@ -144,6 +144,9 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="do not run the in-process loop (relay and consumers); cases then "
                              "move only through the API or separate `opsgate relay`/`opsgate "
                              "consume` processes")
+    parser.add_argument("--socket-mode", action="store_true",
+                        help="also connect to Slack over Socket Mode (SLACK_APP_TOKEN) instead "
+                             "of waiting for Slack's HTTP requests")
     _database_option(parser)
 
 
@@ -155,7 +158,7 @@ def _run_serve(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     app = bootstrap(settings, engine=_engine(settings), extensions=args.extensions)
-    loop = None
+    loop = socket = None
     try:
         _require_schema(settings, app.engine)
         writes = "need a bearer token" if settings.api_token else \
@@ -163,15 +166,31 @@ def _run_serve(args: argparse.Namespace) -> int:
         print(f"opsgate API on http://{args.host}:{args.port} "
               f"(database {_shown(settings.database_url)}; writes {writes})", flush=True)
         loop = _serve_loop(app, args.no_loop)
+        socket = _serve_socket_mode(app) if args.socket_mode else None
         # uvicorn re-raises the SIGTERM it shut down on; without a handler of ours that would
         # end the process on the spot, before the loop stops after the message in hand.
         signal.signal(signal.SIGTERM, _exit_cleanly)
         uvicorn.run(create_api(app), host=args.host, port=args.port, log_level=args.log_level)
     finally:
+        if socket is not None:
+            socket.close()
         if loop is not None:
             loop.stop()
         app.close()
     return 0
+
+
+def _serve_socket_mode(app: App) -> Connection:
+    """Slack over Socket Mode, which the bot plugs in (``opsgate``, not ``python -m core.cli``)."""
+    connect = app.extensions.socket_mode
+    if connect is None:
+        raise CliError("--socket-mode needs the Slack bot: run `opsgate serve --socket-mode`")
+    try:
+        socket = connect(app)
+    except ValueError as refused:
+        raise CliError(f"socket mode: {refused}") from refused
+    print("slack: connected over Socket Mode", flush=True)
+    return socket
 
 
 def _exit_cleanly(_signum: int, _frame: object) -> None:

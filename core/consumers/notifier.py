@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from core.chat import ChatSink, RecordingSink
+from core.chat import Blocks, ChatSink, RecordingSink
 from core.domain.messages import Topic
 from core.gateway import ToolCall
 from core.messaging.consumer import Delivery
@@ -101,12 +101,15 @@ class Notifier:
 
     def handle(self, delivery: Delivery) -> None:
         envelope = delivery.envelope
-        text = render(envelope.topic, envelope.payload)
-        if text is None:
+        message = self.message(envelope.topic, envelope.payload)
+        if message is None:
             return
+        text, blocks = message
         case_id = str(envelope.payload.get("case_id", envelope.key))
-        call = ToolCall(tool="chat.post",
-                        args={"case_id": case_id, "text": text, "thread_key": case_id},
+        args: dict[str, Any] = {"case_id": case_id, "text": text, "thread_key": case_id}
+        if blocks is not None:
+            args["blocks"] = blocks
+        call = ToolCall(tool="chat.post", args=args,
                         actor=self.name, session_id=f"case:{case_id}",
                         business_key=f"message:{envelope.message_id}")
         # Not idempotent: a post that may have happened without its result being stored is
@@ -117,6 +120,12 @@ class Notifier:
             raise RuntimeError(f"chat post for message {envelope.message_id}: "
                                f"{result.status} {result.error}")
 
+    def message(self, topic: str, payload: Payload) -> tuple[str, Blocks | None] | None:
+        """The text (and Block Kit blocks) one event posts; None when it adds nothing. A chat
+        front end refines it (the Slack bot renders the plan with its buttons)."""
+        text = render(topic, payload)
+        return None if text is None else (text, None)
+
     def _post(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        return self.sink.post(str(args["case_id"]), str(args["text"]),
+        return self.sink.post(str(args["case_id"]), str(args["text"]), args.get("blocks"),
                               thread_key=str(args["thread_key"]))

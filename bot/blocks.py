@@ -1,0 +1,206 @@
+"""Block Kit builders: pure functions from cases, plans and timelines to ``(text, blocks)``.
+
+``text`` is the notification and screen-reader fallback Slack requires beside blocks; blocks are
+short sections that stay readable on a phone.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bot.ids import COMMAND, REASON_BLOCK, REASON_INPUT, Action, Subcommand, View
+from core.domain.policy import ApprovalPolicy, plan_risk, rollback_steps
+
+Block = dict[str, Any]
+Message = tuple[str, list[Block]]
+
+_SLACK_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
+_STATUS_MARK = {"NEW": "🆕", "ANALYZING": "🔎", "PLANNING": "📝", "WAIT_GATE": "⏸️",
+                "EXECUTING": "⚙️", "VERIFYING": "🧪", "CLOSED": "✅", "PARKED": "🅿️"}
+TIMELINE_ROWS = 15  # a phone screen or two; the REST API has the rest
+
+
+def who(actor: object) -> str:
+    """A Slack user id as a mention, anyone else (a consumer, a REST caller) as text."""
+    name = str(actor)
+    return f"<@{name}>" if _SLACK_ID.match(name) else name
+
+
+def short_id(case_id: object) -> str:
+    return str(case_id)[:8]
+
+
+def section(text: str) -> Block:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}
+
+
+def context(text: str) -> Block:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": text[:3000]}]}
+
+
+def plain(text: str) -> Message:
+    """A one-section message (acknowledgements, refusals)."""
+    return text, [section(text)]
+
+
+# -- the plan message ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the plan message shows once the gate decided (or while it waits for a second yes)."""
+
+    verdict: str  # approved | rejected | pending
+    by: Sequence[str]
+    at: str  # ISO time
+    reason: str | None = None
+    needs: int = 0
+
+
+def _step_line(index: int, step: Mapping[str, Any]) -> str:
+    params = json.dumps(step.get("params") or {}, sort_keys=True, ensure_ascii=False)
+    if len(params) > 120:
+        params = params[:117] + "…"
+    extra = f" (timeout {step.get('timeout_s')} s, retry {step.get('retry', 0)})" \
+        if "timeout_s" in step else ""
+    return f"{index}. `{step.get('action')}` {params}{extra}"
+
+
+def _verify_lines(verify: object) -> str:
+    if isinstance(verify, Mapping):
+        checks = verify.get("checks") if isinstance(verify.get("checks"), list) else [verify]
+        lines = [json.dumps(check, sort_keys=True, ensure_ascii=False)[:200]
+                 for check in checks or []]
+        return "\n".join(f"• `{line}`" for line in lines) or "—"
+    return f"`{json.dumps(verify, ensure_ascii=False)[:200]}`"
+
+
+def plan_message(case: Mapping[str, Any], plan: Mapping[str, Any], plan_hash: str,
+                 approval_id: str, requester: str, policy: ApprovalPolicy,
+                 decision: Decision | None = None) -> Message:
+    """The one message a proposed plan is: title, risk, steps, rollback, verify and, until it
+    is decided, the ``Approve`` and ``Reject`` buttons bound to ``approval_id``."""
+    risk, needed = plan_risk(plan), policy.required(plan)
+    title = str(plan.get("title") or "Change plan")
+    steps = "\n".join(_step_line(i, step) for i, step in enumerate(plan.get("steps") or [], 1))
+    rollback = "\n".join(_step_line(i, step) for i, step in enumerate(rollback_steps(plan), 1))
+    approvers = "two distinct approvers" if needed == 2 else "one approver"
+    blocks: list[Block] = [
+        {"type": "header", "text": {"type": "plain_text", "text": f"Plan: {title}"[:150]}},
+        section(f"*Case* `{short_id(case['case_id'])}` {case.get('title', '')}\n"
+                f"*Risk* {risk:g} — needs {approvers}; requested by {who(requester)}"),
+        section(f"*Steps*\n{steps or '—'}"),
+        section(f"*Rollback*\n{rollback or '—'}"),
+        section(f"*Verify*\n{_verify_lines(plan.get('verify'))}"),
+        context(f"plan `{plan_hash[:12]}` · case version {case.get('version')} · "
+                f"approvers: {policy.describe_approvers()}"),
+    ]
+    if decision is None or decision.verdict == "pending":
+        blocks.append(_buttons(approval_id))
+    if decision is not None:
+        blocks.append(_decided(decision))
+    text = f"Plan for case {short_id(case['case_id'])}: {title} (risk {risk:g})"
+    if decision is not None and decision.verdict != "pending":
+        text = f"{text} — {decision.verdict} by {', '.join(decision.by)}"
+    return text, blocks
+
+
+def _buttons(approval_id: str) -> Block:
+    return {"type": "actions", "block_id": "plan_decision", "elements": [
+        {"type": "button", "action_id": Action.APPROVE, "style": "primary", "value": approval_id,
+         "text": {"type": "plain_text", "text": "Approve"}},
+        {"type": "button", "action_id": Action.REJECT, "style": "danger", "value": approval_id,
+         "text": {"type": "plain_text", "text": "Reject"}},
+    ]}
+
+
+def _decided(decision: Decision) -> Block:
+    by = ", ".join(who(person) for person in decision.by)
+    if decision.verdict == "approved":
+        return section(f"✅ *Approved* by {by} at {decision.at}")
+    if decision.verdict == "rejected":
+        return section(f"⛔ *Rejected* by {by} at {decision.at}: {decision.reason or ''}")
+    return context(f"👍 Approved so far by {by}; {decision.needs} more approval(s) needed")
+
+
+def reject_modal(approval_id: str, private_metadata: str) -> dict[str, Any]:
+    """The modal the ``Reject`` button opens: one required reason."""
+    return {
+        "type": "modal", "callback_id": View.REJECT_REASON,
+        "private_metadata": private_metadata,
+        "title": {"type": "plain_text", "text": "Reject plan"},
+        "submit": {"type": "plain_text", "text": "Reject"},
+        "close": {"type": "plain_text", "text": "Cancel"},
+        "blocks": [
+            section(f"Why is this plan rejected? The case parks with your reason. "
+                    f"(`{approval_id[:11]}`)"),
+            {"type": "input", "block_id": REASON_BLOCK,
+             "label": {"type": "plain_text", "text": "Reason"},
+             "element": {"type": "plain_text_input", "action_id": REASON_INPUT,
+                         "multiline": True, "min_length": 3, "max_length": 500}},
+        ],
+    }
+
+
+# -- /case ------------------------------------------------------------------------------------
+
+
+def case_status(case: Mapping[str, Any]) -> Message:
+    mark = _STATUS_MARK.get(str(case["status"]), "•")
+    text = (f"{mark} Case `{short_id(case['case_id'])}` *{case['title']}*\n"
+            f"*Status* {case['status']} · *Severity* {case['severity']} · "
+            f"*Version* {case['version']}")
+    return f"Case {short_id(case['case_id'])}: {case['status']}", [
+        section(text), context(f"id `{case['case_id']}` · updated {case['updated_at']}")]
+
+
+def case_timeline(case: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> Message:
+    shown = rows[-TIMELINE_ROWS:]
+    lines = []
+    for row in shown:
+        meta = row.get("meta") or {}
+        move = f" {meta.get('from')} → {meta.get('to')}" if meta.get("to") and \
+            meta.get("from") != meta.get("to") else ""
+        reason = f" — {row['reason']}" if row.get("reason") else ""
+        lines.append(f"`{str(row['created_at'])[11:19]}` *{row['event']}*{move} "
+                     f"by {who(row['actor'])}{reason}"[:300])
+    more = [] if len(rows) <= len(shown) else \
+        [context(f"{len(rows) - len(shown)} earlier row(s) not shown")]
+    return (f"Timeline of case {short_id(case['case_id'])}",
+            [section(f"*Timeline of case* `{short_id(case['case_id'])}` {case['title']}"),
+             *more, section("\n".join(lines) or "—")])
+
+
+def case_list(cases: Sequence[Mapping[str, Any]], status: str | None) -> Message:
+    title = f"Cases in {status}" if status else "Latest cases"
+    if not cases:
+        return plain(f"{title}: none")
+    lines = [f"{_STATUS_MARK.get(str(c['status']), '•')} `{short_id(c['case_id'])}` "
+             f"{c['status']} · {c['title']}"[:200] for c in cases]
+    return title, [section(f"*{title}*"), section("\n".join(lines))]
+
+
+def help_message(note: str | None = None) -> Message:
+    usage = "\n".join([
+        f"`{COMMAND} {Subcommand.NEW} <title>` open a case with a thread in this channel",
+        f"`{COMMAND} {Subcommand.STATUS} <id>` where a case stands (an id prefix is enough)",
+        f"`{COMMAND} {Subcommand.TIMELINE} <id>` what happened to a case",
+        f"`{COMMAND} {Subcommand.LIST} [status]` latest cases, optionally in one status",
+        f"`{COMMAND} {Subcommand.HELP}` this help",
+        "Mention me in a channel to open a case for that thread, or in a case's thread "
+        "to continue it.",
+    ])
+    blocks = [section(usage)]
+    if note:
+        blocks.insert(0, section(note))
+    return (note or f"{COMMAND} help"), blocks
+
+
+def ephemeral(message: Message) -> dict[str, Any]:
+    """A slash command's ack body that only the asker sees."""
+    text, blocks = message
+    return {"response_type": "ephemeral", "text": text, "blocks": blocks}

@@ -1,0 +1,191 @@
+"""What the Slack listeners ask of opsgate, in the incident's words: open (or find) the case of a
+thread, continue its conversation, find a case by id prefix, decide a plan. Listeners stay short:
+parse, call one of these, answer.
+
+Side effects go through the gateway (opening a case for a thread, replying in it) with business
+keys made of Slack's own ids, so a retried event never opens two cases or replies twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from slack_sdk import WebClient
+from sqlalchemy import String, cast, select
+
+from bot.agent import Agent
+from bot.blocks import short_id
+from bot.store import ApprovalRef, SlackStore
+from core.adapters.database import connection
+from core.adapters.tables import ops_case
+from core.bootstrap import App
+from core.domain.commands import ApprovePlan, OpenCase, RejectPlan
+from core.domain.fsm import CaseStatus
+from core.errors import InvalidRequest, NotFound
+from core.gateway import ToolCall
+from core.service import Reply
+
+log = logging.getLogger(__name__)
+
+OPEN_WAIT_S = 10.0  # a duplicate delivery waits this long for the first one's case
+_MENTION = re.compile(r"<@[A-Z0-9]+(\|[^>]*)?>")
+_PREFIX = re.compile(r"^[0-9a-f-]{4,36}$")
+TITLE_MAX = 200
+
+
+@dataclass(frozen=True)
+class SlackThread:
+    """Where a message was said: the thread root is the case's thread."""
+
+    team: str
+    channel: str
+    thread_ts: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.team}:{self.channel}:{self.thread_ts}"
+
+
+def title_of(text: str) -> str:
+    """A case title from a mention: the words without the mentions, on one line."""
+    words = " ".join(_MENTION.sub(" ", text).split())
+    return (words or "Incident reported in Slack")[:TITLE_MAX]
+
+
+class SlackCases:
+    """The bot's operations on opsgate."""
+
+    def __init__(self, app: App, client: WebClient, store: SlackStore,
+                 agent: Agent | None = None) -> None:
+        self.app = app
+        self.cases = app.cases
+        self.client = client
+        self.store = store
+        self.agent = agent
+
+    # -- conversations ----------------------------------------------------------------------
+
+    def case_for_thread(self, where: SlackThread, title: str, user: str,
+                        correlation_id: str) -> tuple[UUID, bool]:
+        """The case of ``where``, opened now if it has none; ``True`` when this call opened it.
+        Every delivery of the same thread's first mention opens the same one case."""
+        found = self.store.case_of_thread(where.team, where.channel, where.thread_ts)
+        if found is not None:
+            return found, False
+        self.store.reserve_thread(where.team, where.channel, where.thread_ts)
+        call = ToolCall(tool="case.open", args={"thread": where.key}, actor=user,
+                        session_id=f"slack:{where.key}", business_key=f"slack-thread:{where.key}")
+
+        def open_case(_args: Any) -> dict[str, Any]:
+            cmd = OpenCase(title=title, actor=user, correlation_id=correlation_id)
+            return {"case_id": self.cases.open_case(cmd, f"slack-thread:{where.key}")
+                    .data()["case_id"]}
+
+        result = self.app.gateway.run(call, open_case, wait_s=OPEN_WAIT_S)
+        if not result.ok:
+            raise RuntimeError(f"opening the case of thread {where.key}: {result.status} "
+                               f"{result.error}")
+        case_id = UUID(str(result.result["case_id"]))
+        self.store.bind_thread(where.team, where.channel, where.thread_ts, case_id)
+        return case_id, result.status == "ok"
+
+    def converse(self, case_id: UUID, where: SlackThread, text: str, *, user: str,
+                 opened: bool, event_id: str) -> str:
+        """Hand ``text`` to the agent (or, without one, acknowledge) and reply in the thread,
+        once per Slack event."""
+        if self.agent is not None:
+            reply = self.agent.converse(case_id, text, user=user, correlation_id=event_id)
+        elif opened:
+            reply = (f"Opened case `{short_id(case_id)}` for this thread. Its analysis, the "
+                     "proposed plan and the approval buttons will appear here.")
+        else:
+            reply = f"Noted on case `{short_id(case_id)}`."
+        self.say(where, reply, business_key=f"reply:{event_id}")
+        return reply
+
+    def say(self, where: SlackThread, text: str, *, business_key: str,
+            blocks: list[dict[str, Any]] | None = None) -> None:
+        """Post in the thread, once per business key."""
+        call = ToolCall(tool="slack.reply", args={"channel": where.channel,
+                                                  "thread_ts": where.thread_ts, "text": text},
+                        actor="slack-bot", session_id=f"slack:{where.key}",
+                        business_key=business_key)
+        def post(args: Any) -> dict[str, Any]:
+            reply = self.client.chat_postMessage(channel=args["channel"],
+                                                 thread_ts=args["thread_ts"], text=args["text"],
+                                                 blocks=blocks)
+            return {"ts": reply["ts"], "channel": reply["channel"]}
+
+        result = self.app.gateway.run(call, post, wait_s=5.0)
+        if not result.ok:
+            raise RuntimeError(f"reply in thread {where.key}: {result.status} {result.error}")
+
+    # -- /case ------------------------------------------------------------------------------
+
+    def find_case(self, prefix: str) -> dict[str, Any]:
+        """The case whose id starts with ``prefix``; refuses unknown and ambiguous prefixes."""
+        wanted = prefix.strip().lower()
+        if not _PREFIX.match(wanted):
+            raise InvalidRequest(f"`{prefix}` is not a case id: give at least 4 characters "
+                                 "of its id")
+        if len(wanted) == 36:
+            return self.cases.get_case(UUID(wanted))
+        ids = self._ids_starting_with(wanted)
+        if not ids:
+            raise NotFound(f"no case id starts with `{wanted}`")
+        if len(ids) > 1:
+            raise InvalidRequest(f"`{wanted}` matches {len(ids)} cases: give more of the id")
+        return self.cases.get_case(ids[0])
+
+    def _ids_starting_with(self, prefix: str) -> list[UUID]:
+        engine = self.app.engine
+        stored = prefix.replace("-", "") if engine.dialect.name == "sqlite" else prefix
+        query = (select(ops_case.c.id).where(cast(ops_case.c.id, String).like(f"{stored}%"))
+                 .limit(5))
+        with connection(engine) as conn:
+            return [row[0] if isinstance(row[0], UUID) else UUID(str(row[0]))
+                    for row in conn.execute(query)]
+
+    def list_cases(self, status: str | None) -> list[dict[str, Any]]:
+        wanted = None
+        if status:
+            try:
+                wanted = CaseStatus(status.upper())
+            except ValueError:
+                raise InvalidRequest(f"`{status}` is not a case status "
+                                     f"({', '.join(s.value for s in CaseStatus)})") from None
+        return self.cases.list_cases(wanted, limit=20)
+
+    # -- the gate ---------------------------------------------------------------------------
+
+    def approval(self, approval_id: str) -> ApprovalRef:
+        ref = self.store.approval(approval_id)
+        if ref is None:
+            raise NotFound("this button belongs to no plan opsgate knows")
+        return ref
+
+    def approve(self, ref: ApprovalRef, user: str, correlation_id: str) -> Reply:
+        cmd = ApprovePlan(ref.case_id, ref.plan_hash, user, correlation_id=correlation_id,
+                          expected_version=ref.case_version)
+        return self.cases.approve_plan(cmd, f"slack:approve:{ref.approval_id}:{user}")
+
+    def reject(self, ref: ApprovalRef, user: str, reason: str, correlation_id: str) -> Reply:
+        cmd = RejectPlan(ref.case_id, ref.plan_hash, user, reason, correlation_id=correlation_id,
+                         expected_version=ref.case_version)
+        return self.cases.reject_plan(cmd, f"slack:reject:{ref.approval_id}:{user}")
+
+    def may_reject(self, ref: ApprovalRef, user: str) -> bool:
+        """Whether the core would accept ``user``'s no to ``ref`` now (asked before the modal
+        opens, so nobody types a reason only to be refused)."""
+        case = self.cases.get_case(ref.case_id)
+        latest = self.cases.proposed_plan(ref.case_id)
+        if case["status"] != CaseStatus.WAIT_GATE or case["version"] != ref.case_version or \
+                latest is None or latest["plan_hash"] != ref.plan_hash:
+            return False
+        refusal = self.cases.policy.refusal(user, str(latest["proposed_by"]), latest["plan"])
+        return refusal is None
+

@@ -1,0 +1,60 @@
+"""The bot's one error handler: a known opsgate error (a refusal, a missing case) becomes an
+ephemeral message saying why; anything else is logged with the correlation id and the user sees
+a short apology naming it, never a stack trace."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from uuid import uuid4
+
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+
+from core.errors import OpsgateError
+
+log = logging.getLogger(__name__)
+
+
+def correlation_id(body: dict[str, Any]) -> str:
+    """The id that ties one Slack request to its logs and timeline rows."""
+    return str(body.get("event_id") or body.get("trigger_id") or uuid4().hex)
+
+
+def failure_text(error: BaseException, correlation: str) -> str:
+    """What the user reads about ``error``; unknown errors are logged here."""
+    if isinstance(error, OpsgateError):
+        log.info("slack request %s refused: %s %s", correlation, error.code, error.message)
+        return f"⛔ {error.message}"
+    log.error("slack request %s failed", correlation, exc_info=error)
+    return f"Sorry, that did not work (reference `{correlation}`). Nothing was changed twice."
+
+
+def where_to_answer(body: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
+    """(channel, user, thread_ts) of the person a request came from."""
+    event = body.get("event") or {}
+    channel = (body.get("channel") or {}).get("id") or body.get("channel_id") \
+        or event.get("channel")
+    user = (body.get("user") or {}).get("id") or body.get("user_id") or event.get("user")
+    message = body.get("message") or {}
+    thread = message.get("thread_ts") or event.get("thread_ts") or event.get("ts")
+    return channel, user, thread
+
+
+def tell(client: WebClient, body: dict[str, Any], text: str) -> None:
+    """An ephemeral message to whoever sent ``body``, in the channel (and thread) they used."""
+    channel, user, thread = where_to_answer(body)
+    if channel is None or user is None:
+        log.warning("no channel or user to tell: %s", text)
+        return
+    try:
+        client.chat_postEphemeral(channel=channel, user=user, text=text, thread_ts=thread,
+                                  blocks=[{"type": "section",
+                                           "text": {"type": "mrkdwn", "text": text[:3000]}}])
+    except SlackApiError as exc:
+        log.warning("could not tell %s in %s: %s", user, channel, exc.response.get("error"))
+
+
+def report(error: BaseException, body: dict[str, Any], client: WebClient) -> None:
+    """Handle ``error`` raised while serving ``body``: the one place refusals reach users."""
+    tell(client, body, failure_text(error, correlation_id(body)))

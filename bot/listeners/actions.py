@@ -1,0 +1,78 @@
+"""The plan message's buttons and the Reject modal. Every decision is the core's
+(``approve_plan``/``reject_plan``: approvers, requester, two-person rule, plan hash and case
+version); the bot only carries the approval id and shows the core's answer."""
+
+from __future__ import annotations
+
+import json
+
+from slack_bolt import Ack
+from slack_bolt import App as Bolt
+
+from bot.blocks import reject_modal
+from bot.cases import SlackCases
+from bot.failures import correlation_id, failure_text, tell
+from bot.ids import REASON_BLOCK, REASON_INPUT, Action, View
+from bot.listeners import Body, acknowledge, lazy
+from core.errors import error_from_body
+
+REFUSED_EARLY = "(refused before a reason was asked)"
+
+
+def register(bolt: Bolt, cases: SlackCases) -> None:
+    bolt.action(Action.APPROVE)(ack=acknowledge,
+                                lazy=[lazy(lambda body: approve(cases, body), cases.client)])
+    bolt.action(Action.REJECT)(ack=acknowledge,
+                               lazy=[lazy(lambda body: ask_reason(cases, body), cases.client)])
+
+    def submit(ack: Ack, body: Body) -> None:
+        error = reject(cases, body)
+        if error is None:
+            ack()
+        else:
+            ack(response_action="errors", errors={REASON_BLOCK: error})
+
+    bolt.view(View.REJECT_REASON)(submit)
+
+
+def approve(cases: SlackCases, body: Body) -> None:
+    user, approval_id = str(body["user"]["id"]), str(body["actions"][0]["value"])
+    ref = cases.approval(approval_id)
+    reply = cases.approve(ref, user, correlation_id(body))
+    if reply.replayed and reply.ok:
+        return  # a double click: the first click's answer stands
+    data = reply.data()  # a refusal raises: the one error handler tells the user why
+    approval = data.get("approval") or {}
+    if approval.get("state") == "pending":
+        tell(cases.client, body, f"👍 Your approval is recorded; {approval.get('needs')} more "
+                                 "approval(s) needed.")
+
+
+def ask_reason(cases: SlackCases, body: Body) -> None:
+    """Open the reason modal for someone the core would let reject; anyone else gets the core's
+    refusal (recorded as the audit line) without typing a reason."""
+    user, approval_id = str(body["user"]["id"]), str(body["actions"][0]["value"])
+    ref = cases.approval(approval_id)
+    if not cases.may_reject(ref, user):
+        cases.reject(ref, user, REFUSED_EARLY, correlation_id(body)).data()
+        return
+    channel = (body.get("channel") or {}).get("id")
+    thread = (body.get("message") or {}).get("thread_ts")
+    meta = json.dumps({"approval_id": approval_id, "channel": channel, "thread_ts": thread})
+    cases.client.views_open(trigger_id=body["trigger_id"], view=reject_modal(approval_id, meta))
+
+
+def reject(cases: SlackCases, body: Body) -> str | None:
+    """The core's answer to the modal's reason: None when the plan is rejected, else what the
+    modal shows under the reason."""
+    cid = correlation_id(body)
+    try:
+        view = body["view"]
+        reason = str(view["state"]["values"][REASON_BLOCK][REASON_INPUT]["value"] or "")
+        ref = cases.approval(str(json.loads(view["private_metadata"])["approval_id"]))
+        reply = cases.reject(ref, str(body["user"]["id"]), reason.strip(), cid)
+        if reply.ok:
+            return None
+        return failure_text(error_from_body(json.loads(reply.body)), cid)
+    except Exception as error:  # the one error handler's wording, in the modal
+        return failure_text(error, cid)

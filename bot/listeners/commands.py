@@ -1,0 +1,83 @@
+"""``/case new|status|timeline|list|help``: answered in the ack, ephemeral (only the asker needs
+it); ``new`` starts the case's thread in the channel right after the ack. Unknown subcommands get
+the help."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from slack_bolt import Ack
+from slack_bolt import App as Bolt
+
+from bot.blocks import (
+    Message,
+    case_list,
+    case_status,
+    case_timeline,
+    ephemeral,
+    help_message,
+    plain,
+    short_id,
+    who,
+)
+from bot.cases import SlackCases, SlackThread, title_of
+from bot.failures import correlation_id, failure_text
+from bot.ids import COMMAND, Subcommand
+from bot.listeners import Body, lazy
+
+
+def register(bolt: Bolt, cases: SlackCases) -> None:
+    def answer(ack: Ack, body: Body) -> None:
+        ack(**ephemeral(respond(cases, body)))
+
+    bolt.command(COMMAND)(ack=answer,
+                          lazy=[lazy(lambda body: open_case(cases, body), cases.client)])
+
+
+def parse(body: Body) -> tuple[str, str]:
+    subcommand, _, rest = str(body.get("text") or "").strip().partition(" ")
+    return subcommand.lower(), rest.strip()
+
+
+def respond(cases: SlackCases, body: Body) -> Message:
+    """The ephemeral answer to one ``/case``; refusals and failures answer too."""
+    subcommand, rest = parse(body)
+    try:
+        return answer_for(cases, subcommand, rest)
+    except Exception as error:  # the one error handler's wording, in the ack itself
+        return plain(failure_text(error, correlation_id(body)))
+
+
+def answer_for(cases: SlackCases, subcommand: str, rest: str) -> Message:
+    if subcommand == Subcommand.NEW:
+        if not rest:
+            return help_message(f"`{COMMAND} new` needs a title.")
+        return plain(f"Opening case “{title_of(rest)}”: its thread starts in this channel.")
+    if subcommand in (Subcommand.STATUS, Subcommand.TIMELINE):
+        if not rest:
+            return help_message(f"`{COMMAND} {subcommand}` needs a case id (or its start).")
+        case = cases.find_case(rest.split()[0])
+        if subcommand == Subcommand.STATUS:
+            return case_status(case)
+        return case_timeline(case, cases.cases.timeline(UUID(case["case_id"])))
+    if subcommand == Subcommand.LIST:
+        status = rest.split()[0] if rest else None
+        return case_list(cases.list_cases(status), status.upper() if status else None)
+    if subcommand in ("", Subcommand.HELP):
+        return help_message()
+    return help_message(f"Unknown subcommand `{subcommand}`.")
+
+
+def open_case(cases: SlackCases, body: Body) -> None:
+    """After the ack of ``/case new <title>``: the thread's first message, then the case."""
+    subcommand, rest = parse(body)
+    if subcommand != Subcommand.NEW or not rest:
+        return
+    title, user, channel = title_of(rest), str(body["user_id"]), str(body["channel_id"])
+    root = cases.client.chat_postMessage(
+        channel=channel, text=f"🚨 {title} — opened by {who(user)} with `{COMMAND} new`")
+    where = SlackThread(str(body.get("team_id") or ""), channel, str(root["ts"]))
+    case_id, _ = cases.case_for_thread(where, title, user, correlation_id(body))
+    cases.client.chat_update(channel=channel, ts=where.thread_ts,
+                             text=f"🚨 Case `{short_id(case_id)}` · {title} — opened by "
+                                  f"{who(user)}; updates follow in this thread")

@@ -1,0 +1,60 @@
+"""Events: an ``@opsgate`` mention opens (or continues) the case of its thread and hands the text
+to the agent; a message in a case's thread continues that case. The ack is immediate; the work
+runs after it, once per Slack message however often Slack delivers it."""
+
+from __future__ import annotations
+
+import logging
+
+from slack_bolt import App as Bolt
+
+from bot.cases import SlackCases, SlackThread, title_of
+from bot.listeners import Body, acknowledge, lazy
+
+log = logging.getLogger(__name__)
+
+
+def register(bolt: Bolt, cases: SlackCases) -> None:
+    bolt.event("app_mention")(ack=acknowledge,
+                              lazy=[lazy(lambda body: on_mention(cases, body), cases.client)])
+    bolt.event("message")(ack=acknowledge,
+                          lazy=[lazy(lambda body: on_message(cases, body), cases.client)])
+
+
+def thread_of(body: Body) -> SlackThread:
+    event = body["event"]
+    team = str(body.get("team_id") or event.get("team") or "")
+    return SlackThread(team, str(event["channel"]), str(event.get("thread_ts") or event["ts"]))
+
+
+def on_mention(cases: SlackCases, body: Body) -> None:
+    take(cases, body, thread_of(body))
+
+
+def on_message(cases: SlackCases, body: Body) -> None:
+    """A person's reply in a case's thread; anything else (top-level chatter, edits, bots, a
+    thread with no case) is not ours."""
+    event = body["event"]
+    if event.get("subtype") or event.get("bot_id") or not event.get("thread_ts"):
+        return
+    where = thread_of(body)
+    if cases.store.case_of_thread(where.team, where.channel, where.thread_ts) is None:
+        return
+    take(cases, body, where)
+
+
+def take(cases: SlackCases, body: Body, where: SlackThread) -> None:
+    """Do the message's work once: the first delivery claims it (durably, by ``event_id`` and by
+    the message itself, which Slack sends as both ``app_mention`` and ``message``)."""
+    event = body["event"]
+    event_id = str(body.get("event_id") or f"{where.channel}:{event['ts']}")
+    message_key = f"{where.team}:{where.channel}:{event['ts']}"
+    owner = cases.store.claim_event(event_id, message_key)
+    if owner is None:
+        log.info("slack event %s (message %s) already taken; retry %s ignored", event_id,
+                 message_key, body.get("retry_num", "?"))
+        return
+    user, text = str(event.get("user") or "unknown"), str(event.get("text") or "")
+    case_id, opened = cases.case_for_thread(where, title_of(text), user, event_id)
+    cases.converse(case_id, where, text, user=user, opened=opened, event_id=event_id)
+    cases.store.finish_event(event_id, message_key, owner)

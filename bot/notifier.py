@@ -1,0 +1,129 @@
+"""The notifier as Slack shows it: a proposed plan becomes one Block Kit message with ``Approve``
+and ``Reject`` buttons bound to an approval id; when the gate decides (or records a first yes
+of two), that message is replaced in place (``chat.update``). Every other fact is the core's
+text line in the case's thread.
+
+It replaces the core notifier by name (``Extensions.consumers["notifier"]``); posts and updates
+go through the gateway like the core's, so a redelivered event never posts twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from bot.blocks import Decision, plan_message
+from bot.ids import Action
+from bot.store import SlackStore
+from core.chat import Blocks
+from core.consumers.notifier import Notifier, Payload
+from core.domain.messages import Topic
+from core.gateway import ToolCall
+from core.messaging.consumer import Delivery
+
+if TYPE_CHECKING:
+    from core.bootstrap import App
+
+log = logging.getLogger(__name__)
+
+_DECISIONS = {Topic.PLAN_APPROVED: "gate_approved", Topic.PLAN_REJECTED: "gate_rejected",
+              Topic.APPROVAL_RECORDED: "plan_approval"}
+
+
+class SlackNotifier(Notifier):
+    """The core notifier plus the plan message and its in-place updates."""
+
+    def __init__(self, app: App, store: SlackStore | None = None) -> None:
+        super().__init__(app)
+        self.cases = app.cases
+        self.policy = app.cases.policy
+        self.store = store or SlackStore(app.engine)
+
+    def message(self, topic: str, payload: Payload) -> tuple[str, Blocks | None] | None:
+        if topic == Topic.PLAN_PROPOSED:
+            plan = self._plan_message(payload)
+            if plan is not None:
+                return plan
+        return super().message(topic, payload)
+
+    def handle(self, delivery: Delivery) -> None:
+        super().handle(delivery)
+        envelope = delivery.envelope
+        if envelope.topic in _DECISIONS:
+            self._update_plan_message(envelope.message_id, envelope.topic, envelope.payload)
+
+    def _post(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        posted = super()._post(args)
+        approval_id = _approval_id(args.get("blocks"))
+        if approval_id is not None and posted.get("ts") and posted.get("channel"):
+            self.store.place_approval(approval_id, str(posted["channel"]), str(posted["ts"]))
+        return posted
+
+    # -- rendering ------------------------------------------------------------------------
+
+    def _plan_message(self, payload: Payload) -> tuple[str, Blocks] | None:
+        case_id, digest = UUID(str(payload["case_id"])), str(payload.get("plan_hash"))
+        found = self.cases.proposed_plan(case_id, digest)
+        if found is None:
+            return None
+        version = int(payload["version"])
+        case = {**self.cases.get_case(case_id), "version": version}
+        approval_id = self.store.save_approval(case_id, digest, version)
+        return plan_message(case, found["plan"], digest, approval_id,
+                            str(found["proposed_by"]), self.policy)
+
+    def _update_plan_message(self, message_id: int, topic: str, payload: Payload) -> None:
+        case_id, digest = UUID(str(payload["case_id"])), str(payload.get("plan_hash"))
+        ref = self.store.approval_of_plan(case_id, digest)
+        found = self.cases.proposed_plan(case_id, digest)
+        if ref is None or ref.message_ts is None or found is None:
+            return  # the plan was never posted by this bot: nothing to update
+        decision = self._decision(case_id, digest, _DECISIONS[topic])
+        if decision is None:
+            return
+        case = {**self.cases.get_case(case_id), "version": ref.case_version}
+        text, blocks = plan_message(case, found["plan"], digest, ref.approval_id,
+                                    str(found["proposed_by"]), self.policy, decision)
+        ts = ref.message_ts
+        call = ToolCall(tool="chat.update", args={"case_id": str(case_id), "ts": ts,
+                                                   "text": text, "blocks": blocks},
+                        actor=self.name, session_id=f"case:{case_id}",
+                        business_key=f"update:{message_id}")
+        result = self.gateway.run(call, lambda args: self.sink.update(
+            str(args["case_id"]), str(args["ts"]), str(args["text"]), args["blocks"]),
+            idempotent=True, wait_s=5.0)
+        if not result.ok:
+            raise RuntimeError(f"chat.update of plan message {ts}: {result.status} "
+                               f"{result.error}")
+
+    def _decision(self, case_id: UUID, digest: str, event: str) -> Decision | None:
+        """The decision as the timeline recorded it: who, when, why."""
+        for row in reversed(self.cases.timeline(case_id)):
+            meta = row.get("meta") or {}
+            if row["event"] != event or meta.get("outcome") == "refused":
+                continue
+            if meta.get("plan_hash") not in (None, digest):
+                continue
+            at = str(row["created_at"])[:19].replace("T", " ") + " UTC"
+            if event == "gate_approved":
+                approvers = (meta.get("context") or {}).get("approvers") or [row["actor"]]
+                return Decision("approved", [str(a) for a in approvers], at)
+            if event == "gate_rejected":
+                return Decision("rejected", [str(row["actor"])], at, reason=row["reason"])
+            return Decision("pending", [str(a) for a in meta.get("approvers") or []], at,
+                            needs=int(meta.get("needs") or 0))
+        return None
+
+
+def _approval_id(blocks: object) -> str | None:
+    """The approval id a plan message's buttons carry; None for any other message."""
+    if not isinstance(blocks, list):
+        return None
+    for block in blocks:
+        if isinstance(block, dict) and block.get("type") == "actions":
+            for element in block.get("elements", []):
+                if element.get("action_id") == Action.APPROVE:
+                    return str(element["value"])
+    return None

@@ -1,0 +1,250 @@
+"""What the Slack front end remembers, durably (migration 0004): Slack events already taken
+(``slack_event``), the thread that holds each case (``slack_thread``) and the approval ids the
+plan messages' buttons carry (``slack_approval``).
+
+Every write is its own short transaction: a claim or a binding must be visible to other replicas
+as soon as it returns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import (
+    Column,
+    DateTime,
+    Engine,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Uuid,
+    and_,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
+
+from core.adapters.database import connection, transaction
+
+metadata = MetaData()
+
+slack_event = Table(
+    "slack_event", metadata,
+    Column("event_id", String(64), primary_key=True),
+    Column("message_key", String(200), nullable=False, unique=True),
+    Column("state", String(16), nullable=False),  # claimed | done
+    Column("owner", String(32), nullable=False),
+    Column("claimed_at", DateTime(timezone=True), nullable=False),
+    Column("done_at", DateTime(timezone=True)),
+)
+
+slack_thread = Table(
+    "slack_thread", metadata,
+    Column("team", String(32), primary_key=True),
+    Column("channel", String(32), primary_key=True),
+    Column("thread_ts", String(32), primary_key=True),
+    Column("case_id", Uuid(), unique=True),  # NULL while the case is being opened
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+slack_approval = Table(
+    "slack_approval", metadata,
+    Column("approval_id", String(40), primary_key=True),
+    Column("case_id", Uuid(), nullable=False),
+    Column("plan_hash", String(64), nullable=False),
+    Column("case_version", Integer, nullable=False),
+    Column("channel", String(32)),
+    Column("message_ts", String(32)),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Thread:
+    """The Slack thread of one case."""
+
+    team: str
+    channel: str
+    thread_ts: str
+    case_id: UUID | None
+
+
+@dataclass(frozen=True)
+class ApprovalRef:
+    """What one Approve/Reject button stands for: one plan hash of one case at one version."""
+
+    approval_id: str
+    case_id: UUID
+    plan_hash: str
+    case_version: int
+    channel: str | None
+    message_ts: str | None
+
+
+def approval_id_for(case_id: UUID, plan_hash: str, case_version: int) -> str:
+    """The opaque id a plan message's buttons carry; the same for every post of that proposal,
+    so a redelivered event renders the same message."""
+    digest = hashlib.sha256(f"{case_id}|{plan_hash}|{case_version}".encode()).hexdigest()
+    return f"ap_{digest[:32]}"
+
+
+class SlackStore:
+    """The bot's tables on the opsgate database."""
+
+    def __init__(self, engine: Engine, *, event_lease_s: float = 120.0) -> None:
+        self.engine = engine
+        self.event_lease_s = event_lease_s
+
+    # -- events: durable dedup of Slack's retries ---------------------------------------------
+
+    def claim_event(self, event_id: str, message_key: str) -> str | None:
+        """The owner token when this delivery should do the event's work, else None: the event
+        (or another event about the same message) is done, or taken by someone whose claim is
+        younger than the lease. A claim older than the lease belonged to an attempt that died,
+        so a retry takes it over."""
+        owner, now = uuid.uuid4().hex, utcnow()
+        row = {"event_id": event_id, "message_key": message_key, "state": "claimed",
+               "owner": owner, "claimed_at": now}
+        try:
+            with transaction(self.engine) as conn:
+                conn.execute(insert(slack_event).values(**row))
+            return owner
+        except IntegrityError:
+            pass
+        with transaction(self.engine) as conn:
+            found = conn.execute(select(slack_event).where(or_(
+                slack_event.c.event_id == event_id,
+                slack_event.c.message_key == message_key))).mappings().first()
+            if found is None or found["state"] == "done":
+                return None
+            stale = now - timedelta(seconds=self.event_lease_s)
+            taken = conn.execute(
+                update(slack_event)
+                .where(and_(slack_event.c.event_id == found["event_id"],
+                            slack_event.c.owner == found["owner"],
+                            slack_event.c.state == "claimed",
+                            slack_event.c.claimed_at < stale))
+                .values(owner=owner, claimed_at=now))
+            return owner if taken.rowcount == 1 else None
+
+    def finish_event(self, event_id: str, message_key: str, owner: str) -> None:
+        """Mark the event done (by whichever row the claim went to)."""
+        with transaction(self.engine) as conn:
+            conn.execute(update(slack_event)
+                         .where(and_(or_(slack_event.c.event_id == event_id,
+                                         slack_event.c.message_key == message_key),
+                                     slack_event.c.owner == owner))
+                         .values(state="done", done_at=utcnow()))
+
+    # -- threads --------------------------------------------------------------------------
+
+    def reserve_thread(self, team: str, channel: str, thread_ts: str) -> None:
+        """Say that a case is being opened for this thread (before the case exists), so the
+        sink waits for its binding instead of posting the case's first facts elsewhere."""
+        try:
+            with transaction(self.engine) as conn:
+                conn.execute(insert(slack_thread).values(
+                    team=team, channel=channel, thread_ts=thread_ts, created_at=utcnow()))
+        except IntegrityError:
+            pass  # reserved (or bound) before: a retry
+
+    def bind_thread(self, team: str, channel: str, thread_ts: str, case_id: UUID) -> None:
+        with transaction(self.engine) as conn:
+            conn.execute(update(slack_thread)
+                         .where(and_(slack_thread.c.team == team,
+                                     slack_thread.c.channel == channel,
+                                     slack_thread.c.thread_ts == thread_ts,
+                                     slack_thread.c.case_id.is_(None)))
+                         .values(case_id=case_id))
+
+    def adopt_thread(self, team: str, channel: str, thread_ts: str, case_id: UUID) -> None:
+        """Record a thread the bot started itself for a case opened elsewhere (REST, alerts)."""
+        try:
+            with transaction(self.engine) as conn:
+                conn.execute(insert(slack_thread).values(
+                    team=team, channel=channel, thread_ts=thread_ts, case_id=case_id,
+                    created_at=utcnow()))
+        except IntegrityError:
+            pass  # another replica adopted first; its thread wins
+
+    def case_of_thread(self, team: str, channel: str, thread_ts: str) -> UUID | None:
+        with connection(self.engine) as conn:
+            found = conn.execute(select(slack_thread.c.case_id).where(and_(
+                slack_thread.c.team == team, slack_thread.c.channel == channel,
+                slack_thread.c.thread_ts == thread_ts))).scalar_one_or_none()
+        return found if isinstance(found, UUID) else None
+
+    def thread_of_case(self, case_id: UUID) -> Thread | None:
+        with connection(self.engine) as conn:
+            row = conn.execute(select(slack_thread)
+                               .where(slack_thread.c.case_id == case_id)).mappings().first()
+        return None if row is None else _thread(row)
+
+    def opening(self, within_s: float) -> bool:
+        """Whether a case is being opened for some thread right now (reserved, not yet bound)."""
+        since = utcnow() - timedelta(seconds=within_s)
+        with connection(self.engine) as conn:
+            found = conn.execute(select(slack_thread.c.thread_ts).where(and_(
+                slack_thread.c.case_id.is_(None),
+                slack_thread.c.created_at >= since)).limit(1)).first()
+        return found is not None
+
+    # -- approvals ------------------------------------------------------------------------
+
+    def save_approval(self, case_id: UUID, plan_hash: str, case_version: int) -> str:
+        approval_id = approval_id_for(case_id, plan_hash, case_version)
+        try:
+            with transaction(self.engine) as conn:
+                conn.execute(insert(slack_approval).values(
+                    approval_id=approval_id, case_id=case_id, plan_hash=plan_hash,
+                    case_version=case_version, created_at=utcnow()))
+        except IntegrityError:
+            pass  # the same proposal rendered again
+        return approval_id
+
+    def place_approval(self, approval_id: str, channel: str, message_ts: str) -> None:
+        """Where the plan message carrying ``approval_id`` was posted (``chat.update`` needs it)."""
+        with transaction(self.engine) as conn:
+            conn.execute(update(slack_approval)
+                         .where(slack_approval.c.approval_id == approval_id)
+                         .values(channel=channel, message_ts=message_ts))
+
+    def approval(self, approval_id: str) -> ApprovalRef | None:
+        with connection(self.engine) as conn:
+            row = conn.execute(select(slack_approval).where(
+                slack_approval.c.approval_id == approval_id)).mappings().first()
+        return None if row is None else _approval(row)
+
+    def approval_of_plan(self, case_id: UUID, plan_hash: str) -> ApprovalRef | None:
+        """The latest posted plan message for ``plan_hash`` of the case."""
+        with connection(self.engine) as conn:
+            row = conn.execute(
+                select(slack_approval)
+                .where(and_(slack_approval.c.case_id == case_id,
+                            slack_approval.c.plan_hash == plan_hash,
+                            slack_approval.c.message_ts.is_not(None)))
+                .order_by(slack_approval.c.case_version.desc()).limit(1)).mappings().first()
+        return None if row is None else _approval(row)
+
+
+def _thread(row: Mapping[Any, Any]) -> Thread:
+    return Thread(row["team"], row["channel"], row["thread_ts"], row["case_id"])
+
+
+def _approval(row: Mapping[Any, Any]) -> ApprovalRef:
+    return ApprovalRef(row["approval_id"], row["case_id"], row["plan_hash"],
+                       int(row["case_version"]), row["channel"], row["message_ts"])

@@ -1,0 +1,1 @@
+"""Tests of the Slack bot (issue 6)."""

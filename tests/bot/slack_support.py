@@ -1,0 +1,278 @@
+"""What the Slack bot's tests share: a local recording server playing Slack's Web API, requests
+signed exactly as Slack signs them, and the running bot (uvicorn on 127.0.0.1, the in-process
+loop, the Slack notifier) over a migrated database."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, urlencode
+from uuid import UUID
+
+import httpx
+import uvicorn
+from pydantic import SecretStr
+from sqlalchemy import Engine
+
+from bot.agent import Agent
+from bot.app import build_bolt, mount_slack_events
+from bot.cli import slack_chat
+from bot.notifier import SlackNotifier
+from core.api import create_api
+from core.bootstrap import App, Extensions, bootstrap
+from core.loop import InProcessLoop
+from core.settings import Settings
+from tests.integration.local_http import LocalServer, Reply, Seen, local_server
+
+SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+TEAM, CHANNEL, BOT_USER = "T0001", "C0INCIDENT", "U0BOT"
+REQUESTER, APPROVER, SECOND, OUTSIDER = "U0ALICE", "U0BOB", "U0CAROL", "U0MALLORY"
+APPROVERS = [APPROVER, SECOND]
+
+
+# -- Slack's Web API, played locally ----------------------------------------------------------
+
+
+@dataclass
+class FakeSlack:
+    """A recording Web API: every call is kept; messages get increasing ``ts``."""
+
+    server: LocalServer
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    _ts: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def api_url(self) -> str:
+        return self.server.url("/api/")
+
+    def next_ts(self) -> str:
+        with self._lock:
+            self._ts += 1
+            return f"1700000000.{self._ts:06d}"
+
+    def calls(self, method: str) -> list[dict[str, Any]]:
+        """The arguments of every call of ``method`` (``chat.postMessage``…), in order."""
+        return [args_of(seen) for seen in list(self.server.seen)
+                if seen.path == f"/api/{method}"]
+
+    def posts(self) -> list[dict[str, Any]]:
+        """Every ``chat.postMessage``, with the ``ts`` the fake answered."""
+        with self._lock:
+            return list(self.messages)
+
+    def texts(self) -> list[str]:
+        return [str(post.get("text")) for post in self.posts()]
+
+    def wait_for(self, done: Callable[[], bool], timeout_s: float = 20.0,
+                 what: str = "the condition") -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if done():
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}; posts: {self.texts()}")
+
+
+def args_of(seen: Seen) -> dict[str, Any]:
+    body = seen.body.decode() if seen.body else ""
+    if seen.headers.get("content-type", "").startswith("application/json"):
+        return dict(json.loads(body or "{}"))
+    return {name: values[0] for name, values in parse_qs(body).items()}
+
+
+def _web_api(slack: FakeSlack) -> dict[str, Any]:
+    def answer(extra: Callable[[Seen], dict[str, Any]]) -> Callable[[Seen], Reply]:
+        def route(seen: Seen) -> Reply:
+            return Reply(200, json.dumps({"ok": True, **extra(seen)}).encode(),
+                         {"Content-Type": "application/json"})
+        return route
+
+    def posted(seen: Seen) -> dict[str, Any]:
+        args = args_of(seen)
+        ts = slack.next_ts()
+        with slack._lock:
+            slack.messages.append({**args, "ts": ts})
+        return {"ts": ts, "channel": args.get("channel"), "message": args}
+
+    def updated(seen: Seen) -> dict[str, Any]:
+        args = args_of(seen)
+        return {"ts": args.get("ts"), "channel": args.get("channel")}
+
+    return {
+        "/api/auth.test": answer(lambda _s: {"team_id": TEAM, "user_id": BOT_USER,
+                                             "bot_id": "B0BOT", "url": "https://t.slack.com/"}),
+        "/api/chat.postMessage": answer(posted),
+        "/api/chat.update": answer(updated),
+        "/api/chat.postEphemeral": answer(lambda _s: {"message_ts": slack.next_ts()}),
+        "/api/views.open": answer(lambda _s: {"view": {"id": "V0001"}}),
+    }
+
+
+@contextmanager
+def fake_slack() -> Iterator[FakeSlack]:
+    with local_server() as server:
+        slack = FakeSlack(server)
+        server.routes.update(_web_api(slack))
+        yield slack
+
+
+# -- requests as Slack sends them -------------------------------------------------------------
+
+
+def signed(body: str, *, secret: str = SECRET, timestamp: int | None = None,
+           content_type: str = "application/json",
+           retry: int | None = None) -> dict[str, str]:
+    """Headers Slack sends with ``body``: v0 signature over ``v0:{timestamp}:{body}``."""
+    stamp = str(int(time.time()) if timestamp is None else timestamp)
+    digest = hmac.new(secret.encode(), f"v0:{stamp}:{body}".encode(), hashlib.sha256)
+    headers = {"X-Slack-Request-Timestamp": stamp, "X-Slack-Signature": f"v0={digest.hexdigest()}",
+               "Content-Type": content_type}
+    if retry is not None:
+        headers.update({"X-Slack-Retry-Num": str(retry), "X-Slack-Retry-Reason": "http_timeout"})
+    return headers
+
+
+def mention_event(text: str, *, event_id: str, ts: str, user: str = REQUESTER,
+                  thread_ts: str | None = None, kind: str = "app_mention") -> str:
+    event: dict[str, Any] = {"type": kind, "user": user, "text": text, "ts": ts,
+                             "channel": CHANNEL, "event_ts": ts, "team": TEAM}
+    if thread_ts is not None:
+        event["thread_ts"] = thread_ts
+    return json.dumps({"token": "verification-token", "team_id": TEAM, "api_app_id": "A0APP",
+                       "event": event, "type": "event_callback", "event_id": event_id,
+                       "event_time": int(time.time()),
+                       "authorizations": [{"team_id": TEAM, "user_id": BOT_USER,
+                                           "is_bot": True}]})
+
+
+def command_body(text: str, *, user: str = REQUESTER) -> str:
+    return urlencode({"token": "verification-token", "team_id": TEAM, "team_domain": "acme",
+                      "channel_id": CHANNEL, "channel_name": "incidents", "user_id": user,
+                      "user_name": user.lower(), "command": "/case", "text": text,
+                      "api_app_id": "A0APP", "response_url": "https://hooks.slack.invalid/x",
+                      "trigger_id": f"trigger-{time.monotonic_ns()}"})
+
+
+def action_body(action_id: str, approval_id: str, *, user: str, message_ts: str,
+                thread_ts: str | None = None) -> str:
+    payload = {"type": "block_actions", "user": {"id": user, "team_id": TEAM},
+               "api_app_id": "A0APP", "token": "verification-token", "team": {"id": TEAM},
+               "channel": {"id": CHANNEL}, "trigger_id": f"trigger-{time.monotonic_ns()}",
+               "container": {"type": "message", "message_ts": message_ts, "channel_id": CHANNEL},
+               "message": {"ts": message_ts, "thread_ts": thread_ts, "type": "message"},
+               "actions": [{"action_id": action_id, "block_id": "plan_decision",
+                            "value": approval_id, "type": "button",
+                            "action_ts": str(time.time())}]}
+    return urlencode({"payload": json.dumps(payload)})
+
+
+def reason_body(private_metadata: str, reason: str, *, user: str) -> str:
+    payload = {"type": "view_submission", "user": {"id": user, "team_id": TEAM},
+               "team": {"id": TEAM}, "api_app_id": "A0APP", "token": "verification-token",
+               "trigger_id": f"trigger-{time.monotonic_ns()}",
+               "view": {"id": "V0001", "type": "modal", "callback_id": "plan_reject_reason",
+                        "private_metadata": private_metadata,
+                        "state": {"values": {"reject_reason": {"reason": {
+                            "type": "plain_text_input", "value": reason}}}}}}
+    return urlencode({"payload": json.dumps(payload)})
+
+
+FORM = "application/x-www-form-urlencoded"
+
+
+# -- the running bot --------------------------------------------------------------------------
+
+
+@dataclass
+class Stack:
+    """The bot as Slack reaches it, and what it runs on."""
+
+    app: App
+    slack: FakeSlack
+    base: str
+    http: httpx.Client
+
+    def send(self, body: str, content_type: str = "application/json",
+             **signing: Any) -> httpx.Response:
+        return self.http.post(f"{self.base}/slack/events", content=body.encode(),
+                              headers=signed(body, content_type=content_type, **signing))
+
+    def mention(self, text: str, *, event_id: str, ts: str, **kwargs: Any) -> httpx.Response:
+        return self.send(mention_event(text, event_id=event_id, ts=ts, **kwargs))
+
+    def command(self, text: str, *, user: str = REQUESTER) -> httpx.Response:
+        return self.send(command_body(text, user=user), FORM)
+
+    def click(self, action_id: str, approval_id: str, *, user: str, message_ts: str,
+              thread_ts: str | None = None) -> httpx.Response:
+        return self.send(action_body(action_id, approval_id, user=user, message_ts=message_ts,
+                                     thread_ts=thread_ts), FORM)
+
+    def plan_messages(self) -> list[dict[str, Any]]:
+        """The posts carrying the Approve/Reject buttons."""
+        return [post for post in self.slack.posts() if approval_of(post) is not None]
+
+    def case_of_thread(self, thread_ts: str) -> UUID | None:
+        from bot.store import SlackStore
+
+        return SlackStore(self.app.engine).case_of_thread(TEAM, CHANNEL, thread_ts)
+
+
+def approval_of(post: dict[str, Any]) -> str | None:
+    blocks = post.get("blocks")
+    if isinstance(blocks, str):
+        blocks = json.loads(blocks)
+    for block in blocks or []:
+        if block.get("type") == "actions":
+            return str(block["elements"][0]["value"])
+    return None
+
+
+def settings_for(slack: FakeSlack, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "slack_bot_token": SecretStr("xoxb-test-token"),
+        "slack_signing_secret": SecretStr(SECRET),
+        "slack_api_url": slack.api_url, "incident_channel": CHANNEL,
+        "approvers": APPROVERS, "loop_poll_s": 0.05, "slack_workers": 8,
+        **overrides}
+    return Settings(**values)
+
+
+@contextmanager
+def running_bot(engine: Engine, *, agent: Agent | None = None, loop: bool = True,
+                **overrides: Any) -> Iterator[Stack]:
+    """The bot serving ``POST /slack/events`` on 127.0.0.1 with the in-process loop."""
+    with fake_slack() as slack:
+        def mount(app: App, api: Any) -> None:
+            mount_slack_events(app, api, build_bolt(app, agent=agent))
+
+        extensions = Extensions(consumers={"notifier": SlackNotifier}, routes=(mount,),
+                                chat=slack_chat)
+        app = bootstrap(settings_for(slack, **overrides), engine=engine, extensions=extensions)
+        config = uvicorn.Config(create_api(app), host="127.0.0.1", port=0, log_level="warning",
+                                lifespan="off")
+        server = uvicorn.Server(config)
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        in_process = InProcessLoop(app).start() if loop else None
+        try:
+            with httpx.Client(timeout=10) as http:
+                yield Stack(app, slack, f"http://127.0.0.1:{port}", http)
+        finally:
+            if in_process is not None:
+                in_process.stop()
+            server.should_exit = True
+            thread.join(timeout=10)
+            app.close()

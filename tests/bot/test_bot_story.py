@@ -1,0 +1,77 @@
+"""The full story through Slack: a mention opens a case in its thread, the plan message arrives
+with Approve/Reject, an approver decides, and the thread tells how it ended (CLOSED or PARKED)."""
+
+from __future__ import annotations
+
+import json
+
+from sqlalchemy import Engine
+
+from bot.ids import Action
+from tests.bot.slack_support import (
+    APPROVER,
+    FORM,
+    REQUESTER,
+    approval_of,
+    reason_body,
+    running_bot,
+)
+
+
+def test_mention_plan_approve_closes_the_case(engine: Engine) -> None:
+    with running_bot(engine) as bot:
+        answer = bot.mention("<@U0BOT> checkout returns 500s", event_id="Ev1", ts="1.000100")
+        assert answer.status_code == 200
+        bot.slack.wait_for(lambda: bool(bot.plan_messages()), what="the plan message")
+        plan = bot.plan_messages()[0]
+        assert plan["channel"] == "C0INCIDENT" and plan["thread_ts"] == "1.000100"
+        case_id = bot.case_of_thread("1.000100")
+        assert case_id is not None
+        labels = [e["text"]["text"] for b in plan["blocks"] if b["type"] == "actions"
+                  for e in b["elements"]]
+        assert labels == ["Approve", "Reject"]
+        shown = json.dumps(plan["blocks"])
+        for part in ("Risk", "Steps", "Rollback", "Verify"):
+            assert part in shown
+
+        clicked = bot.click(Action.APPROVE, approval_of(plan) or "", user=APPROVER,
+                            message_ts=plan["ts"], thread_ts="1.000100")
+        assert clicked.status_code == 200
+        bot.slack.wait_for(lambda: any("CLOSED" in t for t in bot.slack.texts()),
+                           what="CLOSED in the thread")
+        assert bot.app.cases.get_case(case_id)["status"] == "CLOSED"
+        updates = bot.slack.calls("chat.update")
+        decided = [u for u in updates if u.get("ts") == plan["ts"]]
+        assert decided, "the plan message is updated in place"
+        last = json.dumps(decided[-1]["blocks"])
+        assert "Approved" in last and APPROVER in last and "plan_approve" not in last
+        # every post of the case went to its thread
+        assert all(p.get("thread_ts") == "1.000100" for p in bot.slack.posts())
+
+
+def test_mention_plan_reject_parks_the_case(engine: Engine) -> None:
+    with running_bot(engine) as bot:
+        bot.mention("<@U0BOT> payments latency is high", event_id="Ev2", ts="2.000100")
+        bot.slack.wait_for(lambda: bool(bot.plan_messages()), what="the plan message")
+        plan = bot.plan_messages()[0]
+        approval_id = approval_of(plan) or ""
+        bot.click(Action.REJECT, approval_id, user=APPROVER, message_ts=plan["ts"],
+                  thread_ts="2.000100")
+        bot.slack.wait_for(lambda: bool(bot.slack.calls("views.open")), what="the modal")
+        view = bot.slack.calls("views.open")[0]["view"]
+        assert view["callback_id"] == "plan_reject_reason"
+        submitted = bot.send(reason_body(view["private_metadata"], "wrong region", user=APPROVER),
+                             FORM)
+        assert submitted.status_code == 200 and submitted.text == ""
+        bot.slack.wait_for(lambda: any("PARKED" in t or "rejected" in t
+                                       for t in bot.slack.texts()), what="the rejection")
+        case_id = bot.case_of_thread("2.000100")
+        assert case_id is not None
+        assert bot.app.cases.get_case(case_id)["status"] == "PARKED"
+        bot.slack.wait_for(lambda: any(u.get("ts") == plan["ts"]
+                                       for u in bot.slack.calls("chat.update")),
+                           what="the plan message update")
+        last = json.dumps([u for u in bot.slack.calls("chat.update")
+                           if u.get("ts") == plan["ts"]][-1]["blocks"])
+        assert "Rejected" in last and "wrong region" in last and "plan_reject" not in last
+        assert REQUESTER != APPROVER
