@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING
+from uuid import UUID
 
 from agent.prompts import plan_request
 from agent.runner import Agent
@@ -43,7 +44,13 @@ class AgentPlanner:
         result = self.agent.run_turn(run.case_id, plan_request(run.case),
                                      requester=case_opener(self.app.cases, run.case_id),
                                      correlation_id=payload.get("correlation_id"),
-                                     trigger="planner", post_failures=True)
+                                     trigger="planner", post_failures=True,
+                                     still_wanted=lambda: self._still_planning(run.case_id,
+                                                                               run.version))
         if result.outcome in ("busy", "unavailable"):
             raise Unavailable(f"planner: case {run.case_id}: {result.reply}")  # retried later
         log.info("planner: case %s: %s (%s)", run.case_id, result.outcome, result.reply[:120])
+
+    def _still_planning(self, case_id: UUID, version: int) -> bool:
+        case = self.app.cases.get_case(case_id)
+        return bool(case["status"] == CaseStatus.PLANNING and case["version"] == version)

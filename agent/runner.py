@@ -83,9 +83,11 @@ class Agent:
                              trigger="chat").reply
 
     def run_turn(self, case_id: UUID, text: str | None, *, requester: str | None,
-                 correlation_id: str | None, trigger: str,
-                 post_failures: bool = False) -> TurnResult:
-        """One turn; ``text`` None only finishes a turn that was cut off (resume)."""
+                 correlation_id: str | None, trigger: str, post_failures: bool = False,
+                 still_wanted: Callable[[], bool] | None = None) -> TurnResult:
+        """One turn; ``text`` None only finishes a turn that was cut off (resume).
+        ``still_wanted``: asked after such a resume; False skips ``text`` (the resumed turn
+        already did what the request asked)."""
         locks = self.app.gateway.locks
         assert locks is not None, "build_gateway always gives the gateway its session locks"
         try:
@@ -104,7 +106,7 @@ class Agent:
                             max_model_calls=self.app.settings.agent_max_model_calls,
                             usage=usage, interrupt_before=self.interrupt_before)
         try:
-            result = self._guarded(graph, tools, text, usage, post_failures)
+            result = self._guarded(graph, tools, text, usage, post_failures, still_wanted)
             self._account(graph, tools, usage, trigger)
         finally:
             locks.release(lock)
@@ -113,9 +115,10 @@ class Agent:
     # -- inside the lock ------------------------------------------------------------------
 
     def _guarded(self, graph: CompiledStateGraph[Any], tools: CaseTools, text: str | None,
-                 usage: RunUsage, post_failures: bool) -> TurnResult:
+                 usage: RunUsage, post_failures: bool,
+                 still_wanted: Callable[[], bool] | None) -> TurnResult:
         try:
-            return self._turn(graph, tools, text)
+            return self._turn(graph, tools, text, still_wanted)
         except ModelUnavailable as failed:
             return TurnResult(self._unavailable(tools, failed, post_failures),
                               "model_unavailable")
@@ -125,13 +128,15 @@ class Agent:
         except Unavailable:
             return TurnResult(STORE_DOWN, "unavailable")
 
-    def _turn(self, graph: CompiledStateGraph[Any], tools: CaseTools,
-              text: str | None) -> TurnResult:
+    def _turn(self, graph: CompiledStateGraph[Any], tools: CaseTools, text: str | None,
+              still_wanted: Callable[[], bool] | None = None) -> TurnResult:
         config = thread_config(tools.case_id, self.app.settings.agent_max_model_calls)
         if "tools" in graph.get_state(config).next:
             # A turn was cut off inside the tool node (crash, interrupt): run it to its end
             # first. Its calls that already ran replay from the gateway; nothing runs twice.
             graph.invoke(None, config)
+            if still_wanted is not None and not still_wanted():
+                text = None
         if text is None:
             state = graph.get_state(config).values
         else:
