@@ -1,5 +1,5 @@
 """The ``opsgate`` command: one subcommand per thing an operator runs (migrate, serve, demo, and
-the loop's relay, consume and outbox; trace, reconcile and export join ``SUBCOMMANDS`` later).
+the loop's relay, consume and outbox; the operator's trace, reconcile and export).
 
 Expected failures (database unreachable, schema behind, bad URL) print one line on stderr and
 exit non-zero; heavy imports happen inside the handlers so ``--help`` stays fast.
@@ -414,6 +414,48 @@ def _requeue(app: App, dead_letter_id: int) -> None:
           f"({envelope.topic}, case {envelope.key}) goes to its consumer again", flush=True)
 
 
+# -- operations: trace, reconcile, export (core.ops.commands) ------------------------------
+
+
+def _ops_arguments(name: str) -> Callable[[argparse.ArgumentParser], None]:
+    def add(parser: argparse.ArgumentParser) -> None:
+        from core.ops.commands import COMMANDS
+
+        COMMANDS[name][0](parser)
+        _database_option(parser)
+
+    return add
+
+
+def _run_ops(args: argparse.Namespace) -> int:
+    from core.bootstrap import bootstrap
+    from core.ops.commands import COMMANDS
+
+    settings = _settings(args)
+    app = bootstrap(settings, engine=_engine(settings), extensions=args.extensions)
+    try:
+        _require_schema(settings, app.engine)
+        return COMMANDS[args.command][1](app, args, sys.stdout)
+    finally:
+        app.close()
+
+
+def _configure_logging() -> None:
+    """Structured logs when asked (OPSGATE_LOG_FORMAT=json, or OPSGATE_LOG_LEVEL set); otherwise
+    Python's default, which people read."""
+    from pydantic import ValidationError
+
+    from core.settings import load_settings
+    from core.tracing import configure_logging
+
+    try:
+        settings = load_settings()
+    except ValidationError:
+        return  # the subcommand reports the bad setting itself
+    if settings.log_format == "json" or "log_level" in settings.model_fields_set:
+        configure_logging(settings.log_format, settings.log_level)
+
+
 SUBCOMMANDS: dict[str, Subcommand] = {
     "migrate": Subcommand(
         summary="upgrade the database schema to the latest revision",
@@ -472,6 +514,36 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         add_arguments=_outbox_arguments,
         run=_run_outbox,
     ),
+    "trace": Subcommand(
+        summary="print every hop of one correlation id, in order",
+        description="Follow one correlation id (a REST call's X-Correlation-Id, a Slack "
+                    "request's or an alert's) through case timeline rows, the outbox messages "
+                    "they emitted, the consumers that took them (inbox receipts, dead letters) "
+                    "and the gateway calls made on its behalf, oldest first. Exits 1 when "
+                    "nothing carries the id.",
+        add_arguments=_ops_arguments("trace"),
+        run=_run_ops,
+    ),
+    "reconcile": Subcommand(
+        summary="check the ledger, outbox, dead letters and case timelines against each other",
+        description="Report gateway calls stuck in progress past their lease, outbox rows "
+                    "unpublished past a bound, consumers' dead letters, cases whose status "
+                    "disagrees with the fold of their timeline, and expired session locks. "
+                    "Exits 1 when anything is found, 0 on a clean run. --repair does only safe "
+                    "repairs (re-publish stale outbox rows through Redis Streams, release "
+                    "expired claims of calls safe to run again, drop expired session locks) "
+                    "and reports each.",
+        add_arguments=_ops_arguments("reconcile"),
+        run=_run_ops,
+    ),
+    "export": Subcommand(
+        summary="print a case's postmortem in Markdown",
+        description="A postmortem of one case (by id or a prefix of 4+ hex digits): summary, "
+                    "timeline, plans, approvals, step results, verification and model usage, "
+                    "in Markdown to paste into a docs tool.",
+        add_arguments=_ops_arguments("export"),
+        run=_run_ops,
+    ),
 }
 
 
@@ -498,6 +570,7 @@ def main(argv: Sequence[str] | None = None, extensions: Extensions | None = None
     passes the agent's and the bot's, and its own ``subcommands``); returns the exit code."""
     args = build_parser(subcommands).parse_args(argv)
     args.extensions = extensions
+    _configure_logging()
 
     from sqlalchemy.exc import SQLAlchemyError
 

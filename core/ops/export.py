@@ -1,0 +1,198 @@
+"""``opsgate export <case>``: a case's postmortem in Markdown (summary, timeline, plans,
+approvals, step results, verification, model usage) to paste into a docs tool. Read-only."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import Engine, String, cast, func, select
+
+from core.adapters.case_store import as_utc
+from core.adapters.tables import case_timeline, ops_case, plan_approved, plan_proposed
+from core.errors import InvalidRequest, NotFound
+
+MIN_PREFIX = 4
+Row = Mapping[Any, Any]
+
+
+def find_case(engine: Engine, ref: str) -> UUID:
+    """The case ``ref`` names: a full id, or an unambiguous prefix of at least 4 characters."""
+    wanted = ref.strip().lower().replace("-", "")
+    if len(wanted) < MIN_PREFIX or any(c not in "0123456789abcdef" for c in wanted):
+        raise InvalidRequest(f"{ref!r} is not a case id or a prefix of at least {MIN_PREFIX} "
+                             "hex digits")
+    flat = func.replace(func.lower(cast(ops_case.c.id, String)), "-", "")
+    with engine.connect() as conn:
+        found = [row[0] for row in conn.execute(
+            select(ops_case.c.id).where(flat.like(f"{wanted}%")).limit(6))]
+    if not found:
+        raise NotFound(f"no case matches {ref!r}", case=ref)
+    if len(found) > 1:
+        names = ", ".join(str(case_id)[:13] for case_id in found[:5])
+        raise InvalidRequest(f"{ref!r} matches several cases ({names}…): give more digits")
+    return UUID(str(found[0]))
+
+
+def export_case(engine: Engine, case_id: UUID) -> str:
+    """The postmortem of ``case_id`` as Markdown."""
+    with engine.connect() as conn:
+        case = conn.execute(select(ops_case).where(ops_case.c.id == case_id)).mappings().first()
+        if case is None:
+            raise NotFound(f"no case {case_id}", case_id=str(case_id))
+        timeline = list(conn.execute(select(case_timeline)
+                                     .where(case_timeline.c.case_id == case_id)
+                                     .order_by(case_timeline.c.id)).mappings())
+        plans = list(conn.execute(select(plan_proposed)
+                                  .where(plan_proposed.c.case_id == case_id)
+                                  .order_by(plan_proposed.c.case_version)).mappings())
+        decisions = list(conn.execute(select(plan_approved)
+                                      .where(plan_approved.c.case_id == case_id)
+                                      .order_by(plan_approved.c.created_at)).mappings())
+    parts = [_summary(case, timeline), _timeline(timeline), _plans(plans),
+             _approvals(decisions), _steps(timeline), _verification(timeline),
+             _usage(timeline)]
+    return "\n\n".join(part for part in parts if part) + "\n"
+
+
+# -- sections ---------------------------------------------------------------------------------
+
+
+def _summary(case: Row, timeline: Sequence[Row]) -> str:
+    opened, changed = as_utc(case["created_at"]), as_utc(case["updated_at"])
+    path = [str(row["meta"].get("to")) for row in timeline
+            if row["meta"].get("outcome") in ("opened", "accepted")]
+    lines = [f"# Postmortem: {_text(case['title'])}", "",
+             f"- **Case:** `{case['id']}`",
+             f"- **Severity:** {case['severity']} · **Status:** {case['status']} "
+             f"(version {case['version']}) · **Tenant:** {case['tenant']}",
+             f"- **Opened:** {_when(opened)} · **Last change:** {_when(changed)} "
+             f"· **Duration:** {_duration(opened, changed)}",
+             f"- **Path:** {' → '.join(path) or '-'}"]
+    correlations = sorted({str(row["correlation_id"]) for row in timeline
+                           if row["correlation_id"]})
+    if correlations:
+        shown = ", ".join(f"`{c}`" for c in correlations[:8])
+        more = f" and {len(correlations) - 8} more" if len(correlations) > 8 else ""
+        lines.append(f"- **Correlation ids** (`opsgate trace <id>`): {shown}{more}")
+    return "\n".join(lines)
+
+
+def _timeline(timeline: Sequence[Row]) -> str:
+    rows = []
+    for row in timeline:
+        meta = row["meta"]
+        outcome = meta.get("outcome")
+        move = (f"{meta.get('from') or '∅'} → {meta.get('to')}"
+                if outcome in ("opened", "accepted") else f"({outcome})")
+        rows.append((_when(as_utc(row["created_at"])), f"`{row['event']}`", row["actor"], move,
+                     _text(row["reason"] or "")))
+    return "## Timeline\n\n" + _table(("When (UTC)", "Event", "Actor", "Move", "Reason"), rows)
+
+
+def _plans(plans: Sequence[Row]) -> str:
+    if not plans:
+        return "## Plan\n\nNo plan was proposed."
+    blocks = ["## Plan" if len(plans) == 1 else f"## Plans ({len(plans)}, oldest first)"]
+    for row in plans:
+        plan = row["plan"]
+        blocks.append(f"### {_text(str(plan.get('title', 'untitled')))}\n\n"
+                      f"- **Hash:** `{row['plan_hash']}` · **Proposed by:** {row['proposed_by']} "
+                      f"at case version {row['case_version']} · **Risk:** "
+                      f"{plan.get('risk_score', '-')}")
+        steps = [(str(n + 1), f"`{s.get('action')}`", _json(s.get("params", {})),
+                  str(s.get("timeout_s", "-")), str(s.get("retry", "-")))
+                 for n, s in enumerate(plan.get("steps") or [])]
+        blocks.append(_table(("#", "Action", "Params", "Timeout (s)", "Retry"), steps))
+        blocks.append(f"**Rollback:** `{_json(plan.get('rollback'))}`\n\n"
+                      f"**Verify:** `{_json(plan.get('verify'))}`")
+    return "\n\n".join(blocks)
+
+
+def _approvals(decisions: Sequence[Row]) -> str:
+    if not decisions:
+        return "## Approvals\n\nNo approval or rejection was recorded."
+    rows = [(d["decision"].get("approver", "-"), d["decision"].get("verdict", "-"),
+             f"`{str(d['plan_hash'])[:12]}`", str(d["decision"].get("at", "-")),
+             _text(str(d["decision"].get("reason") or ""))) for d in decisions]
+    return "## Approvals\n\n" + _table(("Approver", "Decision", "Plan", "At", "Reason"), rows)
+
+
+def _steps(timeline: Sequence[Row]) -> str:
+    rows = []
+    for row in timeline:
+        if row["event"] not in ("step_result", "rollback_result"):
+            continue
+        facts = row["meta"].get("context") or {}
+        rows.append((str(facts.get("phase", "-")), str(int(facts.get("step", 0)) + 1),
+                     str(facts.get("attempt", "-")), f"`{facts.get('action', '-')}`",
+                     "ok" if facts.get("ok") else "failed", str(facts.get("duration_s", "-")),
+                     _text(row["reason"] or "")))
+    if not rows:
+        return "## Step results\n\nNo step ran."
+    return "## Step results\n\n" + _table(
+        ("Phase", "Step", "Attempt", "Action", "Result", "Seconds", "Summary"), rows)
+
+
+def _verification(timeline: Sequence[Row]) -> str:
+    lines = []
+    for row in timeline:
+        facts = row["meta"].get("context") or {}
+        if row["event"] == "verify_result":
+            verdict = "passed" if facts.get("passed") else "failed"
+            lines.append(f"- {_when(as_utc(row['created_at']))}: {verdict} — "
+                         f"{_text(row['reason'] or '')} (observed {facts.get('observed')})")
+        elif row["event"] in ("verify_pass", "verify_failed"):
+            lines.append(f"- {_when(as_utc(row['created_at']))}: `{row['event']}` → "
+                         f"{row['meta'].get('to')}")
+    return "## Verification\n\n" + ("\n".join(lines) if lines else "Not verified.")
+
+
+def _usage(timeline: Sequence[Row]) -> str:
+    """Model calls and tokens the agent noted (``agent_usage`` notes' meta), per model."""
+    totals: dict[str, list[int]] = {}
+    for row in timeline:
+        facts = row["meta"].get("context") or {}
+        if "tokens_in" not in facts and "model_calls" not in facts:
+            continue
+        seen = totals.setdefault(str(facts.get("model", "unknown")), [0, 0, 0])
+        for n, name in enumerate(("model_calls", "tokens_in", "tokens_out")):
+            seen[n] += int(facts.get(name) or 0)
+    if not totals:
+        return "## Model usage\n\nNo model usage was noted."
+    rows = [(f"`{model}`", str(calls), str(tin), str(tout))
+            for model, (calls, tin, tout) in sorted(totals.items())]
+    return "## Model usage\n\n" + _table(("Model", "Calls", "Tokens in", "Tokens out"), rows)
+
+
+# -- Markdown ---------------------------------------------------------------------------------
+
+
+def _table(header: Iterable[str], rows: Sequence[Sequence[str]]) -> str:
+    head = list(header)
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |"
+              for row in rows]
+    return "\n".join(lines)
+
+
+def _text(value: str) -> str:
+    return " ".join(value.split())
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(", ", ": "), default=str)
+
+
+def _when(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _duration(start: datetime, end: datetime) -> str:
+    seconds = int((end - start).total_seconds())
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h {rest // 60:02d}m {rest % 60:02d}s" if hours else \
+        f"{rest // 60}m {rest % 60:02d}s"

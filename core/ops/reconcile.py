@@ -1,0 +1,208 @@
+"""``opsgate reconcile``: the ledger and the outbox checked against each other and against the
+cases. Finds gateway calls stuck in progress past their lease, outbox rows unpublished past a
+bound, consumers' dead letters, and cases whose status or version disagrees with the fold of
+their timeline. ``repair`` does only what cannot repeat a side effect: re-publish stale outbox
+rows (consumers dedup on the message id), release expired claims of calls declared safe to run
+again, and drop expired session locks. Everything else is left for a person, with what to do."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Engine, delete, select, update
+
+from core.adapters.case_store import as_utc
+from core.adapters.database import transaction
+from core.adapters.tables import case_timeline, ops_case, outbox, session_lock, tool_call_ledger
+from core.domain.fsm import CaseEvent, fold
+from core.gateway.ledger import Ledger, LedgerState
+from core.messaging import inbox
+from core.messaging.bus import Bus
+from core.messaging.relay import OutboxRelay
+
+SAFE_TO_RUN_AGAIN = frozenset({"step.noop", "verify.evaluate"})
+"""Tools whose executors the gateway runs as idempotent: a second run changes nothing."""
+
+Clock = Callable[[], datetime]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One inconsistency: its kind, what it concerns, why it matters, and what was done."""
+
+    kind: str  # stuck_call | stale_outbox | dead_letter | status_mismatch | expired_lock
+    subject: str
+    detail: str
+    advice: str
+    repaired: str | None = None
+
+    def line(self) -> str:
+        done = f" — REPAIRED: {self.repaired}" if self.repaired else f" — {self.advice}"
+        return f"{self.kind:<16} {self.subject}: {self.detail}{done}"
+
+
+@dataclass
+class Report:
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not self.findings
+
+    def repaired(self) -> list[Finding]:
+        return [f for f in self.findings if f.repaired]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"clean": self.clean, "findings": [vars(f) for f in self.findings]}
+
+
+class Reconciler:
+    """Runs every check; with ``bus`` set, ``repair`` may re-publish through it."""
+
+    def __init__(self, engine: Engine, *, outbox_bound_s: float, bus: Bus | None = None,
+                 clock: Clock | None = None) -> None:
+        self.engine = engine
+        self.outbox_bound_s = outbox_bound_s
+        self.bus = bus
+        self.clock = clock or (lambda: datetime.now(UTC))
+
+    def run(self, *, repair: bool = False) -> Report:
+        now = self.clock()
+        report = Report()
+        report.findings += self.stuck_calls(now, repair)
+        report.findings += self.stale_outbox(now, repair)
+        report.findings += self.dead_letters()
+        report.findings += self.status_mismatches()
+        report.findings += self.expired_locks(now, repair)
+        return report
+
+    # -- the ledger -------------------------------------------------------------------------
+
+    def stuck_calls(self, now: datetime, repair: bool) -> list[Finding]:
+        found = []
+        for entry in Ledger(self.engine, clock=lambda: now).stuck(now, limit=1000):
+            lease = entry.lease_until.isoformat() if entry.lease_until else "-"
+            detail = (f"{entry.tool} by {entry.actor} ({entry.session_id}) in progress since "
+                      f"{entry.started_at}, lease ended {lease}, attempt {entry.attempts}")
+            safe = entry.tool in SAFE_TO_RUN_AGAIN
+            repaired = None
+            if repair and safe and self._release(entry.key, entry.owner, now):
+                repaired = "claim released; the next delivery runs it again"
+            advice = ("safe to run again: --repair releases it" if safe else
+                      "may have run without its result stored: check the target system, "
+                      "then record the outcome or release the claim by hand")
+            found.append(Finding("stuck_call", f"call {entry.key[:16]}", detail, advice,
+                                 repaired))
+        return found
+
+    def _release(self, key: str, owner: str | None, now: datetime) -> bool:
+        """Compare-and-set: only a claim still in progress, still expired, same owner."""
+        with transaction(self.engine, "the tool call ledger") as conn:
+            done = conn.execute(
+                update(tool_call_ledger)
+                .where(tool_call_ledger.c.key == key,
+                       tool_call_ledger.c.state == str(LedgerState.IN_PROGRESS),
+                       tool_call_ledger.c.owner == owner,
+                       tool_call_ledger.c.lease_until < now)
+                .values(state=str(LedgerState.RELEASED), lease_until=None, finished_at=now))
+            return done.rowcount == 1
+
+    # -- the outbox -------------------------------------------------------------------------
+
+    def stale_outbox(self, now: datetime, repair: bool) -> list[Finding]:
+        cutoff = now - timedelta(seconds=self.outbox_bound_s)
+        query = (select(outbox.c.id, outbox.c.topic, outbox.c.key, outbox.c.created_at)
+                 .where(outbox.c.published_at.is_(None), outbox.c.created_at < cutoff)
+                 .order_by(outbox.c.id).limit(1000))
+        with self.engine.connect() as conn:
+            rows = list(conn.execute(query).mappings())
+        if not rows:
+            return []
+        published = self._republish() if repair and self.bus is not None else 0
+        still = self._unpublished_ids([row["id"] for row in rows]) if published else None
+        advice = ("is a relay running? (`opsgate relay`, or the loop inside `opsgate serve`); "
+                  "--repair re-publishes when OPSGATE_REDIS_URL is set")
+        found = []
+        for row in rows:
+            age = (now - as_utc(row["created_at"])).total_seconds()
+            repaired = ("re-published to the bus" if still is not None and row["id"] not in still
+                        else None)
+            found.append(Finding("stale_outbox", f"message #{row['id']}",
+                                 f"{row['topic']} for case {row['key']} unpublished for "
+                                 f"{age:.0f} s (bound {self.outbox_bound_s:g} s)", advice,
+                                 repaired))
+        return found
+
+    def _republish(self) -> int:
+        assert self.bus is not None
+        return OutboxRelay(self.engine, self.bus).drain()
+
+    def _unpublished_ids(self, ids: list[int]) -> set[int]:
+        with self.engine.connect() as conn:
+            query = select(outbox.c.id).where(outbox.c.id.in_(ids),
+                                              outbox.c.published_at.is_(None))
+            return {int(row[0]) for row in conn.execute(query)}
+
+    def dead_letters(self) -> list[Finding]:
+        return [Finding("dead_letter", f"dead letter {row['id']}",
+                        f"{row['consumer']} gave up on message #{row['message_id']} "
+                        f"({row['topic']}, case {row['key']}) after {row['attempts']} "
+                        f"attempts: {' '.join(str(row['error']).split())[:160]}",
+                        f"fix the cause, then `opsgate outbox dead --requeue {row['id']}`")
+                for row in inbox.dead_letters(self.engine)]
+
+    # -- the cases --------------------------------------------------------------------------
+
+    def status_mismatches(self) -> list[Finding]:
+        found = []
+        with self.engine.connect() as conn:
+            cases = list(conn.execute(select(ops_case.c.id, ops_case.c.status,
+                                             ops_case.c.version)).mappings())
+            moves = _accepted_moves(conn)
+        for case in cases:
+            events = moves.get(str(case["id"]), [])
+            try:
+                folded: str = str(fold(events))
+            except ValueError as illegal:
+                folded = f"no status (the timeline does not fold: {illegal})"
+            if folded != case["status"] or len(events) != case["version"]:
+                found.append(Finding(
+                    "status_mismatch", f"case {case['id']}",
+                    f"status {case['status']} v{case['version']}, but its timeline folds to "
+                    f"{folded} after {len(events)} accepted moves",
+                    "the timeline is the record: investigate before any further move"))
+        return found
+
+    def expired_locks(self, now: datetime, repair: bool) -> list[Finding]:
+        with self.engine.connect() as conn:
+            rows = list(conn.execute(select(session_lock)
+                                     .where(session_lock.c.lease_until < now)).mappings())
+        found = []
+        for row in rows:
+            repaired = None
+            if repair:
+                with transaction(self.engine) as conn:
+                    gone = conn.execute(delete(session_lock).where(
+                        session_lock.c.session_id == row["session_id"],
+                        session_lock.c.owner == row["owner"],
+                        session_lock.c.lease_until < now)).rowcount
+                repaired = "expired lock dropped" if gone == 1 else None
+            found.append(Finding("expired_lock", f"session {row['session_id']}",
+                                 f"lock of {row['owner']} expired at {row['lease_until']}",
+                                 "harmless (the next run takes it over); --repair drops it",
+                                 repaired))
+        return found
+
+
+def _accepted_moves(conn: Connection) -> dict[str, list[CaseEvent]]:
+    query = (select(case_timeline.c.case_id, case_timeline.c.event, case_timeline.c.meta)
+             .order_by(case_timeline.c.case_id, case_timeline.c.id))
+    moves: dict[str, list[CaseEvent]] = {}
+    for row in conn.execute(query).mappings():
+        meta = row["meta"] or {}
+        if meta.get("outcome") == "accepted":
+            moves.setdefault(str(row["case_id"]), []).append(CaseEvent(row["event"]))
+    return moves
