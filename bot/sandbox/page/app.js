@@ -194,7 +194,7 @@ function draw() {
   drawThread();
   drawModal();
   $("chaos").checked = state.chaos;
-  fill($("deliveries"), state.deliveries.slice().reverse().map((d) => {
+  fill($("deliveries"), state.deliveries.map((d) => {
     const item = document.createElement("li");
     const retry = d.attempt > 1 ? (d.kind === "event" ? ` retry ${d.attempt - 1}` : ` copy ${d.attempt}`) : "";
     item.textContent = `${d.kind}${retry} · ${d.ref} · ${d.status ?? "no answer"} in ${d.ms} ms`;
