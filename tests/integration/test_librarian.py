@@ -1,0 +1,190 @@
+"""The librarian on real SQLite (FTS5) and PostgreSQL (tsvector + GIN): with 20 closed cases in
+the library, each of 5 hand-written new-case titles finds, first, the case a person would pick;
+runbooks are found by what they are about; the best plan comes with the case it came from;
+indexing is idempotent and only CLOSED cases are indexed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+from sqlalchemy import func, select
+
+from core.adapters.database import transaction
+from core.analysis.store import write_findings
+from core.bootstrap import bootstrap
+from core.domain.commands import NoteCase
+from core.domain.fsm import CaseEvent, CaseStatus
+from core.domain.messages import Topic
+from core.domain.plans import plan_hash
+from core.library import Library
+from core.library.consumer import Librarian
+from core.library.tables import kb_chunk, kb_doc
+from core.messaging.consumer import ConsumerRunner
+from core.settings import Settings
+from tests.integration.plan_runs import envelope_of
+from tests.support import case_in, command, key, open_case
+
+E = CaseEvent
+RUNBOOKS = Path(__file__).parents[1] / "fixtures" / "runbooks"
+
+# title, plan title, finding (or None), verification
+PAST: list[tuple[str, str, str | None, str]] = [
+    ("checkout p95 latency over 2 s after deploy of v2.3",
+     "Roll back checkout to v2.2 with a canary", "latency_p95_ms stepped up 240% at the deploy",
+     "latency_p95_ms = 130 over 300s, below 500"),
+    ("payments API returning 502 errors from the card processor",
+     "Fail payments over to the standby card processor", "http_5xx_ratio error ratio 9%",
+     "http_5xx_ratio = 0.002, below 0.01"),
+    ("orders service pods OOMKilled, memory climbing for hours",
+     "Restart the orders pods and pin the cache size", "memory_working_set_bytes rising "
+     "steadily", "memory stable for 30 min"),
+    ("eu-west region unreachable, fail over traffic to us-east",
+     "Flip the traffic gateway to us-east", None, "standby_saturation = 0.4, below 0.8"),
+    ("postgres primary disk full, writes failing with ENOSPC",
+     "Compress WAL archives and grow the data volume", None, "disk usage 61%"),
+    ("search results empty after index rebuild", "Re-run the search index build", None,
+     "probe search returns hits"),
+    ("login page slow for mobile users", "Scale the auth frontends", None, "latency ok"),
+    ("checkout 5xx errors on the cart endpoint", "Restart the cart service", None,
+     "http_5xx_ratio below 0.01"),
+    ("TLS certificate expired on api gateway", "Renew and deploy the certificate", None,
+     "probe https ok"),
+    ("kafka consumer lag growing on billing events", "Add billing consumers", None,
+     "lag under 1000"),
+    ("DNS resolution failures inside the cluster", "Restart coredns", None, "probe ok"),
+    ("redis cache hit ratio dropped after config change", "Revert the redis maxmemory change",
+     None, "hit ratio back to 95%"),
+    ("CPU saturation on the recommendation service", "Scale recommendations out", None,
+     "cpu below 70%"),
+    ("cron job for invoices stuck since midnight", "Kill and restart the invoice job", None,
+     "job finished"),
+    ("image upload failing, S3 permission denied", "Restore the upload bucket policy", None,
+     "probe upload ok"),
+    ("latency spike on the inventory API during the sale", "Raise the inventory cache TTL",
+     None, "latency_p95_ms below 500"),
+    ("email notifications delayed by several hours", "Drain the mail queue", None,
+     "queue empty"),
+    ("websocket disconnects for chat users", "Increase the load balancer idle timeout", None,
+     "disconnects normal"),
+    ("feature flag service returning stale values", "Flush the flag cache", None,
+     "flags fresh"),
+    ("mobile app crash after the 5.1 release", "Turn off the new onboarding flag", None,
+     "crash rate normal"),
+]
+
+QUERIES: list[tuple[str, int]] = [
+    ("checkout latency regression after the v2.4 deploy", 0),
+    ("payment card processor errors, 502 from payments API", 1),
+    ("orders pods OOMKilled again, memory leak suspected", 2),
+    ("us-east region down, need to fail over traffic", 3),
+    ("disk full on the postgres replica", 4),
+]
+
+
+def plan_titled(title: str) -> dict[str, Any]:
+    return {"title": title, "risk_score": 0.2,
+            "steps": [{"action": "noop", "params": {}, "timeout_s": 30, "retry": 0}],
+            "rollback": {"action": "noop"}, "verify": {"metric": "error_rate", "below": 0.01}}
+
+
+def closed_case(app, title: str, plan_title: str, finding: str | None,
+                verification: str) -> UUID:
+    """A case run to CLOSED by hand: findings, the plan, its verification reading."""
+    cases = app.cases
+    case_id = open_case(cases, title)
+    plan = plan_titled(plan_title)
+    for event, extra in ((E.START_ANALYSIS, {}), (E.ANALYSIS_DONE, {}),
+                         (E.PLAN_READY, {"plan": plan}),
+                         (E.GATE_APPROVED, {"plan_hash": plan_hash(plan)}), (E.EXEC_DONE, {})):
+        assert cases.transition(command(case_id, event, **extra), key()).ok
+    if finding is not None:
+        with transaction(app.engine) as conn:
+            write_findings(conn, case_id, 2, [{"metric": finding.split()[0],
+                                               "summary": finding}])
+    cases.note(NoteCase(case_id, "verify_result", "verifier", reason=verification), key()).data()
+    assert cases.transition(command(case_id, E.VERIFY_PASS), key()).ok
+    return case_id
+
+
+@pytest.fixture
+def app(engine):
+    made = bootstrap(Settings(redis_url=None, prometheus_url=None,
+                              runbooks_dir=str(RUNBOOKS)), engine=engine)
+    yield made
+    made.gateway.close()
+
+
+@pytest.fixture
+def library(app) -> tuple[Library, list[UUID]]:
+    library = Library(app.engine)
+    ids = [closed_case(app, *past) for past in PAST]
+    for case_id in ids:
+        assert library.index_case(case_id)
+    return library, ids
+
+
+@pytest.mark.parametrize(("query", "expected"), QUERIES)
+def test_the_top_similar_case_is_the_one_a_person_would_pick(library, query, expected):
+    lib, ids = library
+    found = lib.similar_cases(query)
+    assert found[0]["case_id"] == str(ids[expected]), [c["title"] for c in found]
+    assert 1 <= len(found) <= 3
+    assert found[0]["resolved_by"] == PAST[expected][1]
+    assert found[0]["verification"] == PAST[expected][3]
+    assert all(found[0]["score"] > other["score"] for other in found[1:])
+
+
+def test_the_best_plan_is_the_most_similar_cases_and_says_where_it_came_from(library):
+    lib, ids = library
+    best = lib.best_plan_for("checkout latency went up after the deploy")
+    assert best is not None
+    assert best["case_id"] == str(ids[0]) and best["plan"] == plan_titled(PAST[0][1])
+    assert lib.best_plan_for("zzz nothing matches qqq") is None
+
+
+def test_a_case_is_not_its_own_similar_case(library):
+    lib, ids = library
+    found = lib.similar_cases(PAST[0][0], exclude=ids[0])
+    assert str(ids[0]) not in [c["case_id"] for c in found]
+
+
+def test_runbooks_are_found_by_what_they_are_about(app):
+    lib = Library(app.engine)
+    assert lib.index_runbooks(RUNBOOKS) == 2
+    assert lib.index_runbooks(RUNBOOKS) == 0  # unchanged: nothing written
+    [top, *_] = lib.relevant_runbooks("disk full, ENOSPC on the database volume")
+    assert top["title"] == "Disk full on a database host"
+    assert top["path"].endswith("disk-full.md")
+    assert lib.relevant_runbooks("p95 latency up after a release")[0]["title"] == (
+        "Latency after a deploy")
+    assert lib.index_runbooks(RUNBOOKS / "missing") == 0
+
+
+def test_only_closed_cases_are_indexed_and_reindexing_writes_nothing(app):
+    lib = Library(app.engine)
+    waiting = case_in(app.cases, CaseStatus.WAIT_GATE)
+    assert not lib.index_case(waiting)
+    closed = closed_case(app, *PAST[0])
+    assert lib.index_case(closed)
+    assert not lib.index_case(closed)
+    with app.engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(kb_doc)).scalar_one() == 1
+        assert conn.execute(select(func.count()).select_from(kb_chunk)).scalar_one() == 1
+
+
+def test_the_librarian_indexes_a_case_when_it_closes(app):
+    closed = closed_case(app, *PAST[4])
+    runner = ConsumerRunner(app.engine, Librarian(app), sleep=lambda _s: None)
+    assert runner.deliver(envelope_of(app.engine, closed, Topic.CASE_TRANSITION)) == "done"
+    lib = Library(app.engine)
+    assert lib.similar_cases("postgres disk full")[0]["case_id"] == str(closed)
+    assert lib.relevant_runbooks("disk full")[0]["title"] == "Disk full on a database host"
+
+
+def test_words_that_are_not_words_search_nothing(app):
+    lib = Library(app.engine)
+    assert lib.similar_cases("") == [] and lib.similar_cases("!!! ??? a the") == []
+    assert lib.similar_cases("it's \"quoted\" OR (weird) & | ! :*") == []
