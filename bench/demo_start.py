@@ -1,0 +1,128 @@
+"""Benchmark: how long ``opsgate demo`` takes from being spawned to a listening sandbox page,
+beside a bare FastAPI + uvicorn app started the same way, in one run on 127.0.0.1.
+
+Each round spawns, in a fresh temporary directory (so a new SQLite file is migrated each time):
+the baseline, ``python -c`` importing fastapi and uvicorn and serving one route; and
+``opsgate demo`` on free ports. The clock stops when the page answers ``GET /`` with 200 (for
+the demo, and its API ``/healthz`` too: the bot is up). Each process is then stopped with
+SIGTERM. Target (issue 7): the demo starts in under 3 s once installed. Figures last, as one
+line of JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+TARGET_S = 3.0
+DEADLINE_S = 60.0
+OPSGATE = Path(sys.executable).with_name("opsgate")
+BASELINE = """
+import sys, fastapi, uvicorn
+app = fastapi.FastAPI()
+@app.get("/")
+def page() -> str:
+    return "ok"
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+"""
+
+
+def say(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def timed_start(args: list[str], urls: list[str], cwd: str) -> float:
+    """Seconds from spawning ``args`` until every one of ``urls`` answers 200."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPSGATE_")}
+    started = time.perf_counter()
+    process = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        pending = list(urls)
+        while pending:
+            if process.poll() is not None:
+                raise RuntimeError(f"{args[:2]} exited with {process.returncode}")
+            if time.perf_counter() - started > DEADLINE_S:
+                raise RuntimeError(f"{args[:2]} did not listen within {DEADLINE_S:.0f} s")
+            if answers(pending[0]):
+                pending.pop(0)
+            else:
+                time.sleep(0.01)
+        return time.perf_counter() - started
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+
+def demo_command(port: int, api_port: int) -> list[str]:
+    base = [str(OPSGATE)] if OPSGATE.exists() else [sys.executable, "-m", "bot.cli"]
+    return [*base, "demo", "--port", str(port), "--api-port", str(api_port)]
+
+
+def one_round() -> tuple[float, float]:
+    with tempfile.TemporaryDirectory(prefix="opsgate-bench-") as where:
+        port = free_port()
+        baseline = timed_start([sys.executable, "-c", BASELINE, str(port)],
+                               [f"http://127.0.0.1:{port}/"], where)
+        port, api_port = free_port(), free_port()
+        demo = timed_start(demo_command(port, api_port),
+                           [f"http://127.0.0.1:{port}/", f"http://127.0.0.1:{api_port}/healthz"],
+                           where)
+    return baseline, demo
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5, help="spawns of each (default 5)")
+    args = parser.parse_args()
+    one_round()  # warm the OS page cache and the bytecode: "once installed"
+    baselines, demos = [], []
+    for n in range(1, args.rounds + 1):
+        baseline, demo = one_round()
+        baselines.append(baseline)
+        demos.append(demo)
+        say(f"round {n}: baseline {baseline:.2f} s, opsgate demo {demo:.2f} s")
+    demo_p50, base_p50 = statistics.median(demos), statistics.median(baselines)
+    print(f"{'start to a listening page':<28} {'p50 s':>7} {'max s':>7}")
+    print(f"{'bare fastapi + uvicorn':<28} {base_p50:>7.2f} {max(baselines):>7.2f}")
+    print(f"{'opsgate demo':<28} {demo_p50:>7.2f} {max(demos):>7.2f}")
+    print(json.dumps({
+        "rounds": args.rounds, "baseline_start_s": round(base_p50, 3),
+        "baseline_start_max_s": round(max(baselines), 3), "demo_start_s": round(demo_p50, 3),
+        "demo_start_max_s": round(max(demos), 3), "ratio": round(demo_p50 / base_p50, 2),
+        "target_s": TARGET_S, "target_met": max(demos) < TARGET_S,
+    }, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
