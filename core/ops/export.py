@@ -72,12 +72,6 @@ def _summary(case: Row, timeline: Sequence[Row]) -> str:
              f"- **Opened:** {_when(opened)} · **Last change:** {_when(changed)} "
              f"· **Duration:** {_duration(opened, changed)}",
              f"- **Path:** {' → '.join(path) or '-'}"]
-    correlations = sorted({str(row["correlation_id"]) for row in timeline
-                           if row["correlation_id"]})
-    if correlations:
-        shown = ", ".join(f"`{c}`" for c in correlations[:8])
-        more = f" and {len(correlations) - 8} more" if len(correlations) > 8 else ""
-        lines.append(f"- **Correlation ids** (`opsgate trace <id>`): {shown}{more}")
     return "\n".join(lines)
 
 
@@ -88,9 +82,12 @@ def _timeline(timeline: Sequence[Row]) -> str:
         outcome = meta.get("outcome")
         move = (f"{meta.get('from') or '∅'} → {meta.get('to')}"
                 if outcome in ("opened", "accepted") else f"({outcome})")
+        trace = f"`{row['correlation_id']}`" if row["correlation_id"] else "-"
         rows.append((_when(as_utc(row["created_at"])), f"`{row['event']}`", row["actor"], move,
-                     _text(row["reason"] or "")))
-    return "## Timeline\n\n" + _table(("When (UTC)", "Event", "Actor", "Move", "Reason"), rows)
+                     _text(row["reason"] or ""), trace))
+    return ("## Timeline\n\nEach row's correlation id: `opsgate trace <id>` shows its whole "
+            "path.\n\n" + _table(("When (UTC)", "Event", "Actor", "Move", "Reason",
+                                  "Correlation id"), rows))
 
 
 def _plans(plans: Sequence[Row]) -> str:
@@ -143,8 +140,9 @@ def _verification(timeline: Sequence[Row]) -> str:
         facts = row["meta"].get("context") or {}
         if row["event"] == "verify_result":
             verdict = "passed" if facts.get("passed") else "failed"
+            observed = _or_dash(facts.get("observed"))
             lines.append(f"- {_when(as_utc(row['created_at']))}: {verdict} — "
-                         f"{_text(row['reason'] or '')} (observed {facts.get('observed')})")
+                         f"{_text(row['reason'] or '')} (observed {observed})")
         elif row["event"] in ("verify_pass", "verify_failed"):
             lines.append(f"- {_when(as_utc(row['created_at']))}: `{row['event']}` → "
                          f"{row['meta'].get('to')}")
@@ -196,3 +194,7 @@ def _duration(start: datetime, end: datetime) -> str:
     hours, rest = divmod(seconds, 3600)
     return f"{hours}h {rest // 60:02d}m {rest % 60:02d}s" if hours else \
         f"{rest // 60}m {rest % 60:02d}s"
+
+
+def _or_dash(value: Any) -> str:
+    return "-" if value is None else str(value)

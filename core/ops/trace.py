@@ -128,7 +128,7 @@ def _describe(hop: Hop) -> str:
         state = "published" if f["published_at"] else "NOT published"
         return f"message #{f['message_id']} {f['topic']} ({state})"
     if hop.kind == "inbox":
-        return f"message #{f['message_id']} taken by {f['consumer']}"
+        return f"message #{f['message_id']} handled by {f['consumer']}"
     if hop.kind == "dead":
         again = ", requeued" if f["requeued"] else ""
         return f"message #{f['message_id']} DEAD at {f['consumer']}{again}: {f['error']}"

@@ -1,0 +1,115 @@
+"""``opsgate export``: a case's postmortem in Markdown, with its timeline, plan, approvals, step
+results, verification and model usage; the case named by id or an unambiguous prefix."""
+
+from __future__ import annotations
+
+import io
+from argparse import Namespace
+from datetime import UTC, datetime
+from uuid import UUID
+
+import pytest
+from sqlalchemy import insert
+
+from core.adapters.tables import ops_case
+from core.bootstrap import bootstrap
+from core.domain.commands import NoteCase, TransitionCase
+from core.errors import InvalidRequest, NotFound
+from core.ops.commands import run_export
+from core.ops.export import export_case, find_case
+from core.settings import Settings
+from tests.support import APPROVER, PLAN, PLAN_HASH, REQUESTER, E, S, case_in, command, key
+
+
+def closed_case(service) -> UUID:
+    """A case through the whole FSM, with the notes the consumers and the agent write."""
+    case_id = case_in(service, S.EXECUTING)
+    step = {"phase": "step", "step": 0, "attempt": 1, "action": "noop", "ok": True,
+            "duration_s": 0.25, "plan_hash": PLAN_HASH}
+    service.note(NoteCase(case_id, "step_result", "executor", reason="step 1 (noop): done",
+                          meta=step), key()).data()
+    service.note(NoteCase(case_id, "agent_usage", "agent", reason="2 model calls",
+                          meta={"model": "gpt-4o-mini", "model_calls": 2, "tokens_in": 1200,
+                                "tokens_out": 300}), key()).data()
+    service.note(NoteCase(case_id, "agent_usage", "agent", reason="1 model call",
+                          meta={"model": "gpt-4o-mini", "model_calls": 1, "tokens_in": 500,
+                                "tokens_out": 80}), key()).data()
+    assert service.transition(command(case_id, E.EXEC_DONE), key()).status == 200
+    service.note(NoteCase(case_id, "verify_result", "verifier", reason="error_rate 0.001 < 0.01",
+                          meta={"passed": True, "observed": 0.001}), key()).data()
+    done = TransitionCase(case_id, E.VERIFY_PASS, actor="verifier", reason="the check passed",
+                          correlation_id="verify-corr")
+    assert service.transition(done, key()).status == 200
+    return case_id
+
+
+def test_the_postmortem_has_every_section_with_the_case_facts(service, engine):
+    case_id = closed_case(service)
+    markdown = export_case(engine, case_id)
+    assert markdown.startswith("# Postmortem: p95 latency spike on checkout\n")
+    assert f"- **Case:** `{case_id}`" in markdown
+    assert "**Status:** CLOSED (version 6)" in markdown
+    assert ("**Path:** NEW → ANALYZING → PLANNING → WAIT_GATE → EXECUTING → VERIFYING → "
+            "CLOSED") in markdown
+    assert "| VERIFYING → CLOSED | the check passed | `verify-corr` |" in markdown
+    sections = [line for line in markdown.splitlines() if line.startswith("## ")]
+    assert sections == ["## Timeline", "## Plan", "## Approvals", "## Step results",
+                        "## Verification", "## Model usage"]
+    assert f"| `gate_approved` | {APPROVER} | WAIT_GATE → EXECUTING |" in markdown
+    assert f"### {PLAN['title']}" in markdown and f"`{PLAN_HASH}`" in markdown
+    assert f"**Proposed by:** {REQUESTER}" in markdown
+    assert "| 1 | `noop` | {} | 30 | 0 |" in markdown
+    assert f"| {APPROVER} | approved | `{PLAN_HASH[:12]}` |" in markdown
+    assert "| step | 1 | 1 | `noop` | ok | 0.25 | step 1 (noop): done |" in markdown
+    assert "passed — error_rate 0.001 < 0.01 (observed 0.001)" in markdown
+    assert "`verify_pass` → CLOSED" in markdown
+    assert "| `gpt-4o-mini` | 3 | 1700 | 380 |" in markdown
+
+
+def test_a_case_without_plan_or_usage_says_so(service, engine):
+    case_id = case_in(service, S.ANALYZING)
+    markdown = export_case(engine, case_id)
+    for absent in ("No plan was proposed.", "No approval or rejection was recorded.",
+                   "No step ran.", "Not verified.", "No model usage was noted."):
+        assert absent in markdown
+
+
+def test_a_case_is_found_by_id_or_unambiguous_prefix(service, engine):
+    case_id = case_in(service, S.NEW)
+    assert find_case(engine, str(case_id)) == case_id
+    assert find_case(engine, str(case_id)[:8]) == case_id
+    assert find_case(engine, str(case_id)[:8].upper()) == case_id
+    with pytest.raises(InvalidRequest, match="at least 4"):
+        find_case(engine, "ab")
+    with pytest.raises(InvalidRequest):
+        find_case(engine, "not-hex!")
+    with pytest.raises(NotFound):
+        find_case(engine, "ffffffffffff" if not str(case_id).startswith("f") else "000000000000")
+
+
+def test_an_ambiguous_prefix_is_refused(engine):
+    now = datetime.now(UTC)
+    with engine.begin() as conn:
+        for case_id in ("abcd1234-0000-4000-8000-000000000001",
+                        "abcd9876-0000-4000-8000-000000000002"):
+            conn.execute(insert(ops_case).values(
+                id=UUID(case_id), tenant="default", title="twin", severity="SEV3",
+                status="NEW", version=0, created_at=now, updated_at=now))
+    with pytest.raises(InvalidRequest, match="several cases"):
+        find_case(engine, "abcd")
+    assert find_case(engine, "abcd98") == UUID("abcd9876-0000-4000-8000-000000000002")
+
+
+def test_the_command_writes_the_file(service, engine, tmp_path):
+    case_id = closed_case(service)
+    app = bootstrap(Settings(_env_file=None, redis_url=None), engine=engine)
+    try:
+        target = tmp_path / "pm.md"
+        out = io.StringIO()
+        assert run_export(app, Namespace(case=str(case_id)[:6], output=str(target)), out) == 0
+        assert target.read_text(encoding="utf-8") == export_case(engine, case_id)
+        printed = io.StringIO()
+        run_export(app, Namespace(case=str(case_id), output=None), printed)
+        assert printed.getvalue() == export_case(engine, case_id)
+    finally:
+        app.close()
