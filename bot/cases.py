@@ -168,15 +168,19 @@ class SlackCases:
             raise NotFound("this button belongs to no plan opsgate knows")
         return ref
 
-    def approve(self, ref: ApprovalRef, user: str, correlation_id: str) -> Reply:
+    def approve(self, ref: ApprovalRef, user: str, click: str, correlation_id: str) -> Reply:
+        """``user``'s yes by one ``click`` (Slack's ``action_ts``): a repeated delivery of the
+        click replays its answer; a second click is asked anew, and the core records no second
+        yes nor a second decision."""
         cmd = ApprovePlan(ref.case_id, ref.plan_hash, user, correlation_id=correlation_id,
                           expected_version=ref.case_version)
-        return self.cases.approve_plan(cmd, f"slack:approve:{ref.approval_id}:{user}")
+        return self.cases.approve_plan(cmd, f"slack:approve:{ref.approval_id}:{user}:{click}")
 
-    def reject(self, ref: ApprovalRef, user: str, reason: str, correlation_id: str) -> Reply:
+    def reject(self, ref: ApprovalRef, user: str, reason: str, click: str,
+               correlation_id: str) -> Reply:
         cmd = RejectPlan(ref.case_id, ref.plan_hash, user, reason, correlation_id=correlation_id,
                          expected_version=ref.case_version)
-        return self.cases.reject_plan(cmd, f"slack:reject:{ref.approval_id}:{user}")
+        return self.cases.reject_plan(cmd, f"slack:reject:{ref.approval_id}:{user}:{click}")
 
     def may_reject(self, ref: ApprovalRef, user: str) -> bool:
         """Whether the core would accept ``user``'s no to ``ref`` now (asked before the modal

@@ -35,16 +35,23 @@ def register(bolt: Bolt, cases: SlackCases) -> None:
     bolt.view(View.REJECT_REASON)(submit)
 
 
+def click_of(body: Body) -> str:
+    """One click's identity: Slack's ``action_ts`` (the trigger id when it is missing)."""
+    action = body["actions"][0]
+    return str(action.get("action_ts") or body.get("trigger_id") or "")
+
+
 def approve(cases: SlackCases, body: Body) -> None:
     user, approval_id = str(body["user"]["id"]), str(body["actions"][0]["value"])
     ref = cases.approval(approval_id)
-    reply = cases.approve(ref, user, correlation_id(body))
+    reply = cases.approve(ref, user, click_of(body), correlation_id(body))
     if reply.replayed and reply.ok:
-        return  # a double click: the first click's answer stands
+        return  # the same click delivered again: its first answer stands
     data = reply.data()  # a refusal raises: the one error handler tells the user why
     approval = data.get("approval") or {}
     if approval.get("state") == "pending":
-        tell(cases.client, body, f"👍 Your approval is recorded; {approval.get('needs')} more "
+        said = "recorded" if approval.get("recorded") else "already recorded"
+        tell(cases.client, body, f"👍 Your approval is {said}; {approval.get('needs')} more "
                                  "approval(s) needed.")
 
 
@@ -54,7 +61,7 @@ def ask_reason(cases: SlackCases, body: Body) -> None:
     user, approval_id = str(body["user"]["id"]), str(body["actions"][0]["value"])
     ref = cases.approval(approval_id)
     if not cases.may_reject(ref, user):
-        cases.reject(ref, user, REFUSED_EARLY, correlation_id(body)).data()
+        cases.reject(ref, user, REFUSED_EARLY, click_of(body), correlation_id(body)).data()
         return
     channel = (body.get("channel") or {}).get("id")
     thread = (body.get("message") or {}).get("thread_ts")
@@ -70,7 +77,8 @@ def reject(cases: SlackCases, body: Body) -> str | None:
         view = body["view"]
         reason = str(view["state"]["values"][REASON_BLOCK][REASON_INPUT]["value"] or "")
         ref = cases.approval(str(json.loads(view["private_metadata"])["approval_id"]))
-        reply = cases.reject(ref, str(body["user"]["id"]), reason.strip(), cid)
+        reply = cases.reject(ref, str(body["user"]["id"]), reason.strip(),
+                             str(body.get("trigger_id") or view.get("id") or cid), cid)
         if reply.ok:
             return None
         return failure_text(error_from_body(json.loads(reply.body)), cid)

@@ -14,6 +14,11 @@ from bot.listeners import Body, acknowledge, lazy
 log = logging.getLogger(__name__)
 
 
+EVENTS = ("app_mention", "message")
+"""The Events API types the bot subscribes to (``manifest.yml``: ``message.channels`` and
+``message.groups`` are the ``message`` events of public and private channels)."""
+
+
 def register(bolt: Bolt, cases: SlackCases) -> None:
     bolt.event("app_mention")(ack=acknowledge,
                               lazy=[lazy(lambda body: on_mention(cases, body), cases.client)])

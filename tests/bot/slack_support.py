@@ -188,6 +188,25 @@ def reason_body(private_metadata: str, reason: str, *, user: str) -> str:
 FORM = "application/x-www-form-urlencoded"
 
 
+# -- the agent, scripted ----------------------------------------------------------------------
+
+
+@dataclass
+class ScriptedAgent:
+    """The agent protocol with a fixed reply (and a fixed think time); records every run."""
+
+    reply: str = "Looking into it; the plan follows in this thread."
+    delay_s: float = 0.0
+    runs: list[tuple[UUID, str, str, str]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def converse(self, case_id: UUID, text: str, *, user: str, correlation_id: str) -> str:
+        with self._lock:
+            self.runs.append((case_id, text, user, correlation_id))
+        time.sleep(self.delay_s)
+        return self.reply
+
+
 # -- the running bot --------------------------------------------------------------------------
 
 
@@ -205,8 +224,9 @@ class Stack:
         return self.http.post(f"{self.base}/slack/events", content=body.encode(),
                               headers=signed(body, content_type=content_type, **signing))
 
-    def mention(self, text: str, *, event_id: str, ts: str, **kwargs: Any) -> httpx.Response:
-        return self.send(mention_event(text, event_id=event_id, ts=ts, **kwargs))
+    def mention(self, text: str, *, event_id: str, ts: str, retry: int | None = None,
+                **kwargs: Any) -> httpx.Response:
+        return self.send(mention_event(text, event_id=event_id, ts=ts, **kwargs), retry=retry)
 
     def command(self, text: str, *, user: str = REQUESTER) -> httpx.Response:
         return self.send(command_body(text, user=user), FORM)
@@ -250,9 +270,12 @@ def settings_for(slack: FakeSlack, **overrides: Any) -> Settings:
 def running_bot(engine: Engine, *, agent: Agent | None = None, loop: bool = True,
                 **overrides: Any) -> Iterator[Stack]:
     """The bot serving ``POST /slack/events`` on 127.0.0.1 with the in-process loop."""
+    agent = agent or ScriptedAgent()
+    bolts: list[Any] = []
     with fake_slack() as slack:
         def mount(app: App, api: Any) -> None:
-            mount_slack_events(app, api, build_bolt(app, agent=agent))
+            bolts.append(build_bolt(app, agent=agent))
+            mount_slack_events(app, api, bolts[-1])
 
         extensions = Extensions(consumers={"notifier": SlackNotifier}, routes=(mount,),
                                 chat=slack_chat)
@@ -271,8 +294,10 @@ def running_bot(engine: Engine, *, agent: Agent | None = None, loop: bool = True
             with httpx.Client(timeout=10) as http:
                 yield Stack(app, slack, f"http://127.0.0.1:{port}", http)
         finally:
-            if in_process is not None:
-                in_process.stop()
             server.should_exit = True
             thread.join(timeout=10)
+            for bolt in bolts:  # the work still running after its ack, before Slack goes away
+                bolt._listener_runner.listener_executor.shutdown(wait=True)
+            if in_process is not None:
+                in_process.stop()
             app.close()

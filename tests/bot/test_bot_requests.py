@@ -1,0 +1,63 @@
+"""Requests Slack did not sign (or signed too long ago) and bodies that make no sense are refused
+and logged; nothing changes: no case, no claimed event, no Web API call."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import pytest
+from sqlalchemy import Engine, func, select
+
+from bot.store import slack_event
+from core.adapters.tables import ops_case
+from tests.bot.slack_support import SECRET, mention_event, running_bot, signed
+
+BODY = mention_event("<@U0BOT> drop the database", event_id="EvBad", ts="30.000100")
+BAD_HEADERS: dict[str, Callable[[str], dict[str, str]]] = {
+    "bad signature": lambda body: signed(body, secret="not-the-secret"),
+    "older than 5 min": lambda body: signed(body, timestamp=int(time.time()) - 301),
+    "unsigned": lambda body: {"Content-Type": "application/json"},
+    "forged": lambda body: {**signed(body), "X-Slack-Signature": "v0=" + "0" * 64},
+}
+MALFORMED = {
+    "broken json": ("{not json", "application/json"),
+    "broken payload": ("payload=%7Bnot-json", "application/x-www-form-urlencoded"),
+    "no event": ('{"type": "event_callback", "event_id": "EvX"}', "application/json"),
+}
+
+
+def untouched(engine: Engine) -> bool:
+    with engine.connect() as conn:
+        cases = conn.execute(select(func.count()).select_from(ops_case)).scalar_one()
+        events = conn.execute(select(func.count()).select_from(slack_event)).scalar_one()
+    return cases == 0 and events == 0
+
+
+def test_unsigned_stale_or_malformed_requests_are_refused_and_logged(
+        sqlite_engine: Engine, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO), running_bot(sqlite_engine, loop=False) as bot:
+        for name, headers in BAD_HEADERS.items():
+            caplog.clear()
+            answer = bot.http.post(f"{bot.base}/slack/events", content=BODY.encode(),
+                                   headers=headers(BODY))
+            assert answer.status_code == 401, name
+            assert "refused a Slack request" in caplog.text, name
+        for name, (body, content_type) in MALFORMED.items():
+            answer = bot.http.post(f"{bot.base}/slack/events", content=body.encode(),
+                                   headers=signed(body, content_type=content_type,
+                                                  secret=SECRET))
+            assert 400 <= answer.status_code < 500, name
+        time.sleep(0.3)
+        assert untouched(sqlite_engine)
+        assert [s.path for s in bot.slack.server.seen if s.path != "/api/auth.test"] == []
+
+
+def test_a_signed_request_within_five_minutes_is_accepted(sqlite_engine: Engine) -> None:
+    body = mention_event("<@U0BOT> api down", event_id="EvOk", ts="31.000100")
+    with running_bot(sqlite_engine, loop=False) as bot:
+        answer = bot.http.post(f"{bot.base}/slack/events", content=body.encode(),
+                               headers=signed(body, timestamp=int(time.time()) - 240))
+        assert answer.status_code == 200
+        bot.slack.wait_for(lambda: bool(bot.slack.posts()), what="the reply")
