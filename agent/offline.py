@@ -3,7 +3,8 @@
 It is not a language model. It reads the conversation the graph gives it and answers the way a
 careful model would, through the very same tools: look at the case and the runbooks, record
 findings while the case is still analysed, then propose the catalog plan (core/domain/
-plan_templates) whose keywords match the incident text, and say that a human must approve it.
+plan_templates) whose keywords match the incident text (else the one the best runbook names),
+and say that a human must approve it.
 It never asks for a tool that does not exist, so prompt-injected text changes nothing.
 """
 
@@ -23,9 +24,9 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from agent.models import OFFLINE_NAME, estimate_usage
-from core.consumers.planner import choose_template
+from core.consumers.planner import DEFAULT_TEMPLATE, choose_template
 from core.domain.fsm import CaseStatus
-from core.domain.plan_templates import load_template
+from core.domain.plan_templates import load_template, template_names
 
 CASE_ID = re.compile(r"case ([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
 WANTS_PLAN = ("plan", "propose", "fix", "mitigat", "remediat")
@@ -85,7 +86,7 @@ class OfflinePlannerModel(BaseChatModel):
             return self._calls(turn, [("record_findings", {
                 "case_id": case_id, "summary": self._findings(title, results)})])
         if wants_plan and status == CaseStatus.PLANNING:
-            plan = load_template(choose_template(f"{title} {request}"))
+            plan = load_template(self._template(f"{title} {request}", results))
             return self._calls(turn, [("propose_plan", {"case_id": case_id, "plan": plan})])
         return AIMessage(content=self._status_answer(case, status, results))
 
@@ -108,6 +109,16 @@ class OfflinePlannerModel(BaseChatModel):
         tool_calls = [ToolCall(name=name, args=args, id=f"offline-{turn}-{n}", type="tool_call")
                       for n, (name, args) in enumerate(calls)]
         return AIMessage(content="", tool_calls=tool_calls)
+
+    @staticmethod
+    def _template(incident: str, results: dict[str, dict[str, Any]]) -> str:
+        """The catalog template the incident's words pick; when none does, the first one the
+        best-matching runbook names."""
+        chosen = choose_template(incident)
+        found = results.get("search_runbooks", {}).get("runbooks") or []
+        named = [t for book in found[:1] for t in book.get("templates", [])
+                 if t in template_names()]
+        return named[0] if chosen == DEFAULT_TEMPLATE and named else chosen
 
     @staticmethod
     def _runbook(results: dict[str, dict[str, Any]]) -> str | None:

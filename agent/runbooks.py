@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 WORD = re.compile(r"[a-z0-9]+")
+TEMPLATE = re.compile(r"plan template `([a-z0-9_.-]+)`")
 STOP = frozenset({"a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "in", "is",
                   "it", "of", "on", "or", "the", "to", "with"})
 EXCERPT_CHARS = 600
@@ -39,7 +40,8 @@ def load_runbooks(folder: Path) -> list[Runbook]:
 
 
 def search_runbooks(folder: Path, query: str, limit: int = 3) -> list[dict[str, object]]:
-    """The best ``limit`` runbooks for ``query``: name, title, score and an excerpt."""
+    """The best ``limit`` runbooks for ``query``: name, title, score, the plan templates the
+    runbook names (``plan template `name` ``) and an excerpt."""
     wanted = words(query)
     scored = []
     for book in load_runbooks(folder):
@@ -48,4 +50,5 @@ def search_runbooks(folder: Path, query: str, limit: int = 3) -> list[dict[str, 
             scored.append((score, book))
     scored.sort(key=lambda item: (-item[0], item[1].name))
     return [{"runbook": book.name, "title": book.title, "score": score,
+             "templates": list(dict.fromkeys(TEMPLATE.findall(book.text))),
              "excerpt": book.text[:EXCERPT_CHARS]} for score, book in scored[:limit]]
