@@ -33,7 +33,9 @@ class AgentPlanner:
 
     def __init__(self, app: App, agent: Agent | None = None) -> None:
         self.app = app
-        self.agent = agent if agent is not None else Agent(app)
+        # A chat turn may hold the case's lock while a real model thinks: wait up to a lease.
+        self.agent = agent if agent is not None else Agent(
+            app, lock_wait_s=app.settings.gateway_lease_s)
 
     def handle(self, delivery: Delivery) -> None:
         payload = delivery.envelope.payload
