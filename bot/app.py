@@ -80,10 +80,15 @@ def build_bolt(app: App, *, agent: Agent | None = None, client: WebClient | None
 
 def mount_slack_events(app: App, api: FastAPI, bolt: Bolt | None = None) -> None:
     """Serve Slack's Events API, slash commands and interactivity at ``POST /slack/events``.
-    Without a bot token Slack is off and nothing is mounted."""
+    Without a bot token Slack is off; without a signing secret (Socket Mode only) requests
+    could not be verified: either way nothing is mounted."""
     if bolt is None:
         if not slack_configured(app.settings):
             log.info("Slack is off (SLACK_BOT_TOKEN is not set): %s not served", EVENTS_PATH)
+            return
+        if app.settings.slack_signing_secret is None:
+            log.warning("SLACK_SIGNING_SECRET is not set: %s not served (Socket Mode only)",
+                        EVENTS_PATH)
             return
         bolt = build_bolt(app)
     served = bolt

@@ -10,6 +10,7 @@ from slack_bolt.adapter.socket_mode import SocketModeHandler
 from slack_sdk.socket_mode.client import BaseSocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 
+from bot.agent import Agent
 from bot.app import build_bolt
 from core.bootstrap import App
 from core.metrics import SLACK_ACK_SECONDS
@@ -26,12 +27,12 @@ class TimedSocketModeHandler(SocketModeHandler):
             SLACK_ACK_SECONDS.observe(time.perf_counter() - started)
 
 
-def start_socket_mode(app: App) -> TimedSocketModeHandler:
+def start_socket_mode(app: App, *, agent: Agent | None = None) -> TimedSocketModeHandler:
     """Connect to Slack over Socket Mode in background threads; ``close()`` disconnects."""
     token = app.settings.slack_app_token
     if token is None:
         raise ValueError("SLACK_APP_TOKEN is not set: Socket Mode needs an app-level token")
-    bolt = build_bolt(app, verify_requests=False)
+    bolt = build_bolt(app, agent=agent, verify_requests=False)
     handler = TimedSocketModeHandler(bolt, token.get_secret_value())
     handler.connect()  # type: ignore[no-untyped-call]  # Bolt leaves it unannotated
     return handler
