@@ -246,10 +246,24 @@ def _production_app(args: argparse.Namespace, what: str) -> App:
     app = bootstrap(settings, engine=_engine(settings), extensions=args.extensions)
     try:
         _require_schema(settings, app.engine)
+        _serve_metrics(settings, what)
     except BaseException:
         app.close()
         raise
     return app
+
+
+def _serve_metrics(settings: Settings, what: str) -> None:
+    """``/metrics`` of a relay or consume process on OPSGATE_METRICS_PORT, when it is set."""
+    if settings.metrics_port is None:
+        return
+    from prometheus_client import start_http_server
+
+    try:
+        start_http_server(settings.metrics_port)
+    except OSError as exc:
+        raise CliError(f"cannot serve metrics on port {settings.metrics_port}: {exc}") from exc
+    print(f"{what}: metrics on port {settings.metrics_port} (/metrics)", flush=True)
 
 
 def _streams(settings: Settings) -> RedisStreamsBus:

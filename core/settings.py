@@ -194,6 +194,11 @@ class Settings(BaseSettings):
         description="Bearer token Alertmanager sends to POST /alerts/alertmanager. Unset: the "
         "endpoint refuses every request.",
     )
+    metrics_port: int | None = Field(
+        default=None, ge=1, le=65535,
+        description="`opsgate relay`/`consume` serve /metrics on this port (the API serves it "
+        "itself). Unset: no metrics server.",
+    )
     reconcile_outbox_lag_s: float = Field(
         default=300.0, gt=0,
         description="`opsgate reconcile` reports outbox rows unpublished for longer than this.",

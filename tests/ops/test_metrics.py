@@ -4,15 +4,18 @@ adapter steps and verification (compared as deltas: collectors are process-wide)
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import Engine
+from sqlalchemy import Engine, insert
 
+from core.adapters.tables import outbox
 from core.api import create_api
 from core.bootstrap import App, bootstrap
 from core.domain.commands import ApprovePlan
@@ -20,6 +23,8 @@ from core.loop import InProcessLoop
 from core.messaging.consumer import ConsumerRunner
 from core.messaging.envelope import Envelope
 from core.settings import Settings
+from tests.conftest import REDIS_URL
+from tests.e2e.loop_support import Process, clean_env
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -135,3 +140,27 @@ def test_the_closed_loop_counts_publishes_steps_verification_and_dedups(app, cli
     assert delta(before, after, "case_transition_total", **{
         "from": "WAIT_GATE", "to": "EXECUTING", "event": "gate_approved"}) == 1
     assert ("slack_ack_seconds_count", ()) in after
+
+
+def test_a_relay_process_serves_its_own_metrics(tmp_path, pg_engine, redis_client,
+                                                redis_prefix):
+    """The relay's counters live in the relay process: OPSGATE_METRICS_PORT exposes them."""
+    with pg_engine.begin() as conn:
+        conn.execute(insert(outbox), [{"topic": "t.metrics", "key": "k", "payload": {"n": n}}
+                                      for n in range(3)])
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = clean_env(OPSGATE_DATABASE_URL=pg_engine.url.render_as_string(hide_password=False),
+                    OPSGATE_REDIS_URL=REDIS_URL, OPSGATE_STREAM_PREFIX=redis_prefix,
+                    OPSGATE_METRICS_PORT=str(port))
+    relay = Process("relay", ("relay", "--progress-s", "0.2"), env, tmp_path / "relay.log")
+    try:
+        relay.start()
+        relay.wait_for_output(f"relay: metrics on port {port}")
+        relay.wait_for_output("relay: 3 messages published")
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        assert 'outbox_publish_total{status="published",topic="t.metrics"} 3.0' in text
+        assert relay.terminate() == 0
+    finally:
+        relay.close()
