@@ -53,7 +53,7 @@ def plan_delivery(app: App, case_id: UUID, message_id: int | None = None) -> Del
     return Delivery("planner", envelope)
 
 
-def call(name: str, call_id: str | None = None, **args: Any) -> ToolCall:
+def call(name: str, call_id: str | None = None, /, **args: Any) -> ToolCall:
     return ToolCall(name=name, args=args, id=call_id or f"call-{next(_ids)}", type="tool_call")
 
 

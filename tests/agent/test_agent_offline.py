@@ -4,6 +4,7 @@ the application's own database and its model calls on the timeline (SQLite and P
 
 from __future__ import annotations
 
+from prometheus_client import REGISTRY
 from sqlalchemy import Engine, inspect, text
 
 import agent
@@ -27,7 +28,13 @@ from tests.agent.support import (
 from tests.support import REQUESTER
 
 
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
 def test_planner_proposes_the_matching_template_through_the_graph(engine: Engine) -> None:
+    calls_before = sample("agent_model_calls_total", model="offline-planner", outcome="ok")
+    tokens_before = sample("agent_model_tokens_total", model="offline-planner", direction="in")
     app = agent_app(engine)
     case_id = case_at(app, CaseStatus.PLANNING, "p95 latency regression after deploy")
     planner = AgentPlanner(app, make_agent(app, OfflinePlannerModel()))
@@ -48,6 +55,10 @@ def test_planner_proposes_the_matching_template_through_the_graph(engine: Engine
     assert context["model"] == "offline-planner" and context["model_calls"] == 3
     assert context["tokens_in"] > context["tokens_out"] > 0
     assert context["case_total"]["model_calls"] == 3
+    assert sample("agent_model_calls_total", model="offline-planner",
+                  outcome="ok") == calls_before + 3
+    assert sample("agent_model_tokens_total", model="offline-planner",
+                  direction="in") == tokens_before + context["tokens_in"]
 
 
 def test_a_stale_command_starts_no_turn(engine: Engine) -> None:
