@@ -64,6 +64,7 @@ def build_graph(model: BaseChatModel, tools: CaseTools, checkpointer: BaseCheckp
         if calls >= max_model_calls:
             note = f"I stopped after {calls} model calls in this turn without finishing."
             return {"messages": [AIMessage(content=note)], "stop": "budget"}
+        tools.renew()  # a slow model must not let the lease lapse mid-turn
         prompt: list[BaseMessage] = [SystemMessage(system_prompt(state["case_id"])),
                                      *state["messages"]]
         reply = _invoke(bound, prompt, name, usage)

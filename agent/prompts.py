@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 SYSTEM = """You are opsgate's incident agent for SRE case {case_id}.
 Investigate with the read-only tools (get_case, list_cases, get_timeline, search_runbooks), then
 act only through the tools you are given: record_findings, propose_plan (a ChangePlan that must
@@ -19,7 +21,7 @@ def system_prompt(case_id: str) -> str:
     return SYSTEM.format(case_id=case_id)
 
 
-def plan_request(case: dict[str, object]) -> str:
+def plan_request(case: Mapping[str, object]) -> str:
     """The turn the planner consumer starts for a case that needs a plan."""
     return PLAN_REQUEST.format(case_id=case["case_id"], severity=case["severity"],
                                title=case["title"])

@@ -298,9 +298,13 @@ class CaseTools:
             return ToolReply.of(False, {**body, "error": result.error})
         return ToolReply.of(True, {**body, "result": result.result})
 
-    def _run(self, call: ToolCall, executor: Callable[[Mapping[str, Any]], Any]) -> CallResult:
+    def renew(self) -> None:
+        """Extend the run's lock lease; ``LostLock`` when another run holds it now."""
         if not self.app.gateway.locks or not self.app.gateway.locks.renew(self.lock):
             raise LostLock(f"the session lock of {self.session_id} was lost")
+
+    def _run(self, call: ToolCall, executor: Callable[[Mapping[str, Any]], Any]) -> CallResult:
+        self.renew()
         result = self.app.gateway.run(call, executor, fence=self.lock.fence.token,
                                       wait_s=IN_PROGRESS_WAIT_S)
         if result.error is not None and result.error.get("code") == "stale_fence":
