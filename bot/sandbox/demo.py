@@ -11,6 +11,7 @@ the core's scripted REST walk of one case instead (no browser needed).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 DEFAULT_PORT = 3000
 HOST = "127.0.0.1"  # the demo has no authentication: never bind anything else
+SHUTDOWN_GRACE_S = 10.0
 
 
 def subcommand() -> Subcommand:
@@ -88,9 +90,23 @@ def run(args: argparse.Namespace) -> int:
         demo.start(args)
         stop.wait()
     finally:
+        _exit_if_stuck(SHUTDOWN_GRACE_S)
         demo.stop()
     print("opsgate demo: stopped", flush=True)
     return 0
+
+
+def _exit_if_stuck(grace_s: float) -> None:
+    """A demo must stop when asked: if stopping (or a worker thread joined at exit, such as an
+    agent run in progress) takes longer than ``grace_s``, leave without waiting further."""
+
+    def leave() -> None:
+        print(f"opsgate demo: still stopping after {grace_s:.0f} s; exiting now", flush=True)
+        os._exit(1)
+
+    timer = threading.Timer(grace_s, leave)
+    timer.daemon = True
+    timer.start()
 
 
 @dataclass

@@ -111,16 +111,15 @@ class SlackSender:
     # -- what people do ---------------------------------------------------------------------
 
     def say(self, user: str, text: str, thread_ts: str | None = None) -> Message:
-        """``user`` posts ``text`` (``@opsgate`` becomes a mention); the bot gets the events its
-        subscriptions ask for: ``app_mention`` when it is mentioned, ``message`` in a thread."""
+        """``user`` posts ``text`` (``@opsgate`` becomes a mention); the bot gets what its
+        subscriptions ask for, as from Slack: a ``message`` event for every message in the
+        channel (``message.channels``) and, when it is mentioned, an ``app_mention`` too."""
         self.workspace.person(user)
         text = text.replace("@opsgate", f"<@{BOT.id}>")
         message = self.workspace.post(user, text, thread_ts=thread_ts)
         if BOT.id in MENTION.findall(text):
             self._event(user, self._message_event("app_mention", message))
-        elif message.thread_ts is not None:
-            self._event(user, {**self._message_event("message", message),
-                               "channel_type": "channel"})
+        self._event(user, {**self._message_event("message", message), "channel_type": "channel"})
         return message
 
     def command(self, user: str, line: str, thread_ts: str | None = None) -> None:

@@ -90,6 +90,7 @@ def page(browser, demo: Demo):
     context = browser.new_context(viewport={"width": 1440, "height": 900})
     opened = context.new_page()
     opened.set_default_timeout(STEP_TIMEOUT_MS)
+    expect.set_options(timeout=STEP_TIMEOUT_MS)
     opened.goto(demo.page_url)
     expect(opened.locator("#who option")).to_have_count(3)
     yield opened
@@ -174,9 +175,18 @@ def test_a_click_by_someone_not_on_the_approver_list_is_refused(page, demo):
     expect(page.locator("#thread").get_by_role("button", name="Approve")).to_be_visible()
 
 
+def chaos_is(demo: Demo, on: bool) -> bool:
+    return bool(httpx.get(f"{demo.page_url}/sandbox/state", params={"user": ""}).json()["chaos"]
+                is on)
+
+
 def test_with_chaos_on_nothing_happens_twice(page, demo):
     page.check("#chaos")
     try:
+        deadline = time.monotonic() + 10
+        while not chaos_is(demo, True):
+            assert time.monotonic() < deadline, "the chaos switch did not reach the sandbox"
+            time.sleep(0.05)
         mention(page, "queue lag on orders")
         be(page, "alice")
         click_in_thread(page, "Approve")

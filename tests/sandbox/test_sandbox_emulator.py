@@ -80,18 +80,29 @@ def payload(seen: Seen) -> dict:
 # -- events ----------------------------------------------------------------------------------
 
 
-def test_a_mention_is_a_signed_app_mention_event_callback(rig):
-    rig.sandbox.sender.say(REQUESTER.id, "@opsgate checkout p95 is over 2 s")
-    (seen,) = rig.received(1)
-    rig.verified(seen)
-    assert seen.headers["content-type"] == "application/json"
-    assert "x-slack-retry-num" not in seen.headers
-    body = json.loads(seen.body)
-    assert body["type"] == "event_callback" and body["event_id"].startswith("Ev")
-    event = body["event"]
-    assert event["type"] == "app_mention" and event["user"] == REQUESTER.id
-    assert event["text"] == f"<@{BOT.id}> checkout p95 is over 2 s"
-    assert event["channel"] == CHANNEL_ID and "thread_ts" not in event
+def events(seen: list[Seen]) -> dict[str, dict]:
+    """The events received, by type."""
+    bodies = [json.loads(one.body) for one in seen]
+    assert all(body["type"] == "event_callback" for body in bodies)
+    return {body["event"]["type"]: body for body in bodies}
+
+
+def test_a_mention_is_a_signed_app_mention_and_a_message_event(rig):
+    said = rig.sandbox.sender.say(REQUESTER.id, "@opsgate checkout p95 is over 2 s")
+    seen = rig.received(2)
+    for one in seen:
+        rig.verified(one)
+        assert one.headers["content-type"] == "application/json"
+        assert "x-slack-retry-num" not in one.headers
+    by_type = events(seen)
+    assert set(by_type) == {"app_mention", "message"}
+    assert by_type["app_mention"]["event_id"] != by_type["message"]["event_id"]
+    for body in by_type.values():
+        event = body["event"]
+        assert body["event_id"].startswith("Ev") and event["user"] == REQUESTER.id
+        assert event["text"] == f"<@{BOT.id}> checkout p95 is over 2 s"
+        assert event["ts"] == said.ts and event["channel"] == CHANNEL_ID
+        assert "thread_ts" not in event
 
 
 def test_a_reply_in_a_thread_is_a_message_event_with_its_thread(rig):
@@ -102,27 +113,28 @@ def test_a_reply_in_a_thread_is_a_message_event_with_its_thread(rig):
     event = json.loads(seen.body)["event"]
     assert event["type"] == "message" and event["thread_ts"] == parent["ts"]
     assert event["ts"] == reply.ts and event["user"] == APPROVER.id
-
-
-def test_a_plain_channel_message_is_not_sent_to_the_bot(rig):
-    rig.sandbox.sender.say(REQUESTER.id, "anyone around?")
-    rig.received(0)
+    assert event["channel_type"] == "channel"
 
 
 def test_chaos_delivers_every_event_four_times_with_retry_headers(rig):
     rig.sandbox.sender.chaos = True
     rig.sandbox.sender.say(REQUESTER.id, "@opsgate help")
-    seen = rig.received(4)
+    seen = rig.received(8)
+    by_event: dict[str, list[Seen]] = {}
     for one in seen:
         rig.verified(one)
-    assert len({json.loads(one.body)["event_id"] for one in seen}) == 1
-    retries = sorted(one.headers.get("x-slack-retry-num", "0") for one in seen)
-    assert retries == ["0", "1", "2", "3"]
-    assert {one.headers.get("x-slack-retry-reason") for one in seen} == {None, "http_timeout"}
+        by_event.setdefault(json.loads(one.body)["event_id"], []).append(one)
+    assert len(by_event) == 2  # the app_mention and the message, each 4 times
+    for deliveries in by_event.values():
+        retries = sorted(one.headers.get("x-slack-retry-num", "0") for one in deliveries)
+        assert retries == ["0", "1", "2", "3"]
+        reasons = {one.headers.get("x-slack-retry-reason") for one in deliveries}
+        assert reasons == {None, "http_timeout"}
+        assert len({one.body for one in deliveries}) == 1  # the same body, signed again
 
 
 def test_a_bad_signing_secret_does_not_verify(rig):
-    rig.sandbox.sender.say(REQUESTER.id, "@opsgate hi")
+    rig.sandbox.sender.say(REQUESTER.id, "anyone around?")
     (seen,) = rig.received(1)
     assert not SignatureVerifier("not-the-secret").is_valid_request(seen.body, seen.headers)
 
