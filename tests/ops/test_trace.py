@@ -17,6 +17,7 @@ from sqlalchemy import Engine
 from core.bootstrap import App, bootstrap
 from core.domain.commands import ApprovePlan, OpenCase
 from core.domain.fsm import CaseStatus
+from core.errors import NotFound
 from core.loop import InProcessLoop
 from core.ops.commands import run_trace
 from core.ops.trace import Hop, trace
@@ -90,7 +91,16 @@ def test_the_trace_of_one_approval_shows_every_hop_in_order(app):
     assert _first(trace(app.engine, "open-1"), "timeline", event="case_opened") == 0
 
 
-def test_the_trace_command_prints_the_path_and_refuses_an_unknown_id(app):
+def test_the_trace_command_prints_the_path_and_refuses_an_unknown_id(sqlite_engine):
+    app = bootstrap(Settings(_env_file=None, redis_url=None, auto_approve="off"),
+                    engine=sqlite_engine)
+    try:
+        _check_trace_command(app)
+    finally:
+        app.close()
+
+
+def _check_trace_command(app: App) -> None:
     _approved_case(app)
     out = io.StringIO()
     assert run_trace(app, Namespace(correlation_id=APPROVAL, json=False), out) == 0
@@ -102,8 +112,6 @@ def test_the_trace_command_prints_the_path_and_refuses_an_unknown_id(app):
     as_json = io.StringIO()
     run_trace(app, Namespace(correlation_id=APPROVAL, json=True), as_json)
     assert len(as_json.getvalue().splitlines()) == len(lines) - 1
-    from core.errors import NotFound
-
     with pytest.raises(NotFound):
         run_trace(app, Namespace(correlation_id="never-seen", json=False), io.StringIO())
 
