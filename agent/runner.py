@@ -167,7 +167,8 @@ class Agent:
         snapshot = graph.get_state(config)
         checkpoint = str(snapshot.config.get("configurable", {}).get("checkpoint_id", "none"))
         meta = {"model": model_name(self.model), "trigger": trigger, **usage.as_dict(),
-                "failed_calls": len(usage.failures), "case_total": usage_of(snapshot.values)}
+                "failed_calls": len(usage.failures), "tools": dict(sorted(tools.stats.items())),
+                "case_total": usage_of(snapshot.values)}
         reason = (f"{usage.model_calls} model call(s), {usage.tokens_in} tokens in, "
                   f"{usage.tokens_out} tokens out")
         try:

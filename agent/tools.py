@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,6 +107,8 @@ class CaseTools:
         self.requester = requester
         self.correlation_id = correlation_id
         self.runbooks = runbooks or Path(app.settings.runbooks_dir)
+        # What the model asked for in this run, for the turn's agent_usage note.
+        self.stats: Counter[str] = Counter()
 
     @property
     def session_id(self) -> str:
@@ -120,8 +123,11 @@ class CaseTools:
     def call(self, name: str, args: Any) -> ToolReply:
         """Answer one tool call; ``LostLock`` and outages propagate (the run stops)."""
         reply = self._dispatch(name, args)
-        metrics.TOOL_CALLS.labels(tool=name if name in ARGS else "unknown",
-                                  status="ok" if reply.ok else "error").inc()
+        status = "ok" if reply.ok else "error"
+        metrics.TOOL_CALLS.labels(tool=name if name in ARGS else "unknown", status=status).inc()
+        self.stats.update(["tool_calls"] + ([] if reply.ok else ["tool_errors"])
+                          + (["unknown_tools"] if name not in ARGS else [])
+                          + (["invalid_plans"] if reply.invalid_plan else []))
         return reply
 
     def _dispatch(self, name: str, args: Any) -> ToolReply:
@@ -145,6 +151,7 @@ class CaseTools:
         """A tool call whose arguments were not valid JSON: nothing ran."""
         metrics.TOOL_CALLS.labels(tool=name if name in ARGS else "unknown",
                                   status="malformed").inc()
+        self.stats.update(["tool_calls", "tool_errors", "malformed_calls"])
         return ToolReply.of(False, {"error": "the arguments are not valid JSON; nothing ran",
                                     "detail": (error or "")[:200],
                                     "received": (raw_args or "")[:200]})
@@ -293,6 +300,7 @@ class CaseTools:
                                         "ask again later"})
         body: dict[str, Any] = {"status": str(result.status)}
         if result.status is CallStatus.REPLAYED:
+            self.stats["replays"] += 1
             body["note"] = "this was done before; this is the earlier outcome, nothing ran again"
         if result.error is not None:
             return ToolReply.of(False, {**body, "error": result.error})

@@ -131,6 +131,9 @@ def test_malformed_json_arguments_are_answered_and_run_nothing(sqlite_engine: En
     assert malformed["outcome"] == "error" and "not valid JSON" in malformed["error"]
     assert plans(sqlite_engine, case_id) == 0
     assert timeline_count(sqlite_engine, case_id) == rows + 1  # only the usage note
+    [usage] = events(app, case_id, "agent_usage")
+    assert usage["meta"]["context"]["tools"] == {"malformed_calls": 1, "tool_calls": 2,
+                                                 "tool_errors": 2}
 
 
 def test_unknown_and_gate_tools_are_refused_and_recorded_once(sqlite_engine: Engine) -> None:
@@ -152,6 +155,9 @@ def test_unknown_and_gate_tools_are_refused_and_recorded_once(sqlite_engine: Eng
                                                                     "execute_plan"]
     assert app.cases.get_case(case_id)["status"] == "PLANNING"
     assert approvals(sqlite_engine, case_id) == 0
+    [usage] = events(app, case_id, "agent_usage")
+    assert usage["meta"]["context"]["tools"] == {"tool_calls": 4, "tool_errors": 4,
+                                                 "unknown_tools": 4}
 
 
 def forbidden_plan(n: int) -> dict[str, Any]:
