@@ -18,8 +18,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv and install opsgate with its dev tools
 
-demo: install ## run opsgate on the embedded default (SQLite, in-process, offline model)
-	$(BIN)/opsgate demo
+demo: install ## run opsgate on the embedded default with the Slack sandbox page on :3000
+	$(BIN)/opsgate demo $(DEMO_ARGS)
 
 services: ## start the local PostgreSQL and Redis if they are down
 	@pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start || true
