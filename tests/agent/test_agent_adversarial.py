@@ -6,6 +6,8 @@ is approved, nothing is duplicated, and each oddity is answered to the model and
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from uuid import uuid4
 
@@ -314,3 +316,29 @@ def test_a_looping_model_stops_at_its_budget(sqlite_engine: Engine) -> None:
     assert "stopped after 3 model calls" in reply and len(model.seen) == 3
     [usage] = events(app, case_id, "agent_usage")
     assert usage["meta"]["context"]["model_calls"] == 3
+
+
+def test_a_hung_model_on_one_case_does_not_block_another(sqlite_engine: Engine) -> None:
+    app = agent_app(sqlite_engine)
+    stuck, other = case_at(app, CaseStatus.PLANNING), case_at(app, CaseStatus.PLANNING)
+    release = threading.Event()
+
+    class PerCase(ScriptedChatModel):
+        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None,
+                      **kwargs: Any) -> Any:
+            if str(stuck) in str(messages[0].content):
+                release.wait(10)  # a model call that hangs on this case only
+                raise TimeoutError("the model timed out")
+            return super()._generate(messages, stop, run_manager, **kwargs)
+
+    assistant = make_agent(app, PerCase(turns=[ai(content="fine")]))
+    with ThreadPoolExecutor(2) as pool:
+        hung = pool.submit(assistant.converse, stuck, "plan", user="U1", correlation_id="a")
+        answered = assistant.converse(other, "status?", user="U2", correlation_id="b")
+        assert not hung.done()  # the other case got its answer while this one hangs
+        release.set()
+        assert "did not answer" in hung.result(timeout=10)
+
+    assert answered == "fine"
+    assert events(app, other, "agent_unavailable") == []
+    assert len(events(app, stuck, "agent_unavailable")) == 1
