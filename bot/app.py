@@ -8,14 +8,19 @@ it on the event loop, which would make every concurrent request wait for the one
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from http import HTTPStatus
 
 from fastapi import FastAPI, Request, Response
 from slack_bolt import App as Bolt
+from slack_bolt import BoltRequest
 from slack_bolt.adapter.starlette.handler import to_bolt_request, to_starlette_response
 from slack_sdk import WebClient
+from slack_sdk.signature import SignatureVerifier
 from starlette.concurrency import run_in_threadpool
 
 from bot.agent import Agent, configured_agent
@@ -30,6 +35,8 @@ from core.settings import Settings
 log = logging.getLogger(__name__)
 
 EVENTS_PATH = "/slack/events"
+ACKS_FIRST_S = 2.0  # how long acked work may wait for a burst of acks to pass
+QUIET_S = 0.02  # no request for this long: the burst has passed
 
 
 def slack_configured(settings: Settings) -> bool:
@@ -78,32 +85,95 @@ def build_bolt(app: App, *, agent: Agent | None = None, client: WebClient | None
     return bolt
 
 
-def mount_slack_events(app: App, api: FastAPI, bolt: Bolt | None = None) -> None:
+class SlackEvents:
+    """``POST /slack/events`` over one Bolt app.
+
+    An Events API callback whose signature checks out is acked at once (Slack needs only the
+    200) and handed to Bolt on a small pool; commands, buttons and modals wait for Bolt's ack,
+    whose body they need, on a worker thread (Bolt's own Starlette adapter would run the
+    synchronous dispatch on the event loop and queue every concurrent ack behind it).
+
+    Acks come first: a hand-off waits (bounded) until no request arrived for a moment, because
+    the work it starts (Bolt's dispatch, opening the case) holds the interpreter's lock and
+    would slow every ack in a burst of mentions."""
+
+    def __init__(self, bolt: Bolt, signing_secret: str, *, handoff_workers: int = 2) -> None:
+        self.bolt = bolt
+        self.verifier = SignatureVerifier(signing_secret)
+        self.handoff = ThreadPoolExecutor(max_workers=handoff_workers,
+                                          thread_name_prefix="slack-dispatch")
+        self.last_request = 0.0  # when the latest request arrived (monotonic)
+
+    async def __call__(self, request: Request) -> Response:
+        started = self.last_request = time.perf_counter()
+        body = await request.body()
+        try:
+            early = self._early_ack(body, request.headers)
+            if early is not None:
+                if early == HTTPStatus.OK:
+                    self.handoff.submit(self._dispatch_later, to_bolt_request(request, body))
+                return Response(status_code=early)
+            answer = await run_in_threadpool(self.bolt.dispatch, to_bolt_request(request, body))
+        except Exception:  # a body Bolt cannot even parse: refused, nothing touched
+            log.warning("refused a Slack request Bolt could not parse (%d bytes)", len(body))
+            return Response(status_code=HTTPStatus.BAD_REQUEST, content="malformed request")
+        finally:
+            SLACK_ACK_SECONDS.observe(time.perf_counter() - started)
+        if answer.status == HTTPStatus.UNAUTHORIZED:
+            log.warning("refused a Slack request: bad signature or timestamp older than 5 min")
+        return to_starlette_response(answer)
+
+    def _early_ack(self, body: bytes, headers: Mapping[str, str]) -> int | None:
+        """200 for a verified Events API callback, 401 for an unverified one; None for anything
+        else (Bolt answers it)."""
+        if not headers.get("content-type", "").startswith("application/json"):
+            return None
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            return None
+        if not isinstance(payload, dict) or payload.get("type") != "event_callback" or \
+                not isinstance(payload.get("event"), dict):
+            return None
+        try:
+            verified = self.verifier.is_valid(body, headers.get("x-slack-request-timestamp"),
+                                              headers.get("x-slack-signature"))
+        except ValueError:  # a timestamp that is not a number
+            verified = False
+        if not verified:
+            log.warning("refused a Slack request: bad signature or timestamp older than 5 min")
+            return HTTPStatus.UNAUTHORIZED
+        return HTTPStatus.OK
+
+    def _dispatch_later(self, request: BoltRequest) -> None:
+        deadline = time.perf_counter() + ACKS_FIRST_S
+        while time.perf_counter() - self.last_request < QUIET_S and \
+                time.perf_counter() < deadline:
+            time.sleep(QUIET_S / 2)
+        answer = self.bolt.dispatch(request)  # verifies again, then runs the lazy listeners
+        if answer.status >= HTTPStatus.BAD_REQUEST:
+            log.warning("slack event dispatched after its ack answered %d: %s", answer.status,
+                        answer.body[:200])
+
+    def close(self) -> None:
+        """Finish what was acked: hand-offs first, then the work they started."""
+        self.handoff.shutdown(wait=True)
+        self.bolt._listener_runner.listener_executor.shutdown(wait=True)
+
+
+def mount_slack_events(app: App, api: FastAPI, events: SlackEvents | None = None) -> None:
     """Serve Slack's Events API, slash commands and interactivity at ``POST /slack/events``.
     Without a bot token Slack is off; without a signing secret (Socket Mode only) requests
     could not be verified: either way nothing is mounted."""
-    if bolt is None:
-        if not slack_configured(app.settings):
+    if events is None:
+        settings = app.settings
+        if not slack_configured(settings):
             log.info("Slack is off (SLACK_BOT_TOKEN is not set): %s not served", EVENTS_PATH)
             return
-        if app.settings.slack_signing_secret is None:
+        if settings.slack_signing_secret is None:
             log.warning("SLACK_SIGNING_SECRET is not set: %s not served (Socket Mode only)",
                         EVENTS_PATH)
             return
-        bolt = build_bolt(app)
-    served = bolt
-
-    @api.post(EVENTS_PATH, include_in_schema=False)
-    async def slack_events(request: Request) -> Response:
-        started = time.perf_counter()
-        body = await request.body()
-        try:
-            answer = await run_in_threadpool(served.dispatch, to_bolt_request(request, body))
-        except Exception:  # a body Bolt cannot even parse: refused, nothing touched
-            log.warning("refused a Slack request Bolt could not parse (%d bytes)", len(body))
-            return Response(status_code=400, content="malformed request")
-        finally:
-            SLACK_ACK_SECONDS.observe(time.perf_counter() - started)
-        if answer.status == 401:
-            log.warning("refused a Slack request: bad signature or timestamp older than 5 min")
-        return to_starlette_response(answer)
+        events = SlackEvents(build_bolt(app), settings.slack_signing_secret.get_secret_value())
+    api.add_api_route(EVENTS_PATH, events, methods=["POST"], include_in_schema=False)
+    api.router.on_shutdown.append(events.close)

@@ -22,7 +22,7 @@ from pydantic import SecretStr
 from sqlalchemy import Engine
 
 from bot.agent import Agent
-from bot.app import build_bolt, mount_slack_events
+from bot.app import SlackEvents, build_bolt, mount_slack_events
 from bot.cli import slack_chat
 from bot.notifier import SlackNotifier
 from core.api import create_api
@@ -271,11 +271,11 @@ def running_bot(engine: Engine, *, agent: Agent | None = None, loop: bool = True
                 **overrides: Any) -> Iterator[Stack]:
     """The bot serving ``POST /slack/events`` on 127.0.0.1 with the in-process loop."""
     agent = agent or ScriptedAgent()
-    bolts: list[Any] = []
+    served: list[SlackEvents] = []
     with fake_slack() as slack:
         def mount(app: App, api: Any) -> None:
-            bolts.append(build_bolt(app, agent=agent))
-            mount_slack_events(app, api, bolts[-1])
+            served.append(SlackEvents(build_bolt(app, agent=agent), SECRET))
+            mount_slack_events(app, api, served[-1])
 
         extensions = Extensions(consumers={"notifier": SlackNotifier}, routes=(mount,),
                                 chat=slack_chat)
@@ -296,8 +296,8 @@ def running_bot(engine: Engine, *, agent: Agent | None = None, loop: bool = True
         finally:
             server.should_exit = True
             thread.join(timeout=10)
-            for bolt in bolts:  # the work still running after its ack, before Slack goes away
-                bolt._listener_runner.listener_executor.shutdown(wait=True)
+            for events in served:  # the work still running after its ack, before Slack goes
+                events.close()
             if in_process is not None:
                 in_process.stop()
             app.close()
