@@ -1,5 +1,7 @@
 """The ``opsgate`` console script: the core's commands with the agent and the Slack bot
-plugged in (the core never imports the outer layers; this is where they meet)."""
+plugged in (the core never imports the outer layers; this is where they meet).
+
+Each piece is imported when a process first builds it, so ``opsgate --help`` stays fast."""
 
 from __future__ import annotations
 
@@ -10,8 +12,11 @@ from typing import TYPE_CHECKING
 from core.bootstrap import Extensions
 
 if TYPE_CHECKING:
-    from core.bootstrap import App
+    from fastapi import FastAPI
+
+    from core.bootstrap import App, Connection
     from core.chat import ChatSink
+    from core.messaging.consumer import Consumer
 
 
 def slack_chat(app: App) -> ChatSink:
@@ -27,14 +32,28 @@ def slack_chat(app: App) -> ChatSink:
                          incident_channel=app.settings.incident_channel)
 
 
-def product_extensions() -> Extensions:
-    """What the agent and the bot plug into every opsgate process."""
-    from bot.app import mount_slack_events
+def slack_notifier(app: App) -> Consumer:
     from bot.notifier import SlackNotifier
+
+    return SlackNotifier(app)
+
+
+def slack_events(app: App, api: FastAPI) -> None:
+    from bot.app import mount_slack_events
+
+    mount_slack_events(app, api)
+
+
+def socket_mode(app: App) -> Connection:
     from bot.socket_mode import start_socket_mode
 
-    return Extensions(consumers={"notifier": SlackNotifier}, routes=(mount_slack_events,),
-                      chat=slack_chat, socket_mode=start_socket_mode)
+    return start_socket_mode(app)
+
+
+def product_extensions() -> Extensions:
+    """What the agent and the bot plug into every opsgate process."""
+    return Extensions(consumers={"notifier": slack_notifier}, routes=(slack_events,),
+                      chat=slack_chat, socket_mode=socket_mode)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
