@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, delete, select, update
+from sqlalchemy import Connection, Engine, delete, func, select, update
 
 from core.adapters.case_store import as_utc
 from core.adapters.database import transaction
@@ -26,6 +26,9 @@ from core.messaging.relay import OutboxRelay
 SAFE_TO_RUN_AGAIN = frozenset({"step.noop", "verify.evaluate"})
 """Tools whose executors the gateway runs as idempotent: a second run changes nothing."""
 
+STEP_NOTES = ("step_result", "rollback_result")
+"""The timeline notes of step attempts: one per gateway call of a plan or rollback step."""
+
 Clock = Callable[[], datetime]
 
 
@@ -33,7 +36,9 @@ Clock = Callable[[], datetime]
 class Finding:
     """One inconsistency: its kind, what it concerns, why it matters, and what was done."""
 
-    kind: str  # stuck_call | stale_outbox | dead_letter | status_mismatch | expired_lock
+    # stuck_call | unrecorded_result | stale_outbox | dead_letter | status_mismatch |
+    # expired_lock
+    kind: str
     subject: str
     detail: str
     advice: str
@@ -73,6 +78,7 @@ class Reconciler:
         now = self.clock()
         report = Report()
         report.findings += self.stuck_calls(now, repair)
+        report.findings += self.unrecorded_results(now)
         report.findings += self.stale_outbox(now, repair)
         report.findings += self.dead_letters()
         report.findings += self.status_mismatches()
@@ -109,6 +115,35 @@ class Reconciler:
                        tool_call_ledger.c.lease_until < now)
                 .values(state=str(LedgerState.RELEASED), lease_until=None, finished_at=now))
             return done.rowcount == 1
+
+    def unrecorded_results(self, now: datetime) -> list[Finding]:
+        """Cases whose ledger holds more finished step calls (plan or rollback, each attempt
+        one call) than their timeline has step results: a step ran and nobody was told."""
+        cutoff = now - timedelta(seconds=self.outbox_bound_s)
+        with self.engine.connect() as conn:
+            calls = conn.execute(
+                select(tool_call_ledger.c.session_id, func.count())
+                .where(tool_call_ledger.c.tool.like("step.%"),
+                       tool_call_ledger.c.state.in_([str(LedgerState.DONE),
+                                                     str(LedgerState.REFUSED)]),
+                       tool_call_ledger.c.finished_at < cutoff)
+                .group_by(tool_call_ledger.c.session_id)).all()
+            noted: dict[str, int] = {str(case_id): int(count) for case_id, count in conn.execute(
+                select(case_timeline.c.case_id, func.count())
+                .where(case_timeline.c.event.in_(STEP_NOTES))
+                .group_by(case_timeline.c.case_id)).all()}
+        found = []
+        for session_id, count in calls:
+            case_id = str(session_id).removeprefix("case:")
+            recorded = noted.get(case_id, 0)
+            if int(count) > recorded:
+                found.append(Finding(
+                    "unrecorded_result", f"case {case_id}",
+                    f"the ledger holds {count} finished step call(s), the timeline "
+                    f"{recorded} step result(s)",
+                    "a step ran but its result never reached the timeline: requeue the "
+                    "executor's dead letter, or note the outcome by hand"))
+        return found
 
     # -- the outbox -------------------------------------------------------------------------
 

@@ -8,15 +8,17 @@ import io
 import subprocess
 from argparse import Namespace
 from datetime import UTC, datetime, timedelta
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 from sqlalchemy import Engine, insert, select, update
 
 from core.adapters.database import make_engine
 from core.adapters.tables import ops_case, outbox, session_lock, tool_call_ledger
 from core.bootstrap import bootstrap
+from core.domain.commands import NoteCase, OpenCase
 from core.gateway.ledger import Intent, Ledger
-from core.gateway.model import ToolCall
+from core.gateway.model import Outcome, ToolCall
+from core.loop import InProcessLoop
 from core.messaging import inbox
 from core.messaging.bus import RedisStreamsBus
 from core.messaging.envelope import Envelope
@@ -74,6 +76,40 @@ def test_a_call_stuck_past_its_lease_is_found_and_left_alone_unless_safe(engine)
     assert ledger_state(engine, safe) == "released"
     assert ledger_state(engine, risky) == "in_progress"
     assert kinds(engine) == ["stuck_call"]  # the risky one stays until a person decides
+
+
+def test_a_step_that_ran_without_its_result_on_the_timeline_is_found(service, engine):
+    case_id = case_in(service, S.EXECUTING)
+    call = ToolCall("step.noop", {}, "executor", f"case:{case_id}", business_key="b")
+    intent = Intent(key=uuid4().hex, call=call, args_hash="h", owner="executor-1", fence=None,
+                    idempotent=True, lease_s=30)
+    ledger = Ledger(engine, clock=lambda: LONG_AGO)
+    assert ledger.claim(intent).outcome == "claimed"
+    assert ledger.complete(intent.key, "executor-1", Outcome(result={"ok": True}))
+    [finding] = reconciler(engine).run(repair=True).findings
+    assert finding.kind == "unrecorded_result" and finding.subject == f"case {case_id}"
+    assert "1 finished step call(s), the timeline 0 step result(s)" in finding.detail
+    assert finding.repaired is None
+    service.note(NoteCase(case_id, "step_result", "executor", reason="step 1 (noop): ok",
+                          meta={"ok": True}), "noted-late").data()
+    assert reconciler(engine).run().clean
+
+
+def test_a_closed_loop_leaves_nothing_to_reconcile(sqlite_engine):
+    app = bootstrap(Settings(_env_file=None, redis_url=None, auto_approve="noop_only"),
+                    engine=sqlite_engine)
+    try:
+        with InProcessLoop(app) as loop:
+            reply = app.cases.open_case(OpenCase("5xx on checkout", "pagerduty"), "loop-1")
+            case_id = UUID(reply.data()["case_id"])
+            assert loop.wait_for(
+                lambda: app.cases.get_case(case_id)["status"] == S.CLOSED, 30)
+            assert loop.wait_for(lambda: loop.unpublished() == 0, 10)
+    finally:
+        app.close()
+    later = datetime.now(UTC) + timedelta(hours=1)  # every call and row is past every bound
+    report = Reconciler(sqlite_engine, outbox_bound_s=300, clock=lambda: later).run()
+    assert report.findings == []
 
 
 def _stale_row(engine: Engine, topic: str = "cmd.exec.run") -> int:
