@@ -279,7 +279,7 @@ class CaseService:
                         inbox.mark(conn, *inbox_entry)
                 timeline = None if writes is None else writes.timeline
                 count_write(reply.status, reply.replayed, timeline)
-                if timeline is not None:
+                if timeline is not None and log.isEnabledFor(logging.INFO):
                     _log_written(timeline, reply.status)
                 return reply
             except IntegrityError:
