@@ -15,18 +15,47 @@ from core.library.tables import kb_chunk, kb_doc
 
 MAX_TERMS = 16
 MAX_CHUNKS = 1000  # best-ranked chunks looked at on SQLite (its ranking runs per row)
+COMMON_SHARE = 0.05  # PostgreSQL: a lexeme in more of the chunks than this does not find alone
+COMMON_MIN_ROWS = 2000  # … once the index is this big (below, every lexeme finds)
 STOPWORDS = frozenset((
     "a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "has", "have", "in", "is",
     "it", "its", "of", "on", "or", "the", "to", "was", "were", "with", "after", "before", "over",
     "under", "during", "since", "into", "than", "then", "this", "that", "these", "those", "our",
     "we", "us", "you", "not", "no"))
 
+# PostgreSQL: chunks are found (GIN) by the query's discriminating lexemes, or by all of its
+# common ones together, and ranked by every lexeme. A lexeme ANALYZE saw in more than :common of
+# a table of at least :min_rows chunks (pg_stats.most_common_elems) discriminates little alone
+# and would make the database rank most of the table. When every lexeme is that common, or
+# before any ANALYZE, any of them finds.
 _PG = text("""
-SELECT d.id, d.source, d.kind, d.title, d.meta, max(ts_rank(c.tsv, q.query, 1)) AS score
-FROM kb_chunk c
+WITH common AS (
+    SELECT e.lexeme FROM pg_stats s,
+        unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(lexeme, freq)
+    WHERE s.schemaname = current_schema() AND s.tablename = 'kb_chunk' AND s.attname = 'tsv'
+        AND e.lexeme IS NOT NULL AND e.freq > :common
+        AND (SELECT reltuples FROM pg_class WHERE oid = 'kb_chunk'::regclass) >= :min_rows
+), wanted AS (
+    SELECT quote_literal(lexeme) AS term, lexeme IN (SELECT lexeme FROM common) AS is_common
+    FROM unnest(tsvector_to_array(to_tsvector('english', :text))) AS lexeme
+), parts AS (
+    SELECT string_agg(term, ' | ') AS any_term,
+        string_agg(term, ' | ') FILTER (WHERE NOT is_common) AS rare,
+        string_agg(term, ' & ') FILTER (WHERE is_common) AS all_common,
+        count(*) FILTER (WHERE is_common) AS commons
+    FROM wanted
+), q AS (
+    SELECT any_term::tsquery AS ranked,
+        (CASE WHEN rare IS NULL THEN any_term
+              WHEN commons >= 2 THEN rare || ' | (' || all_common || ')'
+              ELSE rare END)::tsquery AS found
+    FROM parts
+)
+SELECT d.id, d.source, d.kind, d.title, d.meta, max(ts_rank(c.tsv, q.ranked, 1)) AS score
+FROM q
+JOIN kb_chunk c ON c.tsv @@ q.found
 JOIN kb_doc d ON d.id = c.doc_id
-CROSS JOIN (SELECT to_tsquery('english', :terms) AS query) q
-WHERE c.tsv @@ q.query AND d.kind = :kind
+WHERE d.kind = :kind
 GROUP BY d.id
 ORDER BY score DESC, d.id DESC
 LIMIT :limit
@@ -74,12 +103,14 @@ def search(conn: Connection, query: str, kind: str, limit: int) -> list[Hit]:
     terms = query_terms(query)
     if not terms or limit < 1:
         return []
+    params: dict[str, Any] = {"kind": kind, "limit": limit}
     if conn.dialect.name == "postgresql":
-        # Words are [a-z0-9]+ (title_words), so no tsquery syntax can slip in.
-        statement, joined = _PG, " | ".join(terms)
+        statement = _PG
+        params.update(text=" ".join(terms), common=COMMON_SHARE, min_rows=COMMON_MIN_ROWS)
     else:
-        statement, joined = _SQLITE, " OR ".join(f'"{term}"' for term in terms)
-    params = {"terms": joined, "kind": kind, "limit": limit, "chunks": MAX_CHUNKS}
+        # Words are [a-z0-9]+ (title_words), so no FTS5 syntax can slip in.
+        statement = _SQLITE
+        params.update(terms=" OR ".join(f'"{term}"' for term in terms), chunks=MAX_CHUNKS)
     rows = conn.execute(statement, params).mappings()
     return [Hit(int(row["id"]), str(row["source"]), str(row["kind"]), str(row["title"]),
                 _meta(row["meta"]), float(row["score"])) for row in rows]

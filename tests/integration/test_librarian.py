@@ -10,7 +10,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select, text
 
 from core.adapters.database import transaction
 from core.analysis.store import write_findings
@@ -19,7 +19,7 @@ from core.domain.commands import NoteCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic
 from core.domain.plans import plan_hash
-from core.library import Library
+from core.library import Document, Library
 from core.library.consumer import Librarian
 from core.library.tables import kb_chunk, kb_doc
 from core.messaging.consumer import ConsumerRunner
@@ -188,3 +188,33 @@ def test_words_that_are_not_words_search_nothing(app):
     lib = Library(app.engine)
     assert lib.similar_cases("") == [] and lib.similar_cases("!!! ??? a the") == []
     assert lib.similar_cases("it's \"quoted\" OR (weird) & | ! :*") == []
+
+
+def test_on_a_large_analysed_index_common_words_find_only_together(pg_engine):
+    """PostgreSQL, 2,000+ chunks after ANALYZE: a word in most chunks ("latency") no longer
+    finds alone, yet the right case still comes first for each query."""
+    app = bootstrap(Settings(redis_url=None, prometheus_url=None), engine=pg_engine)
+    try:
+        lib = Library(pg_engine)
+        ids = [closed_case(app, *past) for past in PAST]
+        for case_id in ids:
+            lib.index_case(case_id)
+        filler = [Document(f"filler:{n}", "case", f"filler {n}",
+                           [f"latency error checkout service note {n} {m}" for m in range(10)],
+                           {"case_id": f"filler-{n}"}) for n in range(210)]
+        with pg_engine.begin() as conn:
+            for document in filler:
+                doc_id = conn.execute(insert(kb_doc).values(
+                    source=document.source, kind=document.kind, title=document.title,
+                    digest=document.digest, meta=document.meta).returning(kb_doc.c.id)
+                ).scalar_one()
+                conn.execute(insert(kb_chunk), [{"doc_id": doc_id, "ordinal": m, "body": b}
+                                                for m, b in enumerate(document.chunks)])
+            conn.execute(text("ANALYZE kb_chunk"))
+        for query, expected in QUERIES:
+            assert lib.similar_cases(query)[0]["case_id"] == str(ids[expected]), query
+        # only common words: they all find (together), as before any ANALYZE
+        assert len(lib.similar_cases("checkout latency")) == 3
+        assert len(lib.similar_cases("latency")) == 3
+    finally:
+        app.gateway.close()
