@@ -138,8 +138,7 @@ class AlertIntake:
                          "summary": "the alert group resolved"}]
         case_id = row["case_id"]
         if case_id is None and any(a.status == "firing" for a in note.alerts):
-            case_id = self._open(row, digest)
-            intake.opened = True
+            case_id, intake.opened = self._open(row, digest)
         if case_id is None:
             case_id = self._hold(digest, resolved)
             intake.resolved_pending = 0 if case_id is not None else len(resolved)
@@ -162,9 +161,9 @@ class AlertIntake:
             ).on_conflict_do_nothing(index_elements=[alert_group.c.group_key_hash]))
             return _row(conn, digest)
 
-    def _open(self, row: RowMapping, digest: str) -> UUID:
+    def _open(self, row: RowMapping, digest: str) -> tuple[UUID, bool]:
         """Open (or replay the opening of) the group's case, and record it on the row; then
-        note the resolutions that arrived before it."""
+        note the resolutions that arrived before it. Says whether this call opened it."""
         cmd = OpenCase(title=str(row["title"]), actor=ACTOR, severity=str(row["severity"]),
                        correlation_id=current())
         reply = self.cases.open_case(cmd, f"alertmanager:{digest}")
@@ -179,7 +178,7 @@ class AlertIntake:
             log.info("alert group %s opened case %s", digest[:16], case_id)
         for item in pending:
             self._note(case_id, digest, item)
-        return case_id
+        return case_id, not reply.replayed
 
     def _hold(self, digest: str, resolved: list[dict[str, str]]) -> UUID | None:
         """Keep resolutions of a group whose case is not open yet; the case id when it opened

@@ -238,14 +238,16 @@ def test_a_storm_of_1000_alerts_opens_exactly_one_case_per_group(server):
     assert sum(len(b["alerts"]) for b in bodies) == 1000
 
     with httpx.Client(base_url=url, headers=AUTH, timeout=30) as http:
-        def send(body: dict[str, Any]) -> int:
-            return http.post("/alerts/alertmanager", json=body).status_code
+        def send(body: dict[str, Any]) -> tuple[int, bool]:
+            reply = http.post("/alerts/alertmanager", json=body)
+            return reply.status_code, bool(reply.json()["data"]["opened"])
 
         started = time.monotonic()
         with ThreadPoolExecutor(max_workers=8) as pool:
-            statuses = list(pool.map(send, bodies))
+            replies = list(pool.map(send, bodies))
         elapsed = time.monotonic() - started
-    assert statuses == [200] * 200
+    assert [status for status, _ in replies] == [200] * 200
+    assert sum(1 for _, opened in replies if opened) == 50  # each group opened by one request
     storm = [c for c in cases(engine) if c["title"].startswith("Storm")]
     assert len(storm) == 50
     assert len({c["title"] for c in storm}) == 50
