@@ -8,6 +8,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from core.analysis.findings import FINDINGS_TOPIC
+from core.analysis.render import findings_text
 from core.chat import Blocks, ChatSink, RecordingSink
 from core.domain.messages import Topic
 from core.gateway import ToolCall
@@ -80,6 +82,7 @@ _RENDERERS: dict[str, Callable[[Payload], str | None]] = {
     Topic.PLAN_APPROVED: _approved,
     Topic.PLAN_REJECTED: _rejected,
     STEP_RESULT: _step,
+    FINDINGS_TOPIC: findings_text,  # the analyst's findings (core/analysis/render.py)
 }
 
 

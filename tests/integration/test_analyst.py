@@ -179,3 +179,30 @@ def test_an_unreachable_prometheus_is_noted_and_the_case_still_plans(engine):
     [missing] = note["context"]["missing"]
     assert missing["metric"] == "http_5xx_ratio" and "unreachable" in missing["reason"]
     assert status(app, case_id) == CaseStatus.PLANNING
+
+
+def test_in_the_loop_findings_reach_the_thread_and_the_closed_case_the_library(sqlite_engine):
+    from core.bootstrap import bootstrap
+    from core.domain.commands import OpenCase
+    from core.library import Library
+    from core.loop import InProcessLoop
+    from core.settings import Settings
+
+    app = bootstrap(Settings(database_url=str(sqlite_engine.url), auto_approve="noop_only",
+                             series_dir=str(SERIES / "latency_step")), engine=sqlite_engine)
+    try:
+        with InProcessLoop(app) as loop:
+            reply = app.cases.open_case(OpenCase(title="checkout p95 latency over 2 s",
+                                                 actor="pagerduty"), "open-loop")
+            case_id = UUID(reply.data()["case_id"])
+            assert loop.wait_for(lambda: status(app, case_id) == CaseStatus.CLOSED, 30)
+            assert loop.wait_for(lambda: loop.unpublished() == 0, 10)
+            library = Library(app.engine)
+            assert loop.wait_for(lambda: bool(library.similar_cases("checkout latency")), 10)
+    finally:
+        app.gateway.close()
+    posts = app.chat.thread(str(case_id))
+    assert any(p.startswith("Analysis: 1 finding(s) in latency_p95_ms") for p in posts), posts
+    [similar] = library.similar_cases("checkout latency")
+    assert similar["case_id"] == str(case_id)
+    assert similar["findings"][0].startswith("latency_p95_ms stepped up")
