@@ -360,7 +360,10 @@ def test_an_unreachable_database_is_503_on_reads_and_writes(url):
     app = bootstrap(settings)
     try:
         with TestClient(create_api(app)) as unreachable:
-            assert_error(unreachable.get("/healthz"), 503, "unavailable")
+            assert unreachable.get("/healthz").status_code == 200  # the process is up
+            not_ready = unreachable.get("/readyz")
+            assert not_ready.status_code == 503, not_ready.text
+            assert not_ready.json()["data"]["checks"]["database"]["ok"] is False
             assert_error(unreachable.get(f"/case/{uuid.uuid4()}"), 503, "unavailable")
             assert_error(create(unreachable), 503, "unavailable")
     finally:
@@ -371,7 +374,8 @@ def test_openapi_describes_every_endpoint_and_the_error_shape(client):
     spec = client.get("/openapi.json").json()
     assert set(spec["paths"]) == {"/case/create", "/case", "/case/{case_id}",
                                   "/case/{case_id}/timeline", "/case/{case_id}/transition",
-                                  "/plan/generate", "/healthz"}
+                                  "/plan/generate", "/healthz", "/readyz",
+                                  "/alerts/alertmanager"}
     transition = spec["paths"]["/case/{case_id}/transition"]["patch"]
     assert {"200", "400", "401", "404", "409", "412", "413", "422"} <= set(transition["responses"])
     assert "ErrorReply" in spec["components"]["schemas"]
