@@ -1,13 +1,15 @@
-"""The template planner (``cmd.plan.generate``): picks a plan from the catalog by keywords in the
-case title (``noop`` when none match), checks it against the ChangePlan schema and proposes it
-(``plan_ready``) on behalf of the human who opened the case. The LLM planner replaces the choice
-with the agent issue; the way the plan enters the case stays."""
+"""The template planner (``cmd.plan.generate``): the plan that resolved the most similar verified
+case in the library when there is one (``core.library``), else a plan from the catalog by
+keywords in the case title (``noop`` when none match); checks it against the ChangePlan schema
+and proposes it (``plan_ready``) on behalf of the human who opened the case. The LLM planner
+replaces the choice with the agent issue; the way the plan enters the case stays."""
 
 from __future__ import annotations
 
 import logging
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from core.consumers.runs import current_run
@@ -16,6 +18,7 @@ from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic
 from core.domain.plan_templates import load_template
 from core.domain.plans import plan_problems
+from core.library import Library
 from core.messaging.consumer import Delivery
 from core.service import CaseService
 
@@ -44,6 +47,12 @@ def choose_template(title: str) -> str:
     return DEFAULT_TEMPLATE
 
 
+def learned_reason(learned: Mapping[str, Any]) -> str:
+    """Why a learned plan was chosen, naming the case it came from."""
+    return (f"the plan that resolved case {learned['case_id']} ({learned['title']}), the most "
+            f"similar verified case (shared: {', '.join(learned['shared'])})")
+
+
 def case_opener(cases: CaseService, case_id: UUID) -> str | None:
     """Who opened the case: the human every plan of the case is proposed for."""
     for row in cases.timeline(case_id):
@@ -60,6 +69,7 @@ class Planner:
 
     def __init__(self, app: App) -> None:
         self.cases = app.cases
+        self.library = Library(app.engine)
 
     def handle(self, delivery: Delivery) -> None:
         payload = delivery.envelope.payload
@@ -69,6 +79,12 @@ class Planner:
             return
         template = choose_template(run.case["title"])
         plan = load_template(template)
+        reason, meta = f"template {template} chosen from the case title", {"template": template}
+        learned = self.library.best_plan_for(str(run.case["title"]), exclude=run.case_id)
+        if learned is not None and not plan_problems(learned["plan"]):
+            # Evidence before templates: the plan that resolved the most similar verified case.
+            plan, reason, meta = learned["plan"], learned_reason(learned), {
+                "learned_from": learned["case_id"]}
         correlation_id = payload.get("correlation_id")
         problems = plan_problems(plan)
         if problems:
@@ -79,8 +95,7 @@ class Planner:
             self.cases.note(note, run.key, inbox_entry=delivery.inbox_entry).data()
             return
         cmd = TransitionCase(run.case_id, CaseEvent.PLAN_READY, actor=self.name, plan=plan,
-                             reason=f"template {template} chosen from the case title",
-                             meta={"template": template}, correlation_id=correlation_id,
+                             reason=reason, meta=meta, correlation_id=correlation_id,
                              expected_version=run.version,
                              requester=case_opener(self.cases, run.case_id))
         reply = self.cases.transition(cmd, run.key, inbox_entry=delivery.inbox_entry)

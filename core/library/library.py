@@ -22,10 +22,11 @@ from core.adapters import case_store
 from core.adapters.database import connection, transaction
 from core.analysis.tables import evidence_link
 from core.domain.fsm import CaseStatus
-from core.library.search import Hit, search
+from core.library.search import Hit, query_terms, search
 from core.library.tables import kb_chunk, kb_doc
 
 CHUNK_CHARS = 1500  # a runbook section longer than this is cut at paragraph breaks
+MIN_SHARED_WORDS = 2  # words a past case's title must share with a new one to lend its plan
 
 
 @dataclass(frozen=True)
@@ -98,21 +99,35 @@ class Library:
         return [{"title": hit.title, "path": hit.meta.get("path"), "score": round(hit.score, 4)}
                 for hit in hits]
 
-    def best_plan_for(self, text: str, exclude: UUID | None = None) -> dict[str, Any] | None:
+    def best_plan_for(self, text: str, exclude: UUID | None = None,
+                      min_shared: int = MIN_SHARED_WORDS) -> dict[str, Any] | None:
         """The plan that resolved the most similar verified case: ``plan``, ``case_id`` (the
-        case it was learned from), ``title``, ``score``; None when no case is similar."""
+        case it was learned from), ``title``, ``score``, ``shared`` (the words its title shares
+        with ``text``); None when no case is that similar (fewer than ``min_shared`` shared
+        words: one common word is no reason to repeat someone else's change)."""
         for similar in self.similar_cases(text, limit=1, exclude=exclude):
+            shared = shared_words(text, str(similar["title"]))
+            if len(shared) < min_shared:
+                return None
             with connection(self.engine) as conn:
                 row = case_store.latest_plan(conn, UUID(similar["case_id"]))
             if row is not None:
                 return {"plan": dict(row["plan"]), "case_id": similar["case_id"],
-                        "title": similar["title"], "score": similar["score"]}
+                        "title": similar["title"], "score": similar["score"],
+                        "shared": shared}
         return None
 
     def recall(self, text: str, exclude: UUID | None = None) -> dict[str, Any]:
         """What a new case's thread and agent get: ``similar_cases`` and ``runbooks``."""
         return {"similar_cases": self.similar_cases(text, exclude=exclude),
                 "runbooks": self.relevant_runbooks(text)}
+
+
+def shared_words(text: str, other: str) -> list[str]:
+    """The search words of ``text`` that ``other`` has too (compared by their first five
+    letters, a crude stem: "deploy" and "deployment" are one word)."""
+    theirs = {word[:5] for word in query_terms(other)}
+    return [word for word in query_terms(text) if word[:5] in theirs]
 
 
 def _upsert_doc(conn: Connection, document: Document, doc_id: int | None) -> int:

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import func, insert, select, text
 
 from core.adapters.database import transaction
+from core.adapters.tables import ops_case
 from core.analysis.store import write_findings
 from core.bootstrap import bootstrap
 from core.domain.commands import NoteCase
@@ -218,3 +219,26 @@ def test_on_a_large_analysed_index_common_words_find_only_together(pg_engine):
         assert len(lib.similar_cases("latency")) == 3
     finally:
         app.gateway.close()
+
+
+def test_the_template_planner_prefers_the_plan_of_the_most_similar_verified_case(app, library):
+    from core.consumers.planner import Planner
+    from core.domain.plan_templates import load_template
+
+    _lib, ids = library
+    runner = ConsumerRunner(app.engine, Planner(app), sleep=lambda _s: None)
+    similar = case_in(app.cases, CaseStatus.NEW)
+    unknown = case_in(app.cases, CaseStatus.NEW)
+    for case_id, title in ((similar, "checkout latency regression after the v2.4 deploy"),
+                           (unknown, "quantum flux capacitor misaligned")):
+        with app.engine.begin() as conn:  # the title a person gave the case
+            conn.execute(ops_case.update().where(ops_case.c.id == case_id).values(title=title))
+        for event in (E.START_ANALYSIS, E.ANALYSIS_DONE):
+            assert app.cases.transition(command(case_id, event), key()).ok
+        assert runner.deliver(envelope_of(app.engine, case_id, Topic.PLAN_GENERATE)) == "done"
+
+    assert app.cases.proposed_plan(similar)["plan"] == plan_titled(PAST[0][1])
+    [ready] = [r for r in app.cases.timeline(similar) if r["event"] == "plan_ready"]
+    assert ready["reason"].startswith(f"the plan that resolved case {ids[0]}")
+    assert ready["meta"]["context"] == {"learned_from": str(ids[0])}
+    assert app.cases.proposed_plan(unknown)["plan"] == load_template("noop")
