@@ -22,6 +22,7 @@ from core.adapters import case_store
 from core.adapters.database import connection, transaction
 from core.analysis.tables import evidence_link
 from core.domain.fsm import CaseStatus
+from core.errors import NotFound
 from core.library.search import Hit, query_terms, search
 from core.library.tables import kb_chunk, kb_doc
 
@@ -121,6 +122,21 @@ class Library:
         """What a new case's thread and agent get: ``similar_cases`` and ``runbooks``."""
         return {"similar_cases": self.similar_cases(text, exclude=exclude),
                 "runbooks": self.relevant_runbooks(text)}
+
+    def evidence_for(self, case_id: UUID) -> dict[str, Any]:
+        """Everything known for a case's planning (the agent's context, ``/case similar``):
+        its ``findings``, ``similar_cases``, ``runbooks`` and the ``best_plan`` (or None)."""
+        with connection(self.engine) as conn:
+            case = case_store.read_case(conn, case_id)
+            if case is None:
+                raise NotFound(f"no case {case_id}", case_id=str(case_id))
+            findings = [dict(data) for data in conn.execute(
+                select(evidence_link.c.data).where(evidence_link.c.case_id == case_id)
+                .order_by(evidence_link.c.id)).scalars()]
+        title = str(case["title"])
+        return {"case_id": str(case_id), "title": title, "findings": findings,
+                **self.recall(title, exclude=case_id),
+                "best_plan": self.best_plan_for(title, exclude=case_id)}
 
 
 def shared_words(text: str, other: str) -> list[str]:

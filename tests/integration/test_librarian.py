@@ -242,3 +242,19 @@ def test_the_template_planner_prefers_the_plan_of_the_most_similar_verified_case
     assert ready["reason"].startswith(f"the plan that resolved case {ids[0]}")
     assert ready["meta"]["context"] == {"learned_from": str(ids[0])}
     assert app.cases.proposed_plan(unknown)["plan"] == load_template("noop")
+
+
+def test_a_cases_evidence_for_the_agent_and_the_similar_command(app, library):
+    from core.errors import NotFound
+    from core.library.render import evidence_text
+
+    lib, ids = library
+    new = open_case(app.cases, "checkout latency regression after the v2.4 deploy")
+    evidence = lib.evidence_for(new)
+    assert evidence["similar_cases"][0]["case_id"] == str(ids[0])
+    assert evidence["best_plan"]["case_id"] == str(ids[0]) and evidence["findings"] == []
+    text = evidence_text(evidence)
+    assert "Findings:\n- none\nSimilar past cases:\n- checkout p95 latency over 2 s" in text
+    assert f"most similar verified case ({ids[0]}): Roll back checkout to v2.2" in text
+    with pytest.raises(NotFound):
+        lib.evidence_for(UUID(int=0))
