@@ -1,7 +1,8 @@
 """The LangGraph checkpointer on the application's own database: ``SqliteSaver`` on the
 embedded SQLite file, ``PostgresSaver`` on PostgreSQL (plain ``postgresql://`` URI, an
 autocommit psycopg connection with dict rows; the URL's ``options``, e.g. a test schema's
-``search_path``, are kept). Its tables are created by ``setup()``, not by alembic."""
+``search_path``, are kept). Its tables are created by ``setup()``, not by alembic, one process at
+a time (an advisory lock) and without ``CREATE INDEX CONCURRENTLY``."""
 
 from __future__ import annotations
 
@@ -36,11 +37,27 @@ def open_checkpoints(engine: Engine) -> Checkpoints:
         from psycopg import Connection
         from psycopg.rows import dict_row
 
+        class CasePostgresSaver(PostgresSaver):
+            """The saver with its table migrations run without CONCURRENTLY: a concurrent
+            index build waits for every older transaction in the database (other processes'
+            setups included), and the indexes are created while their tables are still empty."""
+
+            MIGRATIONS = [m.replace("INDEX CONCURRENTLY", "INDEX")
+                          for m in PostgresSaver.MIGRATIONS]
+
         conn: Connection[Any] = Connection.connect(
             plain_postgres_uri(engine), autocommit=True, prepare_threshold=0,
             row_factory=dict_row)
-        pg_saver = PostgresSaver(conn)
-        pg_saver.setup()
+        pg_saver = CasePostgresSaver(conn)
+        # One setup at a time per schema: N processes starting together must not race on
+        # CREATE TABLE IF NOT EXISTS (its catalog insert is not idempotent under concurrency).
+        lock = "select pg_advisory_lock(hashtext('opsgate.checkpoints:' || current_schema()))"
+        conn.execute(lock)
+        try:
+            pg_saver.setup()
+        finally:
+            conn.execute("select pg_advisory_unlock(hashtext('opsgate.checkpoints:' || "
+                         "current_schema()))")
         return Checkpoints(pg_saver, conn.close)
     from langgraph.checkpoint.sqlite import SqliteSaver
 

@@ -23,6 +23,7 @@ from agent.models import chat_model, model_name
 from agent.state import usage_of
 from agent.tools import CaseTools, LostLock, session_of
 from core.errors import NotFound, Unavailable
+from core.gateway import SessionRun
 
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
@@ -36,6 +37,8 @@ BUSY = "Another agent run is working on this case right now; ask again in a mome
 STORE_DOWN = "opsgate's store is unavailable right now; nothing changed. Ask again shortly."
 LOST = ("My run on this case was superseded by a newer one; I stopped without changing "
         "anything more.")
+INTERNAL = ("I hit an internal error and stopped; what I did before it is on the case's "
+            "timeline. Ask again in a moment.")
 PLAN_GAVE_UP = ("I could not produce a plan that meets the ChangePlan schema; the case stays in "
                 "PLANNING (see its timeline).")
 
@@ -78,9 +81,14 @@ class Agent:
     # -- the two entries ------------------------------------------------------------------
 
     def converse(self, case_id: UUID, text: str, *, user: str, correlation_id: str) -> str:
-        """The reply to ``user``'s message in the case thread (the bot posts it)."""
-        return self.run_turn(case_id, text, requester=user, correlation_id=correlation_id,
-                             trigger="chat").reply
+        """The reply to ``user``'s message in the case thread (the bot posts it). Never raises:
+        model failures and outages come back as a short explanation."""
+        try:
+            return self.run_turn(case_id, text, requester=user, correlation_id=correlation_id,
+                                 trigger="chat").reply
+        except Exception:  # the chat front end must always get something to post
+            log.exception("agent: the turn on case %s failed", case_id)
+            return INTERNAL
 
     def run_turn(self, case_id: UUID, text: str | None, *, requester: str | None,
                  correlation_id: str | None, trigger: str, post_failures: bool = False,
@@ -109,7 +117,7 @@ class Agent:
             result = self._guarded(graph, tools, text, usage, post_failures, still_wanted)
             self._account(graph, tools, usage, trigger)
         finally:
-            locks.release(lock)
+            self._release(lock)
         return self._counted(trigger, TurnResult(result.reply, result.outcome, usage.as_dict()))
 
     # -- inside the lock ------------------------------------------------------------------
@@ -176,6 +184,14 @@ class Agent:
                        key=f"usage:{tools.case_id}:{checkpoint}:{len(usage.failures)}")
         except (LostLock, Unavailable) as exc:
             log.warning("agent: usage of case %s not noted: %s", tools.case_id, exc)
+
+    def _release(self, lock: SessionRun) -> None:
+        locks = self.app.gateway.locks
+        try:
+            if locks is not None:
+                locks.release(lock)
+        except Unavailable as exc:  # the lease ends on its own
+            log.warning("agent: could not release the lock of %s: %s", lock.session_id, exc)
 
     @staticmethod
     def _counted(trigger: str, result: TurnResult) -> TurnResult:

@@ -132,3 +132,18 @@ def test_a_crash_after_every_side_effect_still_runs_each_once(sqlite_engine: Eng
     assert statuses(model) == ["replayed", "replayed"]
     assert plans(sqlite_engine, case_id) == 1
     assert len(app.chat.thread(str(case_id))) == 1  # type: ignore[attr-defined]
+
+
+def test_converse_answers_even_when_its_turn_dies(sqlite_engine: Engine) -> None:
+    app = agent_app(sqlite_engine)
+    case_id = case_at(app, CaseStatus.PLANNING)
+    model = script(case_id)
+
+    reply = make_agent(app, model, tool_factory=crash_after(1)).converse(
+        case_id, "plan it", user="U1", correlation_id="c")
+
+    assert "internal error" in reply
+    model.turns.append(ai(content="resumed"))
+    assert make_agent(app, model).converse(case_id, "and?", user="U1",
+                                           correlation_id="c2") == "resumed"
+    assert statuses(model) == ["replayed", "ok"] and plans(sqlite_engine, case_id) == 1
