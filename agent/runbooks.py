@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 WORD = re.compile(r"[a-z0-9]+")
 TEMPLATE = re.compile(r"plan template `([a-z0-9_.-]+)`")
@@ -21,6 +22,14 @@ class Runbook:
     name: str
     title: str
     text: str
+
+
+class RunbookHit(TypedDict):
+    runbook: str
+    title: str
+    score: int
+    templates: list[str]
+    excerpt: str
 
 
 def words(text: str) -> set[str]:
@@ -39,7 +48,7 @@ def load_runbooks(folder: Path) -> list[Runbook]:
     return books
 
 
-def search_runbooks(folder: Path, query: str, limit: int = 3) -> list[dict[str, object]]:
+def search_runbooks(folder: Path, query: str, limit: int = 3) -> list[RunbookHit]:
     """The best ``limit`` runbooks for ``query``: name, title, score, the plan templates the
     runbook names (``plan template `name` ``) and an excerpt."""
     wanted = words(query)
@@ -49,6 +58,6 @@ def search_runbooks(folder: Path, query: str, limit: int = 3) -> list[dict[str, 
         if score:
             scored.append((score, book))
     scored.sort(key=lambda item: (-item[0], item[1].name))
-    return [{"runbook": book.name, "title": book.title, "score": score,
-             "templates": list(dict.fromkeys(TEMPLATE.findall(book.text))),
-             "excerpt": book.text[:EXCERPT_CHARS]} for score, book in scored[:limit]]
+    return [RunbookHit(runbook=book.name, title=book.title, score=score,
+                       templates=list(dict.fromkeys(TEMPLATE.findall(book.text))),
+                       excerpt=book.text[:EXCERPT_CHARS]) for score, book in scored[:limit]]
