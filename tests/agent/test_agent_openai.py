@@ -91,6 +91,8 @@ def test_malformed_arguments_from_the_server_are_answered(sqlite_engine: Engine)
         reply = Agent(app).converse(case_id, "plan", user="U1", correlation_id="c")
 
     assert reply == "Sorry."
+    [asked] = [m for m in stub.requests[1]["messages"] if m["role"] == "assistant"]
+    assert [c["id"] for c in asked["tool_calls"]] == ["call_x"]  # echoed back, as the API wants
     [answer] = [m for m in stub.requests[1]["messages"] if m["role"] == "tool"]
     assert answer["tool_call_id"] == "call_x" and "not valid JSON" in answer["content"]
     assert plans(sqlite_engine, case_id) == 0
