@@ -36,6 +36,16 @@ def words(text: str) -> set[str]:
     return {w for w in WORD.findall(text.lower()) if w not in STOP and len(w) > 1}
 
 
+def runbooks_folder(configured: str) -> Path:
+    """``OPSGATE_RUNBOOKS_DIR``; a relative folder missing from the working directory is looked
+    up in the source tree, so the shipped runbooks work from any directory."""
+    folder = Path(configured)
+    if folder.is_absolute() or folder.is_dir():
+        return folder
+    shipped = Path(__file__).resolve().parents[1] / folder
+    return shipped if shipped.is_dir() else folder
+
+
 def load_runbooks(folder: Path) -> list[Runbook]:
     """Every ``*.md`` under ``folder`` (none when it does not exist), sorted by name."""
     if not folder.is_dir():

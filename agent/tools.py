@@ -21,7 +21,7 @@ from uuid import UUID
 from pydantic import ValidationError
 
 from agent import metrics
-from agent.runbooks import search_runbooks
+from agent.runbooks import runbooks_folder, search_runbooks
 from agent.tool_specs import (
     ARGS,
     GetCase,
@@ -106,7 +106,7 @@ class CaseTools:
         self.lock = lock
         self.requester = requester
         self.correlation_id = correlation_id
-        self.runbooks = runbooks or Path(app.settings.runbooks_dir)
+        self.runbooks = runbooks or runbooks_folder(app.settings.runbooks_dir)
         # What the model asked for in this run, for the turn's agent_usage note.
         self.stats: Counter[str] = Counter()
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.runbooks import load_runbooks, search_runbooks
+from agent.runbooks import load_runbooks, runbooks_folder, search_runbooks
 from agent.tool_specs import tool_specs
 from core.domain.plan_templates import template_names
 
@@ -32,6 +32,13 @@ def test_the_shipped_runbooks_name_only_catalog_templates() -> None:
 ])
 def test_search_finds_the_runbook_for_the_incident(query: str, best: str) -> None:
     assert search_runbooks(RUNBOOKS, query)[0]["runbook"] == best
+
+
+def test_the_default_folder_is_found_from_any_working_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert runbooks_folder("docs/runbooks") == RUNBOOKS
+    assert runbooks_folder(str(tmp_path)) == tmp_path
 
 
 def test_nothing_matches_nothing_and_a_missing_folder_is_empty(tmp_path: Path) -> None:
