@@ -13,6 +13,7 @@ from agent.prompts import plan_request
 from agent.runner import Agent
 from core.consumers.planner import case_opener
 from core.consumers.runs import current_run
+from core.domain.commands import NoteCase
 from core.domain.fsm import CaseStatus
 from core.domain.messages import Topic
 from core.errors import Unavailable
@@ -52,6 +53,15 @@ class AgentPlanner:
         if result.outcome in ("busy", "unavailable"):
             raise Unavailable(f"planner: case {run.case_id}: {result.reply}")  # retried later
         log.info("planner: case %s: %s (%s)", run.case_id, result.outcome, result.reply[:120])
+        if result.outcome in ("answered", "budget") and self._still_planning(run.case_id,
+                                                                           run.version):
+            # The model ended its turn without a plan: say so on the case, with its words.
+            note = NoteCase(run.case_id, "plan_not_proposed", self.name,
+                            reason=result.reply[:500], meta={"outcome": result.outcome},
+                            correlation_id=payload.get("correlation_id"))
+            reply = self.app.cases.note(note, f"{run.key}:plan_not_proposed")
+            if not reply.ok and "idempotency_key_reused" not in reply.body:
+                reply.data()  # raises: the runner retries; a first note of this run stays
 
     def _still_planning(self, case_id: UUID, version: int) -> bool:
         case = self.app.cases.get_case(case_id)

@@ -23,6 +23,7 @@ from core.bootstrap import App
 from core.domain.fsm import CaseStatus
 from core.domain.plan_templates import load_template
 from core.domain.plans import plan_hash
+from core.messaging.consumer import ConsumerRunner
 from tests.agent.support import (
     agent_app,
     ai,
@@ -342,3 +343,20 @@ def test_a_hung_model_on_one_case_does_not_block_another(sqlite_engine: Engine) 
     assert answered == "fine"
     assert events(app, other, "agent_unavailable") == []
     assert len(events(app, stuck, "agent_unavailable")) == 1
+
+
+def test_a_planner_turn_without_a_plan_says_so_on_the_case(sqlite_engine: Engine) -> None:
+    app = agent_app(sqlite_engine)
+    case_id = case_at(app, CaseStatus.PLANNING)
+    model = ScriptedChatModel(turns=[ai(content="I need more data before proposing anything.")])
+    delivery = plan_delivery(app, case_id)
+
+    runner = ConsumerRunner(sqlite_engine, AgentPlanner(app, make_agent(app, model)))
+    assert runner.deliver(delivery.envelope) == "done"
+    assert runner.deliver(delivery.envelope) == "duplicate"
+    # handled again past the inbox (a crash before it was marked): a new turn, one note
+    AgentPlanner(app, make_agent(app, model)).handle(delivery)
+
+    [note] = events(app, case_id, "plan_not_proposed")
+    assert note["reason"] == "I need more data before proposing anything."
+    assert app.cases.get_case(case_id)["status"] == "PLANNING"
