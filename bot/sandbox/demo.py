@@ -101,7 +101,11 @@ def _exit_if_stuck(grace_s: float) -> None:
     agent run in progress) takes longer than ``grace_s``, leave without waiting further."""
 
     def leave() -> None:
-        print(f"opsgate demo: still stopping after {grace_s:.0f} s; exiting now", flush=True)
+        import faulthandler
+
+        print(f"opsgate demo: still stopping after {grace_s:.0f} s; exiting now (the threads "
+              "still running are on stderr)", flush=True)
+        faulthandler.dump_traceback(sys.stderr, all_threads=True)
         os._exit(1)
 
     timer = threading.Timer(grace_s, leave)
