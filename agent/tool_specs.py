@@ -65,7 +65,8 @@ SIDE_EFFECTING: dict[str, type[_Args]] = {
     "post_update": PostUpdate,
 }
 ARGS: dict[str, type[_Args]] = {**READ_ONLY, **SIDE_EFFECTING}
-assert set(SEVERITIES) == {"SEV1", "SEV2", "SEV3", "SEV4"}
+# The Literal above must list the core's severities; a new one there must be added here.
+assert set(SEVERITIES) == {"SEV1", "SEV2", "SEV3", "SEV4"}, "OpenCaseArgs.severity is stale"
 
 DESCRIPTIONS = {
     "get_case": "Read one case: title, severity, status, version.",
