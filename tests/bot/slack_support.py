@@ -268,17 +268,23 @@ def settings_for(slack: FakeSlack, **overrides: Any) -> Settings:
 
 @contextmanager
 def running_bot(engine: Engine, *, agent: Agent | None = None, loop: bool = True,
-                **overrides: Any) -> Iterator[Stack]:
-    """The bot serving ``POST /slack/events`` on 127.0.0.1 with the in-process loop."""
-    agent = agent or ScriptedAgent()
+                real_agent: bool = False, **overrides: Any) -> Iterator[Stack]:
+    """The bot serving ``POST /slack/events`` on 127.0.0.1 with the in-process loop; with
+    ``real_agent`` the agent package (converse and its planner) instead of a scripted agent."""
+    consumers: dict[str, Any] = {"notifier": SlackNotifier}
+    if real_agent:
+        import agent as agent_package
+
+        consumers.update(agent_package.consumers())
+    else:
+        agent = agent or ScriptedAgent()
     served: list[SlackEvents] = []
     with fake_slack() as slack:
         def mount(app: App, api: Any) -> None:
             served.append(SlackEvents(build_bolt(app, agent=agent), SECRET))
             mount_slack_events(app, api, served[-1])
 
-        extensions = Extensions(consumers={"notifier": SlackNotifier}, routes=(mount,),
-                                chat=slack_chat)
+        extensions = Extensions(consumers=consumers, routes=(mount,), chat=slack_chat)
         app = bootstrap(settings_for(slack, **overrides), engine=engine, extensions=extensions)
         config = uvicorn.Config(create_api(app), host="127.0.0.1", port=0, log_level="warning",
                                 lifespan="off")

@@ -75,3 +75,23 @@ def test_mention_plan_reject_parks_the_case(engine: Engine) -> None:
                            if u.get("ts") == plan["ts"]][-1]["blocks"])
         assert "Rejected" in last and "wrong region" in last and "plan_reject" not in last
         assert REQUESTER != APPROVER
+
+
+def test_the_story_with_the_real_agent(pg_engine: Engine) -> None:
+    """The agent package (offline planner model) converses in the thread and plans; the bot's
+    buttons decide its plan like any other."""
+    with running_bot(pg_engine, real_agent=True) as bot:
+        bot.mention("<@U0BOT> checkout 5xx are up since 10:02, please look",
+                    event_id="EvAgent", ts="3.000100")
+        bot.slack.wait_for(lambda: bool(bot.plan_messages()), timeout_s=60,
+                           what="the agent's plan message")
+        case_id = bot.case_of_thread("3.000100")
+        assert case_id is not None
+        replies = [p for p in bot.slack.posts() if p.get("thread_ts") == "3.000100"]
+        assert len(replies) >= 3  # the agent's reply, the case's facts, the plan
+        plan = bot.plan_messages()[0]
+        bot.click(Action.APPROVE, approval_of(plan) or "", user=APPROVER, message_ts=plan["ts"])
+        bot.slack.wait_for(lambda: bot.app.cases.get_case(case_id)["status"]
+                           in ("CLOSED", "PARKED"), timeout_s=60, what="the end of the case")
+        timeline = [row["event"] for row in bot.app.cases.timeline(case_id)]
+        assert "gate_approved" in timeline and timeline.count("gate_approved") == 1
