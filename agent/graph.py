@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
@@ -32,6 +39,7 @@ from agent.tools import CaseTools, ToolReply
 log = logging.getLogger(__name__)
 
 MAX_PLAN_REPAIRS = 2  # after the first invalid plan, at most this many more tries
+HISTORY_LIMIT = 40  # messages of earlier turns the model sees at most
 
 
 class ModelUnavailable(Exception):
@@ -66,7 +74,7 @@ def build_graph(model: BaseChatModel, tools: CaseTools, checkpointer: BaseCheckp
             return {"messages": [AIMessage(content=note)], "stop": "budget"}
         tools.renew()  # a slow model must not let the lease lapse mid-turn
         prompt: list[BaseMessage] = [SystemMessage(system_prompt(state["case_id"])),
-                                     *state["messages"]]
+                                     *recent(state["messages"])]
         reply = _invoke(bound, prompt, name, usage)
         counted = _count(reply, name, usage)
         return {"messages": [reply], "usage": counted, "turn_model_calls": calls + 1}
@@ -92,6 +100,17 @@ def build_graph(model: BaseChatModel, tools: CaseTools, checkpointer: BaseCheckp
     builder.add_conditional_edges("model", _after_model, ["tools", END])
     builder.add_conditional_edges("tools", _after_tools, ["model", END])
     return builder.compile(checkpointer=checkpointer, interrupt_before=interrupt_before)
+
+
+def recent(messages: list[AnyMessage], limit: int = HISTORY_LIMIT) -> list[AnyMessage]:
+    """The thread's messages the model sees: from the earliest human turn whose tail fits in
+    ``limit`` messages (the current turn whole, however long), so a long-lived case thread
+    does not grow every prompt and no tool answer loses the call it answers."""
+    starts = [n for n, m in enumerate(messages) if isinstance(m, HumanMessage)]
+    fitting = [n for n in starts if len(messages) - n <= limit]
+    if fitting:
+        return messages[fitting[0]:]
+    return messages[starts[-1]:] if starts else messages
 
 
 def _invoke(bound: Any, prompt: list[BaseMessage], name: str, usage: RunUsage) -> AIMessage:

@@ -14,6 +14,7 @@ from uuid import uuid4
 from langchain_core.messages import ToolMessage
 from sqlalchemy import Engine, func, select
 
+from agent.graph import HISTORY_LIMIT, recent
 from agent.offline import OfflinePlannerModel
 from agent.planner import AgentPlanner
 from agent.scripted import ScriptedChatModel
@@ -360,3 +361,27 @@ def test_a_planner_turn_without_a_plan_says_so_on_the_case(sqlite_engine: Engine
     [note] = events(app, case_id, "plan_not_proposed")
     assert note["reason"] == "I need more data before proposing anything."
     assert app.cases.get_case(case_id)["status"] == "PLANNING"
+
+
+def test_a_long_thread_shows_the_model_a_bounded_history(sqlite_engine: Engine) -> None:
+    app = agent_app(sqlite_engine)
+    case_id = case_at(app, CaseStatus.PLANNING)
+    turns = HISTORY_LIMIT // 2 + 2
+    model = ScriptedChatModel(turns=[ai(content=f"answer {n}") for n in range(turns)])
+    assistant = make_agent(app, model)
+
+    for n in range(turns):
+        assistant.converse(case_id, f"question {n}", user="U1", correlation_id=f"c{n}")
+
+    prompt = model.seen[-1]
+    assert len(prompt) <= 1 + HISTORY_LIMIT  # the system prompt and whole recent turns
+    assert prompt[1].content == f"question {turns - HISTORY_LIMIT // 2}"
+    assert prompt[-1].content == f"question {turns - 1}"
+
+
+def test_history_keeps_the_current_turn_whole() -> None:
+    from langchain_core.messages import AnyMessage, HumanMessage
+
+    turn: list[AnyMessage] = [HumanMessage("q"),
+                              *[ai(call("get_case", case_id="x")) for _ in range(50)]]
+    assert recent([HumanMessage("old"), ai(content="a"), *turn], limit=10) == turn
