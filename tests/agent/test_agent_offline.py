@@ -4,10 +4,13 @@ the application's own database and its model calls on the timeline (SQLite and P
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 from prometheus_client import REGISTRY
 from sqlalchemy import Engine, inspect, text
 
 import agent
+from agent.checkpoints import open_checkpoints
 from agent.offline import OfflinePlannerModel
 from agent.planner import AgentPlanner
 from core.bootstrap import Extensions
@@ -123,3 +126,15 @@ def test_the_plugged_in_agent_planner_runs_in_the_closed_loop(sqlite_engine: Eng
     stored = app.cases.proposed_plan(case_id)
     assert stored is not None and stored["plan"] == load_template("gateway.flip.failover")
     assert approvals(sqlite_engine, case_id) == 0  # risk 0.7: two humans, never the agent
+
+
+def test_checkpoint_setup_is_safe_when_processes_start_together(pg_engine: Engine) -> None:
+    """N consumers starting at once each set the checkpointer up: one at a time, none fails,
+    and none waits on other transactions of the database (no CREATE INDEX CONCURRENTLY)."""
+    with ThreadPoolExecutor(4) as pool:
+        opened = list(pool.map(lambda _: open_checkpoints(pg_engine), range(4)))
+    for checkpoints in opened:
+        checkpoints.close()
+    with pg_engine.connect() as conn:
+        versions = conn.execute(text("select count(*) from checkpoint_migrations")).scalar_one()
+    assert versions == len(opened[0].saver.MIGRATIONS)  # type: ignore[attr-defined]
