@@ -39,8 +39,9 @@ class ThreadedServer:
     """One uvicorn server on a daemon thread; ``start`` returns once it listens."""
 
     def __init__(self, app: Any, host: str, port: int, name: str) -> None:
+        # No WebSocket protocol (nothing here speaks it; skipping it skips its imports).
         config = uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                access_log=False, lifespan="off",
+                                access_log=False, lifespan="off", ws="none",
                                 timeout_graceful_shutdown=1)
         self.server = uvicorn.Server(config)
         self.url = f"http://{host}:{port}"
