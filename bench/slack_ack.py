@@ -5,7 +5,9 @@ durable event dedup, the gateway, PostgreSQL), with Slack's Web API played by a 
 server and a model that takes ``--model-s`` (5 s) per call. Measured: the ack latency of
 ``--mentions`` (200) concurrent signed ``app_mention`` events, each opening a case and starting
 an agent run after its ack. Baseline, in the same run and on the same server: as many concurrent
-signed ``url_verification`` requests, which Bolt answers with no listener work at all.
+requests the router alone answers (GET on the same URL: 405), the floor of one HTTP exchange;
+also reported, signed ``url_verification`` requests, which go through Bolt's dispatch. The load
+generator is a process of its own with its connections opened before each burst.
 Target (issue 6): ack p99 < 300 ms (Slack's limit is 3 s). Figures last, as one line of JSON.
 """
 
@@ -57,8 +59,10 @@ async def burst(base: str, bodies: list[str]) -> list[float]:
 
     async def one(body: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> float:
         payload = body.encode()
+        # the floor: the same URL asked with GET, answered 405 by the router alone
+        method, expected = ("GET", b"405") if body == FLOOR else ("POST", b"200")
         head = "".join(f"{name}: {value}\r\n" for name, value in signed(body).items())
-        request = (f"POST /slack/events HTTP/1.1\r\nHost: {host}:{port}\r\n{head}"
+        request = (f"{method} /slack/events HTTP/1.1\r\nHost: {host}:{port}\r\n{head}"
                    f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
         await start.wait()
         started = time.perf_counter()
@@ -72,7 +76,7 @@ async def burst(base: str, bodies: list[str]) -> list[float]:
         await reader.readexactly(length)
         elapsed = (time.perf_counter() - started) * 1000
         writer.close()
-        if status != b"200":
+        if status != expected:
             raise SystemExit(f"ack {status.decode()}")
         return elapsed
 
@@ -83,6 +87,9 @@ async def burst(base: str, bodies: list[str]) -> list[float]:
     return list(await asyncio.gather(*tasks))
 
 
+FLOOR = ""
+
+
 def challenge(i: int) -> str:
     return json.dumps({"token": "verification-token", "challenge": f"c{i}",
                        "type": "url_verification"})
@@ -91,7 +98,9 @@ def challenge(i: int) -> str:
 def client(base: str, kind: str, count: int, tag: str) -> None:
     """The load generator (a process of its own, so its CPU is not the bot's): one burst,
     latencies in ms on stdout as JSON."""
-    if kind == "baseline":
+    if kind == "floor":
+        bodies = [FLOOR] * count
+    elif kind == "verification":
         bodies = [challenge(i) for i in range(count)]
     else:
         bodies = [mention_event(f"<@U0BOT> incident {tag}-{i}: checkout errors",
@@ -107,16 +116,15 @@ def load(base: str, kind: str, count: int, tag: str = "0") -> list[float]:
     return list(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def measure(bot: Stack, mentions: int, rounds: int) -> tuple[list[float], list[float]]:
-    """Alternate baseline and mention bursts so both see the same machine."""
-    baseline: list[float] = []
-    acks: list[float] = []
+def measure(bot: Stack, mentions: int, rounds: int) -> dict[str, list[float]]:
+    """Alternate the baselines and the mention bursts so all see the same machine."""
+    figures: dict[str, list[float]] = {"floor": [], "verification": [], "mention": []}
     per_round = mentions // rounds
-    load(bot.base, "baseline", 20)  # warm up
+    load(bot.base, "verification", 20)  # warm up
     for r in range(rounds):
-        baseline += load(bot.base, "baseline", per_round)
-        acks += load(bot.base, "mention", per_round, str(r))
-    return baseline, acks
+        for kind in figures:
+            figures[kind] += load(bot.base, kind, per_round, str(r))
+    return figures
 
 
 def main() -> int:
@@ -138,7 +146,9 @@ def main() -> int:
             running_bot(engine, agent=agent, loop=False,
                         slack_workers=min(512, args.mentions)) as bot:
         say(f"bot on {bot.base}; {args.mentions} mentions, model {args.model_s:g} s per call")
-        baseline, acks = measure(bot, args.mentions, args.rounds)
+        measured = measure(bot, args.mentions, args.rounds)
+        baseline, verification, acks = (measured["floor"], measured["verification"],
+                                        measured["mention"])
         say("acks measured; waiting for the agent runs to finish")
         deadline = time.monotonic() + args.model_s * 4 + 60
         while len(agent.runs) < len(acks) and time.monotonic() < deadline:
@@ -152,6 +162,7 @@ def main() -> int:
         "baseline_p50_ms": round(statistics.median(baseline), 1),
         "baseline_p99_ms": round(percentile(baseline, 0.99), 1),
         "p99_vs_baseline": round(percentile(acks, 0.99) / percentile(baseline, 0.99), 2),
+        "url_verification_p99_ms": round(percentile(verification, 0.99), 1),
         "agent_runs": runs, "target_p99_ms": TARGET_P99_MS,
         "met": percentile(acks, 0.99) < TARGET_P99_MS and runs == len(acks),
         "wall_s": round(time.perf_counter() - started, 1),

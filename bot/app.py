@@ -111,7 +111,7 @@ class SlackEvents:
             early = self._early_ack(body, request.headers)
             if early is not None:
                 if early == HTTPStatus.OK:
-                    self.handoff.submit(self._dispatch_later, to_bolt_request(request, body))
+                    self.handoff.submit(self._dispatch_later, body, dict(request.headers))
                 return Response(status_code=early)
             answer = await run_in_threadpool(self.bolt.dispatch, to_bolt_request(request, body))
         except Exception:  # a body Bolt cannot even parse: refused, nothing touched
@@ -145,11 +145,12 @@ class SlackEvents:
             return HTTPStatus.UNAUTHORIZED
         return HTTPStatus.OK
 
-    def _dispatch_later(self, request: BoltRequest) -> None:
+    def _dispatch_later(self, body: bytes, headers: dict[str, str]) -> None:
         deadline = time.perf_counter() + ACKS_FIRST_S
         while time.perf_counter() - self.last_request < QUIET_S and \
                 time.perf_counter() < deadline:
             time.sleep(QUIET_S / 2)
+        request = BoltRequest(body=body.decode("utf-8"), headers=dict(headers))
         answer = self.bolt.dispatch(request)  # verifies again, then runs the lazy listeners
         if answer.status >= HTTPStatus.BAD_REQUEST:
             log.warning("slack event dispatched after its ack answered %d: %s", answer.status,
