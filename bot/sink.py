@@ -28,11 +28,11 @@ class SlackChatSink:
     """Posts a case's updates in its Slack thread."""
 
     def __init__(self, client: WebClient, store: SlackStore, *,
-                 incident_channel: str | None = None, team: str = "") -> None:
+                 incident_channel: str | None = None, team: str | None = None) -> None:
         self.client = client
         self.store = store
         self.incident_channel = incident_channel
-        self.team = team
+        self._team = team  # the workspace's id, which events carry (auth.test, once)
 
     def post(self, case_id: str, text: str, blocks: Blocks | None = None,
              thread_key: str | None = None) -> dict[str, Any]:
@@ -70,5 +70,10 @@ class SlackChatSink:
         reply = self.client.chat_postMessage(channel=self.incident_channel, text=text,
                                              blocks=blocks)
         ts = str(reply["ts"])
-        self.store.adopt_thread(self.team, self.incident_channel, ts, case_id)
+        self.store.adopt_thread(self.team(), self.incident_channel, ts, case_id)
         return {"ok": True, "ts": ts, "channel": self.incident_channel}
+
+    def team(self) -> str:
+        if self._team is None:
+            self._team = str(self.client.auth_test().get("team_id") or "")
+        return self._team

@@ -8,10 +8,12 @@ import json
 from sqlalchemy import Engine
 
 from bot.ids import Action
+from core.domain.commands import OpenCase
 from tests.bot.slack_support import (
     APPROVER,
     FORM,
     REQUESTER,
+    ScriptedAgent,
     approval_of,
     reason_body,
     running_bot,
@@ -95,3 +97,21 @@ def test_the_story_with_the_real_agent(pg_engine: Engine) -> None:
                            in ("CLOSED", "PARKED"), timeout_s=60, what="the end of the case")
         timeline = [row["event"] for row in bot.app.cases.timeline(case_id)]
         assert "gate_approved" in timeline and timeline.count("gate_approved") == 1
+
+
+def test_a_case_opened_elsewhere_gets_a_thread_in_the_incident_channel(
+        sqlite_engine: Engine) -> None:
+    agent = ScriptedAgent()
+    with running_bot(sqlite_engine, agent=agent) as bot:
+        opened = bot.app.cases.open_case(OpenCase("Alert: disk 95% on db-2", actor="alertmanager"),
+                                         "alert-1").data()
+        bot.slack.wait_for(lambda: bool(bot.plan_messages()), what="the plan message")
+        root = bot.slack.posts()[0]
+        assert root["channel"] == "C0INCIDENT" and "thread_ts" not in root
+        assert all(p.get("thread_ts") == root["ts"] for p in bot.slack.posts()[1:])
+        assert str(bot.case_of_thread(root["ts"])) == opened["case_id"]
+        # someone answers in that thread: the agent continues the same case
+        bot.mention("is it the WAL?", event_id="EvThread", ts="4.000200", thread_ts=root["ts"],
+                    kind="message")
+        bot.slack.wait_for(lambda: len(agent.runs) == 1, what="the agent's run")
+        assert str(agent.runs[0][0]) == opened["case_id"]
