@@ -209,3 +209,14 @@ def test_with_chaos_on_nothing_happens_twice(page, demo):
     thread = page.locator("#thread")
     expect(thread.locator(".message", has_text="Case opened by")).to_have_count(1)
     expect(thread.locator(".bk-header", has_text="Plan:")).to_have_count(1)
+
+
+def test_a_slash_command_answers_only_the_person_who_typed_it(page):
+    be(page, "bob")
+    page.fill("#channel-input", "/case list")
+    page.press("#channel-input", "Enter")
+    answer = page.locator("#channel .message.ephemeral")
+    expect(answer).to_contain_text("cases")
+    expect(answer).to_contain_text("only visible to you")
+    be(page, "riley")
+    expect(page.locator("#channel .message.ephemeral")).to_have_count(0)

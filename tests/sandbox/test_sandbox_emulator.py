@@ -281,3 +281,14 @@ def test_page_and_state_show_each_person_their_own_view(rig):
     assert turned.json() == {"chaos": True} and rig.sandbox.sender.chaos
     unknown = httpx.post(f"{base}/sandbox/say", json={"user": "U0NOPE", "text": "hi"})
     assert unknown.status_code == 400 and unknown.json()["error"] == "user_not_found"
+
+
+def test_the_stream_announces_each_change(rig):
+    base = rig.sandbox.public_url
+    with httpx.stream("GET", f"{base}/sandbox/stream", timeout=5) as stream:
+        lines = stream.iter_lines()
+        first = next(lines)
+        assert first.startswith("data: ")
+        rig.slack.chat_postMessage(channel=CHANNEL_ID, text="Case opened")
+        later = next(line for line in lines if line.startswith("data: "))
+        assert int(later.removeprefix("data: ")) > int(first.removeprefix("data: "))
