@@ -16,7 +16,9 @@ if TYPE_CHECKING:
 
     from core.bootstrap import App, Connection
     from core.chat import ChatSink
+    from core.domain.policy import GroupMembers
     from core.messaging.consumer import Consumer
+    from core.settings import Settings
 
 
 def slack_chat(app: App) -> ChatSink:
@@ -50,10 +52,16 @@ def socket_mode(app: App) -> Connection:
     return start_socket_mode(app)
 
 
+def approver_groups(settings: Settings) -> GroupMembers | None:
+    from bot.groups import group_members
+
+    return group_members(settings)
+
+
 def product_extensions() -> Extensions:
     """What the agent and the bot plug into every opsgate process."""
     return Extensions(consumers={"notifier": slack_notifier}, routes=(slack_events,),
-                      chat=slack_chat, socket_mode=socket_mode)
+                      chat=slack_chat, socket_mode=socket_mode, members=approver_groups)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

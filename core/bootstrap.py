@@ -36,12 +36,14 @@ class Extensions:
     never imports them. ``consumers`` replaces core consumers by name (the agent plans instead
     of the template planner); ``routes`` mount HTTP routes on the API (Slack events);
     ``chat`` builds the sink the notifier posts through (Slack instead of memory);
-    ``socket_mode`` connects to Slack over Socket Mode (``opsgate serve --socket-mode``)."""
+    ``socket_mode`` connects to Slack over Socket Mode (``opsgate serve --socket-mode``);
+    ``members`` resolves the user groups on the approver list (Slack's, from a cache)."""
 
     consumers: Mapping[str, ConsumerFactory] = field(default_factory=dict)
     routes: tuple[RouteMount, ...] = ()
     chat: Callable[[App], ChatSink] | None = None
     socket_mode: Callable[[App], Connection] | None = None
+    members: Callable[[Settings], GroupMembers | None] | None = None
 
 
 @dataclass
@@ -79,6 +81,8 @@ def bootstrap(settings: Settings | None = None, *, engine: Engine | None = None,
     plug in; an explicit ``chat`` wins over the extensions' sink."""
     extensions = extensions or Extensions()
     settings = settings or load_settings()
+    if members is None and extensions.members is not None:
+        members = extensions.members(settings)
     engine = engine or make_engine(settings.database_url, pool_size=settings.db_pool_size)
     policy = policy_from_settings(settings, members)
     app = App(settings=settings, engine=engine,

@@ -24,6 +24,7 @@ from sqlalchemy import Engine
 from bot.agent import Agent
 from bot.app import SlackEvents, build_bolt, mount_slack_events
 from bot.cli import slack_chat
+from bot.groups import group_members
 from bot.notifier import SlackNotifier
 from core.api import create_api
 from core.bootstrap import App, Extensions, bootstrap
@@ -35,6 +36,7 @@ SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 TEAM, CHANNEL, BOT_USER = "T0001", "C0INCIDENT", "U0BOT"
 REQUESTER, APPROVER, SECOND, OUTSIDER = "U0ALICE", "U0BOB", "U0CAROL", "U0MALLORY"
 APPROVERS = [APPROVER, SECOND]
+GROUPS = {"S0ONCALL": [APPROVER]}  # the user groups the fake Slack knows
 
 
 # -- Slack's Web API, played locally ----------------------------------------------------------
@@ -113,6 +115,8 @@ def _web_api(slack: FakeSlack) -> dict[str, Any]:
         "/api/chat.update": answer(updated),
         "/api/chat.postEphemeral": answer(lambda _s: {"message_ts": slack.next_ts()}),
         "/api/views.open": answer(lambda _s: {"view": {"id": "V0001"}}),
+        "/api/usergroups.users.list": answer(
+            lambda seen: {"users": GROUPS.get(str(args_of(seen).get("usergroup")), [])}),
     }
 
 
@@ -284,7 +288,8 @@ def running_bot(engine: Engine, *, agent: Agent | None = None, loop: bool = True
             served.append(SlackEvents(build_bolt(app, agent=agent), SECRET))
             mount_slack_events(app, api, served[-1])
 
-        extensions = Extensions(consumers=consumers, routes=(mount,), chat=slack_chat)
+        extensions = Extensions(consumers=consumers, routes=(mount,), chat=slack_chat,
+                                members=group_members)
         app = bootstrap(settings_for(slack, **overrides), engine=engine, extensions=extensions)
         config = uvicorn.Config(create_api(app), host="127.0.0.1", port=0, log_level="warning",
                                 lifespan="off")

@@ -155,3 +155,15 @@ def test_a_risky_plan_needs_two_distinct_approvers(pg_engine: Engine) -> None:
         last = json.dumps([u for u in bot.slack.calls("chat.update")
                            if u.get("ts") == plan["ts"]][-1]["blocks"])
         assert APPROVER in last and SECOND in last and "plan_approve" not in last
+
+
+def test_approvers_by_user_group(sqlite_engine: Engine) -> None:
+    with running_bot(sqlite_engine, approvers=["S0ONCALL"]) as bot:
+        case_id, plan, approval_id = open_and_wait_for_plan(bot, "24.000100")
+        bot.click(Action.APPROVE, approval_id, user=SECOND, message_ts=plan["ts"])
+        assert "not an approver (S0ONCALL may approve)" in wait_ephemeral(bot, SECOND)[0]
+        bot.click(Action.APPROVE, approval_id, user=APPROVER, message_ts=plan["ts"])
+        bot.slack.wait_for(lambda: any("CLOSED" in t for t in bot.slack.texts()),
+                           what="CLOSED")
+        groups = bot.slack.calls("usergroups.users.list")
+        assert groups and groups[0]["usergroup"] == "S0ONCALL"

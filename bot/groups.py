@@ -1,0 +1,75 @@
+"""Slack user groups on the approver list (``OPSGATE_APPROVERS`` ids starting with ``S``): who is
+in them, from memory. The approval policy asks inside the case's transaction, so the members are
+read from Slack (``usergroups.users.list``) in the background and served from a cache; a group
+not read yet has no members (fail closed)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Collection, Iterable
+
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+
+from core.domain.policy import GroupMembers
+from core.settings import Settings
+
+log = logging.getLogger(__name__)
+
+REFRESH_S = 300.0
+
+
+def is_group(approver: str) -> bool:
+    return approver.startswith("S")
+
+
+class SlackGroups:
+    """``members(group_id)`` over a cache that a daemon thread refreshes every ``refresh_s``."""
+
+    def __init__(self, client: WebClient, groups: Iterable[str], *,
+                 refresh_s: float = REFRESH_S) -> None:
+        self.client = client
+        self.groups = tuple(groups)
+        self.refresh_s = refresh_s
+        self._members: dict[str, frozenset[str]] = {}
+        self._stop = threading.Event()
+
+    def __call__(self, group: str) -> Collection[str]:
+        return self._members.get(group, frozenset())
+
+    def refresh(self) -> None:
+        """Read every group's members now; a group Slack will not list keeps its last members."""
+        for group in self.groups:
+            try:
+                users = self.client.usergroups_users_list(usergroup=group).get("users") or []
+            except SlackApiError as exc:
+                log.warning("usergroups.users.list %s: %s", group, exc.response.get("error"))
+                continue
+            self._members = {**self._members, group: frozenset(str(u) for u in users)}
+
+    def start(self) -> SlackGroups:
+        thread = threading.Thread(target=self._run, name="slack-groups", daemon=True)
+        thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.refresh()
+            except Exception:  # a network failure: keep the cache, try again later
+                log.exception("refreshing Slack user groups failed")
+            self._stop.wait(self.refresh_s)
+
+
+def group_members(settings: Settings) -> GroupMembers | None:
+    """The resolver of the approver list's user groups; None when there are none (or no Slack)."""
+    from bot.app import web_client
+
+    groups = [approver for approver in settings.approvers if is_group(approver)]
+    if not groups or settings.slack_bot_token is None:
+        return None
+    return SlackGroups(web_client(settings), groups).start()
