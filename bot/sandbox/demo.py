@@ -189,14 +189,24 @@ class Demo:
 
 def demo_settings(args: argparse.Namespace, sandbox: Sandbox) -> Settings:
     """The environment's settings with Slack pointed at the sandbox, alice the approver, the
-    offline planner model and no auto-approval (a person decides at the gate)."""
+    offline planner model and no auto-approval (a person decides at the gate). PostgreSQL and
+    Redis only when asked for on the command line: a production ``OPSGATE_DATABASE_URL`` in the
+    environment must not receive demo cases (nor be upgraded) by accident."""
     from pydantic import SecretStr
 
     from bot.sandbox.workspace import APPROVER, CHANNEL_ID
-    from core.settings import Settings, load_settings
+    from core.cli import CliError
+    from core.settings import load_settings
 
-    base = Settings(database_url=args.database_url) if args.database_url else load_settings()
+    base = load_settings()
+    database_url = args.postgres or args.database_url or base.database_url
+    if not (args.postgres or args.database_url or database_url.startswith("sqlite")):
+        raise CliError("OPSGATE_DATABASE_URL is not a SQLite file; the demo writes demo cases "
+                       "and upgrades its database, so name it on the command line: "
+                       "`opsgate demo --postgres URL` (or unset OPSGATE_DATABASE_URL)")
     update: dict[str, object] = {
+        "database_url": database_url,
+        "redis_url": args.redis,
         "slack_bot_token": SecretStr(sandbox.bot_token),
         "slack_signing_secret": SecretStr(sandbox.signing_secret),
         "slack_app_token": None,
@@ -207,10 +217,6 @@ def demo_settings(args: argparse.Namespace, sandbox: Sandbox) -> Settings:
         "model": None,
         "openai_api_key": None,
     }
-    if args.postgres:
-        update["database_url"] = args.postgres
-    if args.redis:
-        update["redis_url"] = args.redis
     return base.model_copy(update=update)
 
 

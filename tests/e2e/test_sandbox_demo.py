@@ -98,3 +98,13 @@ def test_demo_help_says_how_to_use_it(tmp_path):
     text = " ".join(result.stdout.split())
     for words in ("--port", "--postgres", "--redis", "--chaos", "--walk", "127.0.0.1:3000"):
         assert words in text, text
+
+
+def test_demo_will_not_write_to_a_postgres_it_was_not_given_on_the_command_line(tmp_path):
+    result = subprocess.run(
+        command("demo", "--port", str(free_port())), cwd=tmp_path, capture_output=True,
+        env=clean_env(OPSGATE_DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1:1/prod"),
+        text=True, timeout=60, check=False)
+    assert result.returncode == 1
+    assert "OPSGATE_DATABASE_URL is not a SQLite file" in result.stderr
+    assert "opsgate demo --postgres URL" in result.stderr and "Traceback" not in result.stderr
