@@ -103,3 +103,22 @@ def test_acks_are_immediate_while_the_agent_thinks(sqlite_engine: Engine) -> Non
         assert answer.status_code == 200
         # acked long before the agent answers (Slack gives 3 s)
         assert time.perf_counter() - started < agent.delay_s
+
+
+class BrokenAgent(ScriptedAgent):
+    def converse(self, case_id, text, *, user, correlation_id):  # type: ignore[no-untyped-def]
+        raise RuntimeError("model server exploded: Traceback (most recent call last)")
+
+
+def test_an_unknown_failure_is_logged_with_its_id_and_the_user_gets_an_apology(
+        sqlite_engine: Engine, caplog) -> None:  # type: ignore[no-untyped-def]
+    with running_bot(sqlite_engine, agent=BrokenAgent(), loop=False) as bot:
+        bot.mention("<@U0BOT> api down", event_id="EvBoom", ts="11.000100")
+        bot.slack.wait_for(lambda: bool(bot.slack.calls("chat.postEphemeral")),
+                           what="the apology")
+        apology = bot.slack.calls("chat.postEphemeral")[0]
+        assert apology["user"] == "U0ALICE" and apology["thread_ts"] == "11.000100"
+        assert "Sorry" in apology["text"] and "EvBoom" in apology["text"]
+        assert "Traceback" not in apology["text"] and "exploded" not in apology["text"]
+    assert "slack request EvBoom failed" in caplog.text
+    assert "model server exploded" in caplog.text

@@ -165,5 +165,6 @@ def test_approvers_by_user_group(sqlite_engine: Engine) -> None:
         bot.click(Action.APPROVE, approval_id, user=APPROVER, message_ts=plan["ts"])
         bot.slack.wait_for(lambda: any("CLOSED" in t for t in bot.slack.texts()),
                            what="CLOSED")
+        assert bot.app.cases.get_case(case_id)["status"] == "CLOSED"
         groups = bot.slack.calls("usergroups.users.list")
         assert groups and groups[0]["usergroup"] == "S0ONCALL"
