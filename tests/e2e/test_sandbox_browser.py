@@ -134,7 +134,7 @@ def shot(page, name: str) -> None:
 
 def test_mention_then_approval_closes_the_case(page):
     mention(page, "checkout p95 is over 2 s")
-    shot(page, "sandbox-plan")
+    shot(page, "sandbox")
     be(page, "alice")
     click_in_thread(page, "Approve")
     expect(page.locator("#case-status")).to_have_text("CLOSED")
@@ -143,7 +143,7 @@ def test_mention_then_approval_closes_the_case(page):
     expect(thread).to_contain_text("VERIFYING → CLOSED")
     expect(thread.get_by_role("button", name="Approve")).to_have_count(0)
     expect(page.locator("#timeline [data-event=verify_pass]")).to_have_count(1)
-    shot(page, "sandbox")
+    shot(page, "sandbox-closed")
 
 
 def test_rejection_with_a_reason_parks_the_case(page):
