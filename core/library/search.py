@@ -108,12 +108,34 @@ def search(conn: Connection, query: str, kind: str, limit: int) -> list[Hit]:
         statement = _PG
         params.update(text=" ".join(terms), common=COMMON_SHARE, min_rows=COMMON_MIN_ROWS)
     else:
-        # Words are [a-z0-9]+ (title_words), so no FTS5 syntax can slip in.
         statement = _SQLITE
-        params.update(terms=" OR ".join(f'"{term}"' for term in terms), chunks=MAX_CHUNKS)
+        params.update(terms=fts5_query(conn, terms), chunks=MAX_CHUNKS)
     rows = conn.execute(statement, params).mappings()
     return [Hit(int(row["id"]), str(row["source"]), str(row["kind"]), str(row["title"]),
                 _meta(row["meta"]), float(row["score"])) for row in rows]
+
+
+def fts5_query(conn: Connection, terms: list[str]) -> str:
+    """The FTS5 MATCH expression for ``terms``: as on PostgreSQL, once the index holds
+    ``COMMON_MIN_ROWS`` chunks a word in more than ``COMMON_SHARE`` of them finds only together
+    with the query's other common words (counting a word's chunks reads its doclist, no rank)."""
+    # Words are [a-z0-9]+ (title_words), so no FTS5 syntax can slip in.
+    quoted = [f'"{term}"' for term in terms]
+    total = int(conn.execute(_CHUNKS).scalar_one())
+    if total < COMMON_MIN_ROWS:
+        return " OR ".join(quoted)
+    common = [q for q in quoted
+              if int(conn.execute(_MATCHES, {"term": q}).scalar_one()) > COMMON_SHARE * total]
+    rare = [q for q in quoted if q not in common]
+    if not rare:
+        return " OR ".join(quoted)
+    together = [f"({' AND '.join(common)})"] if len(common) >= 2 else []
+    return " OR ".join([*rare, *together])
+
+
+# max(id): an upper bound of the row count, read from the primary key at once
+_CHUNKS = text("SELECT coalesce(max(id), 0) FROM kb_chunk")
+_MATCHES = text("SELECT count(*) FROM kb_chunk_fts WHERE kb_chunk_fts MATCH :term")
 
 
 def _meta(value: Any) -> dict[str, Any]:
