@@ -18,12 +18,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from playwright import sync_api
+from playwright.sync_api import expect
 
 from bot.sandbox.serving import free_port
 from tests.e2e.loop_support import clean_env, command
-
-sync_api = pytest.importorskip("playwright.sync_api")
-expect = sync_api.expect
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
