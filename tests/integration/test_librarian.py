@@ -127,15 +127,15 @@ def library(app) -> tuple[Library, list[UUID]]:
     return library, ids
 
 
-@pytest.mark.parametrize(("query", "expected"), QUERIES)
-def test_the_top_similar_case_is_the_one_a_person_would_pick(library, query, expected):
+def test_the_top_similar_case_is_the_one_a_person_would_pick(library):
     lib, ids = library
-    found = lib.similar_cases(query)
-    assert found[0]["case_id"] == str(ids[expected]), [c["title"] for c in found]
-    assert 1 <= len(found) <= 3
-    assert found[0]["resolved_by"] == PAST[expected][1]
-    assert found[0]["verification"] == PAST[expected][3]
-    assert all(found[0]["score"] > other["score"] for other in found[1:])
+    for query, expected in QUERIES:  # one library for the five queries: it takes a while
+        found = lib.similar_cases(query)
+        assert found[0]["case_id"] == str(ids[expected]), (query, [c["title"] for c in found])
+        assert 1 <= len(found) <= 3
+        assert found[0]["resolved_by"] == PAST[expected][1]
+        assert found[0]["verification"] == PAST[expected][3]
+        assert all(found[0]["score"] > other["score"] for other in found[1:]), query
 
 
 def test_the_best_plan_is_the_most_similar_cases_and_says_where_it_came_from(library):
