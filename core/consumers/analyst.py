@@ -56,7 +56,7 @@ class Analyst:
         self.source = source or series_source(app.settings)
         self.library = library or Library(app.engine)
         self.specs = catalog(app.settings.metric_catalog)
-        self.runbooks_dir: str | None = getattr(app.settings, "runbooks_dir", None)
+        self.runbooks_dir = app.settings.runbooks_dir
 
     def handle(self, delivery: Delivery) -> None:
         payload = delivery.envelope.payload

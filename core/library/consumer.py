@@ -27,7 +27,7 @@ class Librarian:
 
     def __init__(self, app: App, library: Library | None = None) -> None:
         self.library = library or Library(app.engine)
-        self.runbooks_dir: str | None = getattr(app.settings, "runbooks_dir", None)
+        self.runbooks_dir = app.settings.runbooks_dir
 
     def handle(self, delivery: Delivery) -> None:
         payload = delivery.envelope.payload
