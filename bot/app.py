@@ -8,6 +8,7 @@ it on the event loop, which would make every concurrent request wait for the one
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -93,16 +94,21 @@ class SlackEvents:
     whose body they need, on a worker thread (Bolt's own Starlette adapter would run the
     synchronous dispatch on the event loop and queue every concurrent ack behind it).
 
-    Acks come first: a hand-off waits (bounded) until no request arrived for a moment, because
-    the work it starts (Bolt's dispatch, opening the case) holds the interpreter's lock and
-    would slow every ack in a burst of mentions."""
+    Acks come first: acked events are handed to Bolt once no request arrived for a moment
+    (bounded), because the work they start (Bolt's dispatch, opening the case) holds the
+    interpreter's lock and would slow every ack in a burst of mentions."""
 
     def __init__(self, bolt: Bolt, signing_secret: str, *, handoff_workers: int = 2) -> None:
         self.bolt = bolt
         self.verifier = SignatureVerifier(signing_secret)
         self.handoff = ThreadPoolExecutor(max_workers=handoff_workers,
                                           thread_name_prefix="slack-dispatch")
-        self.last_request = 0.0  # when the latest request arrived (monotonic)
+        self.last_request = 0.0  # when the latest request arrived (perf_counter)
+        # Acked events not yet handed to Bolt, and the timer that hands them over; both are
+        # touched on the event loop only (close() takes what is left).
+        self.pending: list[tuple[bytes, dict[str, str]]] = []
+        self.pending_since = 0.0
+        self.flush_timer: asyncio.TimerHandle | None = None
 
     async def __call__(self, request: Request) -> Response:
         started = self.last_request = time.perf_counter()
@@ -111,7 +117,7 @@ class SlackEvents:
             early = self._early_ack(body, request.headers)
             if early is not None:
                 if early == HTTPStatus.OK:
-                    self.handoff.submit(self._dispatch_later, body, dict(request.headers))
+                    self._hand_off(body, dict(request.headers))
                 return Response(status_code=early)
             answer = await run_in_threadpool(self.bolt.dispatch, to_bolt_request(request, body))
         except Exception:  # a body Bolt cannot even parse: refused, nothing touched
@@ -145,11 +151,27 @@ class SlackEvents:
             return HTTPStatus.UNAUTHORIZED
         return HTTPStatus.OK
 
-    def _dispatch_later(self, body: bytes, headers: dict[str, str]) -> None:
-        deadline = time.perf_counter() + ACKS_FIRST_S
-        while time.perf_counter() - self.last_request < QUIET_S and \
-                time.perf_counter() < deadline:
-            time.sleep(QUIET_S / 2)
+    def _hand_off(self, body: bytes, headers: dict[str, str]) -> None:
+        """Keep an acked event for Bolt; a timer on the event loop hands the kept ones over once
+        no request arrived for ``QUIET_S`` (or after ``ACKS_FIRST_S``). Nothing polls, so no
+        thread takes the interpreter lock from the acks in the meantime."""
+        if not self.pending:
+            self.pending_since = time.perf_counter()
+        self.pending.append((body, headers))
+        if self.flush_timer is None:
+            self.flush_timer = asyncio.get_running_loop().call_later(QUIET_S, self._flush)
+
+    def _flush(self) -> None:
+        self.flush_timer = None
+        now = time.perf_counter()
+        if now - self.last_request < QUIET_S and now - self.pending_since < ACKS_FIRST_S:
+            self.flush_timer = asyncio.get_running_loop().call_later(QUIET_S, self._flush)
+            return
+        kept, self.pending = self.pending, []
+        for body, headers in kept:
+            self.handoff.submit(self._dispatch, body, headers)
+
+    def _dispatch(self, body: bytes, headers: dict[str, str]) -> None:
         request = BoltRequest(body=body.decode("utf-8"), headers=dict(headers))
         answer = self.bolt.dispatch(request)  # verifies again, then runs the lazy listeners
         if answer.status >= HTTPStatus.BAD_REQUEST:
@@ -158,6 +180,11 @@ class SlackEvents:
 
     def close(self) -> None:
         """Finish what was acked: hand-offs first, then the work they started."""
+        if self.flush_timer is not None:
+            self.flush_timer.cancel()
+        kept, self.pending = self.pending, []
+        for body, headers in kept:
+            self.handoff.submit(self._dispatch, body, headers)
         self.handoff.shutdown(wait=True)
         self.bolt._listener_runner.listener_executor.shutdown(wait=True)
 
