@@ -44,6 +44,7 @@ bench: install services ## run the benchmarks (PostgreSQL, Redis)
 	$(BIN)/python bench/transitions.py
 	$(BIN)/python bench/gateway.py
 	$(BIN)/python bench/outbox.py
+	$(BIN)/python bench/slack_ack.py
 
 clean: ## remove the venv and caches
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis opsgate.db*
