@@ -130,9 +130,10 @@ def test_double_and_simultaneous_clicks_make_one_decision(pg_engine: Engine) -> 
         assert len(executions) == 1
         winner = decided[0]["actor"]
         loser = SECOND if winner == APPROVER else APPROVER
-        # whoever clicked after the decision is told it was already decided, nothing else
-        assert ephemerals_to(bot, loser) and all(
-            "already decided" in t for t in ephemerals_to(bot, loser))
+        # every click after the decision is told it was already decided, nothing else
+        later = sum(1 for user, _ in clicks if user == loser)
+        told = wait_ephemeral(bot, loser, later)
+        assert len(told) == later and all("already decided" in t for t in told)
         assert all("already decided" in t for t in ephemerals_to(bot, winner))
 
 
