@@ -45,6 +45,7 @@ bench: install services ## run the benchmarks (PostgreSQL, Redis)
 	$(BIN)/python bench/gateway.py
 	$(BIN)/python bench/outbox.py
 	$(BIN)/python bench/slack_ack.py
+	$(BIN)/python bench/librarian.py
 
 clean: ## remove the venv and caches
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis opsgate.db*
