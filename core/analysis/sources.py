@@ -23,6 +23,9 @@ from core.executor.http_client import RedirectRefused, send
 from core.settings import Settings
 
 Series = list[tuple[float, float]]
+RECORDED_DEMO = Path(__file__).parent / "recorded"
+"""Recorded series for a demo (``OPSGATE_SERIES_DIR``): a latency step, an error-ratio spike and
+a memory leak, so each kind of case title shows its finding."""
 
 
 class SeriesSource(Protocol):

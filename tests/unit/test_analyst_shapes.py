@@ -98,3 +98,14 @@ def test_the_statistics_are_the_textbook_ones():
     assert (round(slope, 9), round(intercept, 9), round(r2, 9)) == (2.0, 1.0, 1.0)
     step = [(float(t), 0.0 if t < 6 else 5.0) for t in range(12)]
     assert change_point(step) == 6.0
+
+
+def test_the_shipped_demo_recordings_show_one_finding_per_kind_of_case():
+    from core.analysis.sources import RECORDED_DEMO
+
+    source = RecordedSource(RECORDED_DEMO)
+    statistics = {title: [f["statistic"] for f in find(metrics_for(title, SPECS), source,
+                                                       START)["findings"]]
+                  for title in ("checkout latency", "HighErrorRate", "memory leak")}
+    assert statistics == {"checkout latency": ["shift"], "HighErrorRate": ["error_ratio"],
+                          "memory leak": ["trend"]}
