@@ -219,3 +219,53 @@ def test_a_slash_command_answers_only_the_person_who_typed_it(page):
     expect(answer).to_contain_text("only visible to you")
     be(page, "riley")
     expect(page.locator("#channel .message.ephemeral")).to_have_count(0)
+
+
+# -- Block Kit as the page draws it (a sandbox of its own, no bot) ---------------------------
+
+EVERY_BLOCK = [
+    {"type": "header", "text": {"type": "plain_text", "text": "Plan: fail over checkout"}},
+    {"type": "section", "text": {"type": "mrkdwn",
+                                 "text": "*Risk* 0.4 — _needs_ `one` approver <@U0ALICE>"},
+     "fields": [{"type": "mrkdwn", "text": "*Status*\nWAIT_GATE"},
+                {"type": "plain_text", "text": "Severity SEV2"}]},
+    {"type": "divider"},
+    {"type": "context", "elements": [{"type": "mrkdwn", "text": "plan `21b9e0959a39`"}]},
+    {"type": "actions", "elements": [
+        {"type": "button", "action_id": "plan_approve", "style": "primary", "value": "ap_1",
+         "text": {"type": "plain_text", "text": "Approve"}}]},
+]
+
+
+def test_block_kit_is_drawn_readably(browser, tmp_path):
+    from slack_sdk import WebClient
+
+    from bot.sandbox.server import Sandbox, create_sandbox_app
+    from bot.sandbox.serving import ThreadedServer
+
+    port = free_port()
+    sandbox = Sandbox(events_url="http://127.0.0.1:9/slack/events", api_url="http://127.0.0.1:9",
+                      public_url=f"http://127.0.0.1:{port}")
+    server = ThreadedServer(create_sandbox_app(sandbox), "127.0.0.1", port, "sandbox").start()
+    context = browser.new_context()
+    try:
+        slack = WebClient(token=sandbox.bot_token, base_url=sandbox.web_api_url)
+        slack.chat_postMessage(channel="#incident", text="plan", blocks=EVERY_BLOCK)
+        page = context.new_page()
+        page.goto(sandbox.public_url)
+        message = page.locator("#channel .message").first
+        expect(message.locator(".bk-header")).to_have_text("Plan: fail over checkout")
+        section = message.locator(".bk-section")
+        expect(section.locator("b").first).to_have_text("Risk")
+        expect(section.locator("i")).to_have_text("needs")
+        expect(section.locator("code")).to_have_text("one")
+        expect(section.locator(".mention")).to_have_text("@alice")
+        expect(section.locator(".bk-fields > div")).to_have_count(2)
+        expect(message.locator(".bk-divider hr")).to_have_count(1)
+        expect(message.locator(".bk-context")).to_contain_text("plan 21b9e0959a39")
+        expect(message.get_by_role("button", name="Approve")).to_have_class(
+            "bk-button primary")
+    finally:
+        context.close()
+        sandbox.close()
+        server.stop()
