@@ -19,6 +19,11 @@ EVENTS = ("app_mention", "message")
 ``message.groups`` are the ``message`` events of public and private channels)."""
 
 
+PEOPLE_SAYING = (None, "thread_broadcast")
+"""Message subtypes that are a person saying something (a reply also sent to the channel is
+one); edits, joins, bot posts are not."""
+
+
 def register(bolt: Bolt, cases: SlackCases) -> None:
     bolt.event("app_mention")(ack=acknowledge,
                               lazy=[lazy(lambda body: on_mention(cases, body), cases.client)])
@@ -40,7 +45,8 @@ def on_message(cases: SlackCases, body: Body) -> None:
     """A person's reply in a case's thread; anything else (top-level chatter, edits, bots, a
     thread with no case) is not ours."""
     event = body["event"]
-    if event.get("subtype") or event.get("bot_id") or not event.get("thread_ts"):
+    if event.get("subtype") not in PEOPLE_SAYING or event.get("bot_id") or \
+            not event.get("thread_ts"):
         return
     where = thread_of(body)
     if cases.store.case_of_thread(where.team, where.channel, where.thread_ts) is None:

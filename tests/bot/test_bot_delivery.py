@@ -4,6 +4,7 @@ died mid-work is processed; every ack is immediate whatever the agent does."""
 
 from __future__ import annotations
 
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -12,7 +13,7 @@ from sqlalchemy import Engine, func, insert, select
 
 from bot.store import slack_event
 from core.adapters.tables import ops_case
-from tests.bot.slack_support import ScriptedAgent, running_bot
+from tests.bot.slack_support import ScriptedAgent, mention_event, running_bot
 
 
 def cases_count(engine: Engine) -> int:
@@ -57,6 +58,11 @@ def test_mention_in_a_case_thread_is_one_run_though_slack_sends_it_twice(
         bot.mention("is the standby healthy?", event_id="EvReply", ts="6.000300",
                     thread_ts="6.000100", kind="message")
         bot.slack.wait_for(lambda: len(agent.runs) == 3, what="the reply's run")
+        # an edit is not a new message
+        edit = json.loads(mention_event("is the standby healthy??", event_id="EvEdit",
+                                        ts="6.000400", thread_ts="6.000100", kind="message"))
+        edit["event"]["subtype"] = "message_changed"
+        bot.send(json.dumps(edit))
         time.sleep(0.5)
         assert len(agent.runs) == 3
         assert len({run[0] for run in agent.runs}) == 1  # one case
