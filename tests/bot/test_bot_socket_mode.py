@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+import httpx
 from sqlalchemy import Engine
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.server import ServerConnection, serve
@@ -27,11 +29,14 @@ from core.adapters.database import make_engine
 from core.bootstrap import Extensions, bootstrap
 from core.migrate import upgrade_engine
 from tests.bot.slack_support import (
+    FORM,
+    SECRET,
     ScriptedAgent,
     command_body,
     fake_slack,
     mention_event,
     settings_for,
+    signed,
 )
 from tests.integration.local_http import Reply
 
@@ -126,6 +131,19 @@ def test_socket_mode_acks_envelopes_and_does_the_work_after(sqlite_engine: Engin
             app.close()
 
 
+def post_when_up(url: str, body: str, within_s: float = 20.0) -> httpx.Response:
+    """POST once the server listens (uvicorn starts after the Socket Mode connection)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return httpx.post(url, content=body, headers=signed(body, content_type=FORM),
+                              timeout=10)
+        except httpx.ConnectError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def test_opsgate_serve_socket_mode_process(tmp_path: Path) -> None:
     with fake_slack() as slack, socket_slack() as ws:
         slack.server.routes["/api/apps.connections.open"] = Reply(
@@ -135,18 +153,28 @@ def test_opsgate_serve_socket_mode_process(tmp_path: Path) -> None:
                if not k.startswith(("OPSGATE_", "SLACK_", "OPENAI_"))}
         env.update({"OPSGATE_DATABASE_URL": f"sqlite:///{tmp_path / 'o.db'}",
                     "SLACK_BOT_TOKEN": "xoxb-test", "SLACK_APP_TOKEN": "xapp-test",
-                    "OPSGATE_SLACK_API_URL": slack.api_url})
+                    "SLACK_SIGNING_SECRET": SECRET, "OPSGATE_SLACK_API_URL": slack.api_url})
         migrated = make_engine(env["OPSGATE_DATABASE_URL"])
         upgrade_engine(migrated)
         migrated.dispose()
-        serve_cmd = [sys.executable, "-m", "bot.cli", "serve", "--socket-mode", "--port", "0",
-                     "--no-loop"]
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        serve_cmd = [sys.executable, "-m", "bot.cli", "serve", "--socket-mode", "--port",
+                     str(port), "--no-loop"]
         process = subprocess.Popen(serve_cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT)
         try:
             ws.envelopes.put(command_envelope("env-cli", "list"))
             answer = ws.ack_of("env-cli", timeout_s=30)["payload"]
             assert answer["response_type"] == "ephemeral" and "Latest cases" in answer["text"]
+            # the same process serves Slack's HTTP requests too, signed
+            body = command_body("help")
+            over_http = post_when_up(f"http://127.0.0.1:{port}/slack/events", body)
+            assert over_http.status_code == 200 and "/case new" in over_http.text
+            forged = httpx.post(f"http://127.0.0.1:{port}/slack/events", content=body,
+                                headers=signed(body, content_type=FORM, secret="wrong"))
+            assert forged.status_code == 401
         finally:
             process.terminate()
             output = process.communicate(timeout=20)[0].decode()
