@@ -17,6 +17,7 @@ from typing import Any
 from uuid import UUID
 
 from sqlalchemy import Connection, Engine, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
 
 from core.adapters import case_store
 from core.adapters.database import connection, transaction
@@ -69,7 +70,14 @@ class Library:
         return sum(self.index(runbook_document(path)) for path in sorted(root.glob("*.md")))
 
     def index(self, document: Document) -> bool:
-        """Write ``document`` unless the same text is indexed already; True when written."""
+        """Write ``document`` unless the same text is indexed already; True when written. Two
+        writers of one new document race on its unique source: the loser writes nothing."""
+        try:
+            return self._index(document)
+        except IntegrityError:
+            return False
+
+    def _index(self, document: Document) -> bool:
         with transaction(self.engine) as conn:
             found = conn.execute(select(kb_doc.c.id, kb_doc.c.digest)
                                  .where(kb_doc.c.source == document.source)).first()

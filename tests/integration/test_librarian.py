@@ -259,3 +259,24 @@ def test_a_cases_evidence_for_the_agent_and_the_similar_command(app, library):
     assert f"most similar verified case ({ids[0]}): Roll back checkout to v2.2" in text
     with pytest.raises(NotFound):
         lib.evidence_for(UUID(int=0))
+
+
+def test_two_librarians_indexing_one_new_runbook_at_once_write_it_once(engine):
+    import threading
+
+    libraries = [Library(engine) for _ in range(4)]
+    barrier = threading.Barrier(len(libraries))
+    written: list[int] = []
+
+    def index(lib: Library) -> None:
+        barrier.wait()
+        written.append(lib.index_runbooks(RUNBOOKS))
+
+    threads = [threading.Thread(target=index, args=(lib,)) for lib in libraries]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sum(written) == 2 and len(written) == 4  # each runbook written by one of them
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(kb_doc)).scalar_one() == 2
