@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+from prometheus_client import REGISTRY
 from sqlalchemy import Engine, func, select
 
 from bot.store import slack_event
@@ -56,8 +57,14 @@ def test_unsigned_stale_or_malformed_requests_are_refused_and_logged(
 
 def test_a_signed_request_within_five_minutes_is_accepted(sqlite_engine: Engine) -> None:
     body = mention_event("<@U0BOT> api down", event_id="EvOk", ts="31.000100")
+    acks_before = acks_observed()
     with running_bot(sqlite_engine, loop=False) as bot:
         answer = bot.http.post(f"{bot.base}/slack/events", content=body.encode(),
                                headers=signed(body, timestamp=int(time.time()) - 240))
         assert answer.status_code == 200
         bot.slack.wait_for(lambda: bool(bot.slack.posts()), what="the reply")
+    assert acks_observed() == acks_before + 1  # slack_ack_seconds
+
+
+def acks_observed() -> float:
+    return REGISTRY.get_sample_value("slack_ack_seconds_count") or 0.0
