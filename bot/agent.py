@@ -1,18 +1,18 @@
 """The agent as the bot sees it: one method that continues a case's conversation and returns the
-reply to post in its thread. ``agent.build_agent(app)`` provides the real one when the agent
-package is installed; without it the bot only acknowledges in the thread."""
+reply to post in its thread. ``configured_agent`` gives the ``agent`` package's agent, built on
+the first conversation rather than at start-up (importing LangChain takes seconds that
+``opsgate serve`` and ``opsgate demo`` should not wait for)."""
 
 from __future__ import annotations
 
-import importlib
-import logging
-from typing import TYPE_CHECKING, Protocol, cast
+import threading
+from typing import TYPE_CHECKING, Protocol
 from uuid import UUID
+
+from core.tracing import bound
 
 if TYPE_CHECKING:
     from core.bootstrap import App
-
-log = logging.getLogger(__name__)
 
 
 class Agent(Protocol):
@@ -22,14 +22,29 @@ class Agent(Protocol):
         ...
 
 
-def configured_agent(app: App) -> Agent | None:
-    """The agent the ``agent`` package builds for ``app``; None when it is not there."""
-    try:
-        module = importlib.import_module("agent")
-    except ImportError:
-        return None
-    build = getattr(module, "build_agent", None)
-    if build is None:
-        log.info("the agent package has no build_agent yet: the bot runs without an agent")
-        return None
-    return cast(Agent, build(app))
+class LazyAgent:
+    """``agent.build_agent(app)``, built when the first conversation needs it; each turn runs
+    with the Slack request's correlation id bound, so its gateway calls carry it."""
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+        self._agent: Agent | None = None
+        self._lock = threading.Lock()
+
+    def converse(self, case_id: UUID, text: str, *, user: str, correlation_id: str) -> str:
+        with bound(correlation_id):
+            return self._built().converse(case_id, text, user=user,
+                                          correlation_id=correlation_id)
+
+    def _built(self) -> Agent:
+        with self._lock:
+            if self._agent is None:
+                from agent import build_agent
+
+                self._agent = build_agent(self._app)
+            return self._agent
+
+
+def configured_agent(app: App) -> Agent:
+    """The agent of ``app`` (the ``agent`` package's, built on first use)."""
+    return LazyAgent(app)

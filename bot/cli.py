@@ -60,7 +60,10 @@ def approver_groups(settings: Settings) -> GroupMembers | None:
 
 def product_extensions() -> Extensions:
     """What the agent and the bot plug into every opsgate process."""
-    return Extensions(consumers={"notifier": slack_notifier}, routes=(slack_events,),
+    from agent import consumers as agent_consumers
+
+    return Extensions(consumers={**agent_consumers(), "notifier": slack_notifier},
+                      routes=(slack_events,),
                       chat=slack_chat, socket_mode=socket_mode, members=approver_groups)
 
 

@@ -53,7 +53,8 @@ pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.loop]
 CASES = 200
 RUN_DEADLINE_S = 120.0
 SETTLE_DEADLINE_S = 60.0
-PROCESS_CONSUMERS = ("intake", "analyst", "gatekeeper", "executor", "verifier", "notifier")
+PROCESS_CONSUMERS = ("intake", "analyst", "gatekeeper", "executor", "verifier", "notifier",
+                     "librarian")
 CLOSED_LIFE = ["case_opened", "start_analysis", "analysis_done", "plan_ready", "gate_approved",
                "step_result", "exec_done", "verify_result", "verify_pass"]
 FINAL = (CaseStatus.CLOSED, CaseStatus.PARKED)
