@@ -2,8 +2,9 @@
 
     START → model ⇄ tools → END
 
-The model node calls the chat model with the system prompt and the thread's messages and counts
-the call and its tokens. The tool node answers every tool call of the model's last message, in
+The model node calls the chat model with the system prompt, the case's evidence (a separate
+context message, ``agent.evidence``) and the thread's messages, and counts the call and its
+tokens. The tool node answers every tool call of the model's last message, in
 order (parallel calls included, and malformed ones as errors), through ``CaseTools``. The loop
 ends when the model answers without tool calls, runs out of model calls, or gives up on an
 invalid plan after ``MAX_PLAN_REPAIRS`` repairs.
@@ -30,6 +31,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from agent import metrics
+from agent.evidence import evidence_messages
 from agent.models import model_name
 from agent.prompts import system_prompt
 from agent.state import AgentState
@@ -74,6 +76,7 @@ def build_graph(model: BaseChatModel, tools: CaseTools, checkpointer: BaseCheckp
             return {"messages": [AIMessage(content=note)], "stop": "budget"}
         tools.renew()  # a slow model must not let the lease lapse mid-turn
         prompt: list[BaseMessage] = [SystemMessage(system_prompt(state["case_id"])),
+                                     *evidence_messages(state.get("evidence")),
                                      *recent(state["messages"])]
         reply = _invoke(bound, prompt, name, usage)
         counted = _count(reply, name, usage)

@@ -2,9 +2,11 @@
 
 It is not a language model. It reads the conversation the graph gives it and answers the way a
 careful model would, through the very same tools: look at the case and the runbooks, record
-findings while the case is still analysed, then propose the catalog plan (core/domain/
-plan_templates) whose keywords match the incident text (else the one the best runbook names),
-and say that a human must approve it.
+findings while the case is still analysed (citing the analyst's findings and the most similar
+verified case, from the evidence context ``agent.evidence`` adds), then propose the plan that
+resolved the most similar verified case, adapted to this case and naming it — else the catalog
+plan (core/domain/plan_templates) whose keywords match the incident text (else the one the best
+runbook names) — and say that a human must approve it.
 It never asks for a tool that does not exist, so prompt-injected text changes nothing.
 """
 
@@ -23,6 +25,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from agent.evidence import evidence_of, findings_cited, learned_from, learned_plan
 from agent.models import OFFLINE_NAME, estimate_usage
 from core.consumers.planner import DEFAULT_TEMPLATE, choose_template
 from core.domain.fsm import CaseStatus
@@ -71,22 +74,26 @@ class OfflinePlannerModel(BaseChatModel):
         results = {str(m.name): _json(m.content) for m in messages[start:]
                    if isinstance(m, ToolMessage)}
         turn = sum(isinstance(m, AIMessage) for m in messages)
+        evidence = evidence_of(messages)
         if case_id is None:
             return AIMessage(content="I can only work inside a case thread.")
         if not results:
             return self._calls(turn, [("get_case", {"case_id": case_id}),
                                       ("search_runbooks", {"query": request[:300]})])
-        if "propose_plan" in results:
-            return AIMessage(content=self._proposal_answer(results["propose_plan"]))
         case = results.get("get_case", {})
-        status = self._status(case, results.get("record_findings"))
         title = str(case.get("title", ""))
+        if "propose_plan" in results:
+            learned = learned_plan(evidence, title) is not None
+            return AIMessage(content=self._proposal_answer(results["propose_plan"],
+                                                           evidence if learned else {}))
+        status = self._status(case, results.get("record_findings"))
         wants_plan = any(word in request.lower() for word in WANTS_PLAN)
         if wants_plan and status == CaseStatus.ANALYZING and "record_findings" not in results:
             return self._calls(turn, [("record_findings", {
-                "case_id": case_id, "summary": self._findings(title, results)})])
+                "case_id": case_id, "summary": self._findings(title, results, evidence)})])
         if wants_plan and status == CaseStatus.PLANNING:
-            plan = load_template(self._template(f"{title} {request}", results))
+            plan = (learned_plan(evidence, title)
+                    or load_template(self._template(f"{title} {request}", results)))
             return self._calls(turn, [("propose_plan", {"case_id": case_id, "plan": plan})])
         return AIMessage(content=self._status_answer(case, status, results))
 
@@ -125,18 +132,24 @@ class OfflinePlannerModel(BaseChatModel):
         found = results.get("search_runbooks", {}).get("runbooks") or []
         return str(found[0]["title"]) if found else None
 
-    def _findings(self, title: str, results: dict[str, dict[str, Any]]) -> str:
+    def _findings(self, title: str, results: dict[str, dict[str, Any]],
+                  evidence: dict[str, Any]) -> str:
         runbook = self._runbook(results)
-        where = f"; runbook: {runbook}" if runbook else "; no runbook matched"
-        return f"Offline planner: incident '{title}'{where}."
+        parts = [f"Offline planner: incident '{title}'", findings_cited(evidence),
+                 f"runbook: {runbook}" if runbook else "no runbook matched"]
+        if learned_plan(evidence, title) is not None:
+            parts.append(f"plan {learned_from(evidence)}")
+        return "; ".join(part for part in parts if part) + "."
 
     @staticmethod
-    def _proposal_answer(result: dict[str, Any]) -> str:
+    def _proposal_answer(result: dict[str, Any], learned: dict[str, Any]) -> str:
+        """``learned``: the evidence whose best plan was proposed (empty for a template)."""
         if result.get("error"):
             return f"I could not propose a plan: {json.dumps(result.get('error'))[:300]}"
         digest = str((result.get("result") or {}).get("plan_hash", ""))[:12]
-        return (f"I proposed plan {digest}. It waits at the gate: an authorized human must "
-                "approve it; I cannot execute or approve plans.")
+        source = f", {learned_from(learned)}" if learned else ""
+        return (f"I proposed plan {digest}{source}. It waits at the gate: an authorized human "
+                "must approve it; I cannot execute or approve plans.")
 
     def _status_answer(self, case: dict[str, Any], status: str,
                        results: dict[str, dict[str, Any]]) -> str:

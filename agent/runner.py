@@ -1,7 +1,8 @@
 """One agent turn on one case: take the case's session lock (a new fence), finish a turn a crash
-cut off inside the tool node (its calls replay), run the graph on the new input, and account
-for the model calls and tokens on the timeline. Model failures end the turn with a short
-explanation and change nothing else; ``converse`` never raises for them."""
+cut off inside the tool node (its calls replay), run the graph on the new input with the case's
+evidence from the library beside it (``agent.evidence``), and account for the model calls and
+tokens on the timeline. Model failures end the turn with a short explanation and change nothing
+else; ``converse`` never raises for them."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from langchain_core.runnables import RunnableConfig
 
 from agent import metrics
 from agent.checkpoints import Checkpoints, open_checkpoints
+from agent.evidence import case_evidence
 from agent.graph import ModelUnavailable, RunUsage, build_graph
 from agent.models import chat_model, model_name
 from agent.state import usage_of
@@ -149,7 +151,8 @@ class Agent:
             state = graph.get_state(config).values
         else:
             start = {"messages": [HumanMessage(text)], "case_id": str(tools.case_id),
-                     "turn_model_calls": 0, "invalid_plans": 0, "stop": None}
+                     "turn_model_calls": 0, "invalid_plans": 0, "stop": None,
+                     "evidence": case_evidence(self.app.engine, tools.case_id)}
             state = graph.invoke(start, config)
         if graph.get_state(config).next:
             return TurnResult("Paused before running tools; resume to continue.", "interrupted")

@@ -1,7 +1,8 @@
 """The graph's state: the case thread's messages plus the counters one turn needs.
 
-``usage`` accumulates over the whole thread (the case's totals); ``turn_model_calls`` and
-``invalid_plans`` are reset by every new turn's input."""
+``usage`` accumulates over the whole thread (the case's totals); ``turn_model_calls``,
+``invalid_plans`` and ``evidence`` (what the library knew about the case when the turn began,
+``agent.evidence``) are reset by every new turn's input."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class AgentState(TypedDict, total=False):
     usage: Annotated[dict[str, int], add_usage]  # model_calls, tokens_in, tokens_out
     turn_model_calls: int
     invalid_plans: int
+    evidence: dict[str, Any] | None
     stop: str | None  # why the turn ended early: "budget", "plan_invalid", "lost_lock"
 
 

@@ -115,7 +115,7 @@ def test_the_plugged_in_agent_planner_runs_in_the_closed_loop(sqlite_engine: Eng
     app = agent_app(sqlite_engine)
     app.extensions = Extensions(consumers=agent.consumers())
     planner = next(c for c in build_consumers(app) if c.name == "planner")
-    assert isinstance(planner, AgentPlanner)
+    assert isinstance(planner, agent.PlannerOnFirstUse)  # the AgentPlanner, built on first use
     case_id = case_at(app, CaseStatus.PLANNING, "region us-east down, fail over traffic")
 
     with InProcessLoop(app, [planner]) as loop:
