@@ -14,7 +14,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from pydantic import Field
 from sqlalchemy import Engine
 
-from agent.evidence import EVIDENCE_KEY
+from agent.evidence import EVIDENCE_KEY, evidence_messages, learned_plan
 from agent.offline import OfflinePlannerModel
 from agent.planner import AgentPlanner
 from agent.prompts import plan_request
@@ -166,3 +166,23 @@ def test_a_dissimilar_past_case_lends_no_plan(engine: Engine) -> None:
     stored = app.cases.proposed_plan(case_id)
     assert stored is not None and stored["plan"] == load_template("k8s.rollout.canary")
     assert not [e for e in events(app, case_id, "plan_ready") if "learned" in e["reason"]]
+
+
+def test_a_learned_plan_names_only_the_case_it_was_learned_from() -> None:
+    first = learned_plan({"best_plan": {"case_id": "c-1", "plan": PAST_PLAN}}, PAST_TITLE)
+    assert first is not None
+    again = learned_plan({"best_plan": {"case_id": "c-2", "plan": first}}, NEW_TITLE)
+
+    assert again is not None
+    assert again["title"] == f"Roll checkout back to v2.2 for: {NEW_TITLE} (learned from case c-2)"
+    long = learned_plan({"best_plan": {"case_id": "c-3", "plan": PAST_PLAN}}, "x" * 400)
+    assert long is not None and len(long["title"]) == 200
+    assert long["title"].endswith("(learned from case c-3)")
+
+
+def test_a_past_plan_that_fails_the_schema_is_not_learned() -> None:
+    broken = {**PAST_PLAN, "steps": [{"action": "rm -rf", "timeout_s": 1, "retry": 9}]}
+
+    assert learned_plan({"best_plan": {"case_id": "c-1", "plan": broken}}, NEW_TITLE) is None
+    assert learned_plan({}, NEW_TITLE) is None
+    assert evidence_messages(None) == [] and evidence_messages({}) == []
