@@ -14,6 +14,7 @@ from typing import Any
 
 from bot.ids import COMMAND, REASON_BLOCK, REASON_INPUT, Action, Subcommand, View
 from core.domain.policy import ApprovalPolicy, plan_risk, rollback_steps
+from core.library.render import evidence_text
 
 Block = dict[str, Any]
 Message = tuple[str, list[Block]]
@@ -184,12 +185,38 @@ def case_list(cases: Sequence[Mapping[str, Any]], status: str | None) -> Message
     return title, [section(f"*{title}*"), section("\n".join(lines))]
 
 
+def case_similar(evidence: Mapping[str, Any]) -> Message:
+    """``Library.evidence_for``'s answer: the case's findings, similar past cases with what
+    resolved them, relevant runbooks and the plan the most similar verified case was resolved
+    with. The text fallback is ``evidence_text``."""
+    case = f"`{short_id(evidence['case_id'])}` {evidence.get('title', '')}"
+    findings = [f"• {f.get('summary')} _(confidence {float(f.get('confidence', 0)):.0%})_"
+                for f in evidence.get("findings") or []]
+    similar = [f"{n}. *{c.get('title')}* (`{short_id(c.get('case_id'))}`)\n"
+               f"    resolved by _{c.get('resolved_by') or 'its plan'}_; verified: "
+               f"{c.get('verification') or '—'}"
+               for n, c in enumerate(evidence.get("similar_cases") or [], 1)]
+    runbooks = [f"• *{r.get('title')}* `{r.get('path')}`" for r in evidence.get("runbooks") or []]
+    blocks = [section(f"*Evidence for case* {case}"),
+              section("*Findings*\n" + ("\n".join(findings) or "none")),
+              section("*Similar past cases*\n" + ("\n".join(similar) or "none")),
+              section("*Relevant runbooks*\n" + ("\n".join(runbooks) or "none"))]
+    best = evidence.get("best_plan")
+    if best:
+        blocks.append(context(f"The plan that resolved the most similar verified case "
+                              f"`{short_id(best['case_id'])}`: "
+                              f"{(best.get('plan') or {}).get('title')}"))
+    return evidence_text(evidence)[:3000], blocks
+
+
 def help_message(note: str | None = None) -> Message:
     usage = "\n".join([
         f"`{COMMAND} {Subcommand.NEW} <title>` open a case with a thread in this channel",
         f"`{COMMAND} {Subcommand.STATUS} <id>` where a case stands (an id prefix is enough)",
         f"`{COMMAND} {Subcommand.TIMELINE} <id>` what happened to a case",
         f"`{COMMAND} {Subcommand.LIST} [status]` latest cases, optionally in one status",
+        f"`{COMMAND} {Subcommand.SIMILAR} <id>` similar past cases (what resolved them) and "
+        "relevant runbooks",
         f"`{COMMAND} {Subcommand.HELP}` this help",
         "Mention me in a channel to open a case for that thread, or in a case's thread "
         "to continue it.",

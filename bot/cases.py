@@ -27,6 +27,7 @@ from core.domain.commands import ApprovePlan, OpenCase, RejectPlan
 from core.domain.fsm import CaseStatus
 from core.errors import InvalidRequest, NotFound
 from core.gateway import ToolCall
+from core.library import Library
 from core.service import Reply
 
 log = logging.getLogger(__name__)
@@ -140,6 +141,12 @@ class SlackCases:
         if len(ids) > 1:
             raise InvalidRequest(f"`{wanted}` matches {len(ids)} cases: give more of the id")
         return self.cases.get_case(ids[0])
+
+    def evidence(self, prefix: str) -> dict[str, Any]:
+        """What the librarian knows for the case ``prefix`` names: its findings, similar past
+        cases (top 3, with what resolved them), relevant runbooks and the best plan."""
+        case = self.find_case(prefix)
+        return Library(self.app.engine).evidence_for(UUID(str(case["case_id"])))
 
     def _ids_starting_with(self, prefix: str) -> list[UUID]:
         engine = self.app.engine

@@ -14,6 +14,7 @@ class Subcommand(StrEnum):
     STATUS = "status"
     TIMELINE = "timeline"
     LIST = "list"
+    SIMILAR = "similar"
     HELP = "help"
 
 
@@ -22,6 +23,11 @@ class Action(StrEnum):
 
     APPROVE = "plan_approve"
     REJECT = "plan_reject"
+
+
+FINDING_LINK = "finding_link_"
+"""The start of the ``action_id`` of a finding's ``Query`` button (``core.analysis.render``): a
+link button, acknowledged and otherwise ignored."""
 
 
 class View(StrEnum):

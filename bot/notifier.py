@@ -1,6 +1,7 @@
 """The notifier as Slack shows it: a proposed plan becomes one Block Kit message with ``Approve``
 and ``Reject`` buttons bound to an approval id; when the gate decides (or records a first yes
-of two), that message is replaced in place (``chat.update``). Every other fact is the core's
+of two), that message is replaced in place (``chat.update``). The analyst's findings are a short
+Block Kit summary (``core.analysis.render.findings_blocks``). Every other fact is the core's
 text line in the case's thread.
 
 It replaces the core notifier by name (``Extensions.consumers["notifier"]``); posts and updates
@@ -17,6 +18,8 @@ from uuid import UUID
 from bot.blocks import Decision, plan_message
 from bot.ids import Action
 from bot.store import SlackStore
+from core.analysis.findings import FINDINGS_TOPIC
+from core.analysis.render import findings_blocks, findings_text
 from core.chat import Blocks
 from core.consumers.notifier import Notifier, Payload
 from core.domain.messages import Topic
@@ -46,6 +49,8 @@ class SlackNotifier(Notifier):
             plan = self._plan_message(payload)
             if plan is not None:
                 return plan
+        if topic == FINDINGS_TOPIC:
+            return findings_text(payload), findings_blocks(payload)
         return super().message(topic, payload)
 
     def handle(self, delivery: Delivery) -> None:

@@ -1,10 +1,12 @@
-"""The plan message's buttons and the Reject modal. Every decision is the core's
-(``approve_plan``/``reject_plan``: approvers, requester, two-person rule, plan hash and case
-version); the bot only carries the approval id and shows the core's answer."""
+"""The plan message's buttons, the Reject modal and the findings' link buttons (acknowledged
+only). Every decision is the core's (``approve_plan``/``reject_plan``: approvers, requester,
+two-person rule, plan hash and case version); the bot only carries the approval id and shows the
+core's answer."""
 
 from __future__ import annotations
 
 import json
+import re
 
 from slack_bolt import Ack
 from slack_bolt import App as Bolt
@@ -12,7 +14,7 @@ from slack_bolt import App as Bolt
 from bot.blocks import reject_modal
 from bot.cases import SlackCases
 from bot.failures import correlation_id, failure_text, tell
-from bot.ids import REASON_BLOCK, REASON_INPUT, Action, View
+from bot.ids import FINDING_LINK, REASON_BLOCK, REASON_INPUT, Action, View
 from bot.listeners import Body, acknowledge, lazy
 from core.errors import error_from_body
 
@@ -24,6 +26,8 @@ def register(bolt: Bolt, cases: SlackCases) -> None:
                                 lazy=[lazy(lambda body: approve(cases, body), cases.client)])
     bolt.action(Action.REJECT)(ack=acknowledge,
                                lazy=[lazy(lambda body: ask_reason(cases, body), cases.client)])
+    # A finding's Query button only opens its link; Slack still reports the click.
+    bolt.action(re.compile(f"^{FINDING_LINK}"))(acknowledge)
 
     def submit(ack: Ack, body: Body) -> None:
         error = reject(cases, body)

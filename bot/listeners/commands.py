@@ -1,6 +1,6 @@
-"""``/case new|status|timeline|list|help``: answered in the ack, ephemeral (only the asker needs
-it); ``new`` starts the case's thread in the channel right after the ack. Unknown subcommands get
-the help."""
+"""``/case new|status|timeline|list|similar|help``: answered in the ack, ephemeral (only the
+asker needs it); ``new`` starts the case's thread in the channel right after the ack. Unknown
+subcommands get the help."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from slack_bolt import App as Bolt
 from bot.blocks import (
     Message,
     case_list,
+    case_similar,
     case_status,
     case_timeline,
     ephemeral,
@@ -60,6 +61,10 @@ def answer_for(cases: SlackCases, subcommand: str, rest: str) -> Message:
         if subcommand == Subcommand.STATUS:
             return case_status(case)
         return case_timeline(case, cases.cases.timeline(UUID(case["case_id"])))
+    if subcommand == Subcommand.SIMILAR:
+        if not rest:
+            return help_message(f"`{COMMAND} similar` needs a case id (or its start).")
+        return case_similar(cases.evidence(rest.split()[0]))
     if subcommand == Subcommand.LIST:
         status = rest.split()[0] if rest else None
         return case_list(cases.list_cases(status), status.upper() if status else None)

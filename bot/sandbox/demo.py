@@ -191,10 +191,13 @@ def demo_settings(args: argparse.Namespace, sandbox: Sandbox) -> Settings:
     """The environment's settings with Slack pointed at the sandbox, alice the approver, the
     offline planner model and no auto-approval (a person decides at the gate). PostgreSQL and
     Redis only when asked for on the command line: a production ``OPSGATE_DATABASE_URL`` in the
-    environment must not receive demo cases (nor be upgraded) by accident."""
+    environment must not receive demo cases (nor be upgraded) by accident. The analyst reads the
+    recorded demo series unless ``OPSGATE_SERIES_DIR`` names others, so a latency, an error or a
+    memory leak case shows its finding."""
     from pydantic import SecretStr
 
     from bot.sandbox.workspace import APPROVER, CHANNEL_ID
+    from core.analysis.sources import RECORDED_DEMO
     from core.cli import CliError
     from core.settings import load_settings
 
@@ -216,6 +219,7 @@ def demo_settings(args: argparse.Namespace, sandbox: Sandbox) -> Settings:
         "auto_approve": "off",
         "model": None,
         "openai_api_key": None,
+        "series_dir": base.series_dir or str(RECORDED_DEMO),
     }
     return base.model_copy(update=update)
 

@@ -1,0 +1,116 @@
+"""The evidence in Slack: the analyst's findings are a Block Kit summary in the case thread (a
+finding's Query button is acknowledged), and ``/case similar <id>`` answers, ephemerally, with
+the case's similar past cases (what resolved them) and relevant runbooks, on SQLite and
+PostgreSQL; ``opsgate demo`` reads the recorded demo series unless ``OPSGATE_SERIES_DIR`` is set."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+from uuid import UUID
+
+import pytest
+from sqlalchemy import Engine
+
+from bot.notifier import SlackNotifier
+from core.analysis.findings import FINDINGS_TOPIC
+from core.analysis.render import findings_blocks, findings_text
+from core.analysis.sources import RECORDED_DEMO
+from core.library import Library
+from tests.bot.slack_support import APPROVER, Stack, running_bot
+from tests.bot.test_bot_commands import ask, shown
+from tests.integration.test_librarian import PAST, closed_case
+from tests.support import APPROVER as CASE_APPROVER
+from tests.support import open_case
+
+RUNBOOKS = Path(__file__).parents[1] / "fixtures" / "runbooks"
+NEW_TITLE = "checkout latency regression after the v2.4 deploy"  # PAST[0] is the one to pick
+
+
+def blocks_of(post: dict[str, Any]) -> list[dict[str, Any]]:
+    blocks = post.get("blocks")
+    return list(json.loads(blocks) if isinstance(blocks, str) else blocks or [])
+
+
+def findings_posts(bot: Stack) -> list[dict[str, Any]]:
+    return [post for post in bot.slack.posts()
+            if "Analysis:" in json.dumps(blocks_of(post))]
+
+
+def test_findings_are_a_block_kit_summary_in_the_case_thread(sqlite_engine: Engine) -> None:
+    with running_bot(sqlite_engine, series_dir=str(RECORDED_DEMO)) as bot:
+        assert bot.mention("<@U0OPSGATE> checkout latency up since the deploy",
+                           event_id="Ev0FIND", ts="1700000100.000100").status_code == 200
+        bot.slack.wait_for(lambda: bool(findings_posts(bot)), what="the findings summary")
+        [post] = findings_posts(bot)
+        assert post["thread_ts"] == "1700000100.000100"
+        assert post["text"].startswith("Analysis: 1 finding(s) in latency_p95_ms")
+        blocks = blocks_of(post)
+        assert blocks[0]["text"]["text"] == "*Analysis: 1 finding(s) in latency_p95_ms*"
+        finding = blocks[1]["text"]["text"]
+        assert "latency_p95_ms stepped up" in finding and "_confidence 99%_" in finding
+        assert "accessory" not in blocks[1]  # recorded series: no Prometheus graph to link to
+
+
+def test_the_slack_notifier_renders_the_findings_fact(sqlite_engine: Engine) -> None:
+    payload = {"case_id": str(UUID(int=7)), "checked": ["http_5xx_ratio"], "missing": [],
+               "findings": [{"metric": "http_5xx_ratio", "statistic": "error_ratio",
+                             "summary": "http_5xx_ratio 9% vs 0.2% before", "confidence": 0.97,
+                             "link": "http://prometheus:9090/graph?g0.expr=x"}],
+               "similar_cases": [{"title": "payments 502", "resolved_by": "Fail over"}],
+               "runbooks": [{"title": "Errors after a deploy"}]}
+    with running_bot(sqlite_engine, loop=False) as bot:
+        message = SlackNotifier(bot.app).message(FINDINGS_TOPIC, payload)
+        assert message == (findings_text(payload), findings_blocks(payload))
+        text, blocks = message
+        assert "Similar: payments 502 (resolved by Fail over)" in text
+        assert blocks is not None and blocks[-1]["type"] == "context"
+        button = blocks[1]["accessory"]
+        assert button["url"] == "http://prometheus:9090/graph?g0.expr=x"
+
+        # Slack reports a link button's click too: the bot acknowledges it and does nothing.
+        click = bot.click(button["action_id"], "", user=APPROVER, message_ts="1700000200.0001")
+        assert click.status_code == 200 and not bot.slack.posts()
+
+
+def test_case_similar_names_the_past_case_a_person_would_pick(engine: Engine) -> None:
+    with running_bot(engine, loop=False, approvers=[CASE_APPROVER]) as bot:
+        past = [closed_case(bot.app, *case) for case in PAST[:5]]
+        library = Library(bot.app.engine)
+        assert all(library.index_case(case_id) for case_id in past)
+        assert library.index_runbooks(RUNBOOKS) == 2
+        new = open_case(bot.app.cases, NEW_TITLE)
+
+        assert "/case similar <id>" in shown(ask(bot, "help"))
+        answer = ask(bot, f"similar {str(new)[:8]}")
+        blocks = answer["blocks"]
+        assert blocks[0]["text"]["text"] == f"*Evidence for case* `{str(new)[:8]}` {NEW_TITLE}"
+        similar = blocks[2]["text"]["text"]
+        assert similar.startswith(f"*Similar past cases*\n1. *{PAST[0][0]}* "
+                                  f"(`{str(past[0])[:8]}`)\n    resolved by _{PAST[0][1]}_")
+        assert similar.count("resolved by") <= 3
+        assert "*Latency after a deploy*" in blocks[3]["text"]["text"]
+        assert blocks[-1]["type"] == "context" and str(past[0])[:8] in str(blocks[-1])
+        assert "Similar past cases:\n- checkout p95 latency over 2 s" in answer["text"]
+
+        assert "no case id starts with `ffff0000`" in shown(ask(bot, "similar ffff0000"))
+        assert "is not a case id" in shown(ask(bot, "similar ../etc"))
+        assert "needs a case id" in shown(ask(bot, "similar"))
+
+
+def test_the_demo_reads_the_recorded_series_unless_told_otherwise(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from bot.sandbox.demo import demo_settings
+
+    args = argparse.Namespace(postgres=None, database_url=f"sqlite:///{tmp_path}/demo.db",
+                              redis=None)
+    sandbox = cast(Any, SimpleNamespace(bot_token="xoxb-demo", signing_secret="s3cret",
+                                        web_api_url="http://127.0.0.1:1/api/"))
+    monkeypatch.delenv("OPSGATE_SERIES_DIR", raising=False)
+    monkeypatch.delenv("OPSGATE_PROMETHEUS_URL", raising=False)
+    assert demo_settings(args, sandbox).series_dir == str(RECORDED_DEMO)
+    monkeypatch.setenv("OPSGATE_SERIES_DIR", str(tmp_path))
+    assert demo_settings(args, sandbox).series_dir == str(tmp_path)
