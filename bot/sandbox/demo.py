@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from core.settings import Settings
 
 DEFAULT_PORT = 3000
+STAND_INS = Path(__file__).with_name("bin")  # the demo's harmless restart-service and kubectl
 HOST = "127.0.0.1"  # the demo has no authentication: never bind anything else
 SHUTDOWN_GRACE_S = 10.0
 
@@ -181,6 +183,9 @@ class Demo:
         bus = "Redis Streams" if settings.redis_url else "in-process bus"
         print(f"opsgate demo: {engines}, {bus}, offline planner model, bot in HTTP mode at "
               f"{self.api_url}/slack/events", file=self.out, flush=True)
+        print("opsgate demo: restart-service, kubectl and the traffic gateway are stand-ins "
+              "(bot/sandbox/bin, the sandbox): approved plans change nothing real",
+              file=self.out, flush=True)
         print(f"opsgate demo: ready in {time.perf_counter() - STARTED:.2f} s "
               f"(startup {took_s:.2f} s after imports)", file=self.out, flush=True)
         print(f"\n  open {self.page_url}  — the Slack sandbox: mention @opsgate, then switch to "
@@ -191,7 +196,8 @@ def demo_settings(args: argparse.Namespace, sandbox: Sandbox) -> Settings:
     """The environment's settings with Slack pointed at the sandbox, alice the approver, the
     offline planner model and no auto-approval (a person decides at the gate). PostgreSQL and
     Redis only when asked for on the command line: a production ``OPSGATE_DATABASE_URL`` in the
-    environment must not receive demo cases (nor be upgraded) by accident. The analyst reads the
+    environment must not receive demo cases (nor be upgraded) by accident; the plans' tools are
+    stand-ins (``stand_in_tools``). The analyst reads the
     recorded demo series unless ``OPSGATE_SERIES_DIR`` names others, so a latency, an error or a
     memory leak case shows its finding."""
     from pydantic import SecretStr
@@ -208,6 +214,7 @@ def demo_settings(args: argparse.Namespace, sandbox: Sandbox) -> Settings:
                        "and upgrades its database, so name it on the command line: "
                        "`opsgate demo --postgres URL` (or unset OPSGATE_DATABASE_URL)")
     update: dict[str, object] = {
+        **stand_in_tools(sandbox),
         "database_url": database_url,
         "redis_url": args.redis,
         "slack_bot_token": SecretStr(sandbox.bot_token),
@@ -222,6 +229,15 @@ def demo_settings(args: argparse.Namespace, sandbox: Sandbox) -> Settings:
         "series_dir": base.series_dir or str(RECORDED_DEMO),
     }
     return base.model_copy(update=update)
+
+
+def stand_in_tools(sandbox: Sandbox) -> dict[str, object]:
+    """Settings that point the plans' tools at the demo's stand-ins, whatever the environment
+    says (a demo never touches a real cluster): ``restart-service`` and ``kubectl`` from
+    ``bot/sandbox/bin`` (first on this process's PATH), the traffic gateway on the sandbox."""
+    os.environ["PATH"] = f"{STAND_INS}{os.pathsep}{os.environ.get('PATH', '')}"
+    return {"script_allowlist": ["restart-service"], "kubectl": str(STAND_INS / "kubectl"),
+            "traffic_gateway_url": sandbox.traffic_gateway_url}
 
 
 def _prepare_schema(settings: Settings, app: App, out: TextIO) -> None:

@@ -59,6 +59,11 @@ class Sandbox:
         """What the bot's ``OPSGATE_SLACK_API_URL`` must be (with its trailing slash)."""
         return f"{self.public_url.rstrip('/')}/api/"
 
+    @property
+    def traffic_gateway_url(self) -> str:
+        """The demo's stand-in traffic-gateway admin URL (``gateway.flip`` posts here)."""
+        return f"{self.public_url.rstrip('/')}/demo/traffic-gateway"
+
     def close(self) -> None:
         self.stopping = True
         self.sender.close()
@@ -101,7 +106,17 @@ def create_sandbox_app(sandbox: Sandbox) -> FastAPI:
     _page_routes(app, sandbox)
     _action_routes(app, sandbox)
     _case_routes(app, sandbox)
+    _stand_in_routes(app)
     return app
+
+
+def _stand_in_routes(app: FastAPI) -> None:
+    @app.post("/demo/traffic-gateway")
+    async def traffic_gateway(request: Request) -> JSONResponse:
+        """Plays a traffic gateway's admin API for ``gateway.flip``: accepts, moves nothing."""
+        flip = await request.json()
+        return JSONResponse({"ok": True, "flipped": flip,
+                             "note": "opsgate demo stand-in: no traffic was moved"})
 
 
 def _slack_error(failed: SlackError) -> JSONResponse:

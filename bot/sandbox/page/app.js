@@ -8,6 +8,8 @@ const page = { me: null, state: null, thread: null, caseId: null, pinned: false,
 
 // -- talking to the sandbox ----------------------------------------------------------------
 
+let chaosSwitching = null; // what the user set the chaos switch to, until the sandbox says so
+
 async function post(path, body) {
   const reply = await fetch(path, {
     method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
@@ -193,7 +195,11 @@ function draw() {
   fill($("channel"), top.map((m) => renderMessage(m, false)));
   drawThread();
   drawModal();
-  $("chaos").checked = state.chaos;
+  // A state drawn before the sandbox took the switch must not flip it back under the user.
+  if (chaosSwitching === null || chaosSwitching === state.chaos) {
+    chaosSwitching = null;
+    $("chaos").checked = state.chaos;
+  }
   fill($("deliveries"), state.deliveries.map((d) => {
     const item = document.createElement("li");
     const retry = d.attempt > 1 ? (d.kind === "event" ? ` retry ${d.attempt - 1}` : ` copy ${d.attempt}`) : "";
@@ -355,7 +361,11 @@ async function start() {
   const role = () => { $("role").textContent = first.people.find((p) => p.id === page.me).real_name; };
   role();
   picker.addEventListener("change", () => { page.me = picker.value; role(); refresh(); });
-  $("chaos").addEventListener("change", (event) => post("/sandbox/chaos", { on: event.target.checked }));
+  $("chaos").addEventListener("change", async (event) => {
+    chaosSwitching = event.target.checked;
+    const reply = await post("/sandbox/chaos", { on: chaosSwitching });
+    if (!reply.ok) chaosSwitching = null;
+  });
   $("close-thread").addEventListener("click", () => { page.thread = null; drawThread(); });
   $("case-picker").addEventListener("change", (event) => {
     page.caseId = event.target.value; page.pinned = true; refreshCase();
