@@ -23,7 +23,6 @@ import httpx
 
 from core.api import create_api
 from core.bootstrap import App
-from core.consumers import CONSUMER_NAMES
 from core.loop import InProcessLoop
 
 REQUESTER = "pagerduty"
@@ -93,7 +92,7 @@ class Walk:
 
     def _show(self, row: dict[str, Any]) -> None:
         meta = row["meta"]
-        by_consumer = row["actor"] in CONSUMER_NAMES
+        by_consumer = row["actor"] not in (REQUESTER, APPROVER)  # the loop's, or the agent's
         if meta.get("outcome") == "accepted":
             self.moves_by_consumers += by_consumer
             what = f"{meta['from']} -> {meta['to']} v{meta['version']}"

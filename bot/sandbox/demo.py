@@ -47,8 +47,20 @@ def subcommand() -> Subcommand:
                     "switch on chaos. Ctrl-C stops it. --walk instead walks one case through "
                     "the REST API and exits.",
         add_arguments=_arguments,
-        run=lambda args: walk.run(args) if args.walk else run(args),
+        run=lambda args: _with_stand_ins(walk.run if args.walk else run, args),
     )
+
+
+def _with_stand_ins(demo: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run ``demo`` with the plans' tools pointed at the demo's stand-ins, whatever the
+    environment says (a demo never touches a real service or cluster): ``restart-service`` and
+    ``kubectl`` from ``bot/sandbox/bin``, first on this process's PATH."""
+    os.environ.update({
+        "PATH": f"{STAND_INS}{os.pathsep}{os.environ.get('PATH', '')}",
+        "OPSGATE_SCRIPT_ALLOWLIST": '["restart-service"]',
+        "OPSGATE_KUBECTL": str(STAND_INS / "kubectl"),
+    })
+    return demo(args)
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -197,7 +209,7 @@ def demo_settings(args: argparse.Namespace, sandbox: Sandbox) -> Settings:
     offline planner model and no auto-approval (a person decides at the gate). PostgreSQL and
     Redis only when asked for on the command line: a production ``OPSGATE_DATABASE_URL`` in the
     environment must not receive demo cases (nor be upgraded) by accident; the plans' tools are
-    stand-ins (``stand_in_tools``). The analyst reads the
+    stand-ins (``_with_stand_ins``). The analyst reads the
     recorded demo series unless ``OPSGATE_SERIES_DIR`` names others, so a latency, an error or a
     memory leak case shows its finding."""
     from pydantic import SecretStr
@@ -214,7 +226,7 @@ def demo_settings(args: argparse.Namespace, sandbox: Sandbox) -> Settings:
                        "and upgrades its database, so name it on the command line: "
                        "`opsgate demo --postgres URL` (or unset OPSGATE_DATABASE_URL)")
     update: dict[str, object] = {
-        **stand_in_tools(sandbox),
+        "traffic_gateway_url": sandbox.traffic_gateway_url,  # the sandbox plays it
         "database_url": database_url,
         "redis_url": args.redis,
         "slack_bot_token": SecretStr(sandbox.bot_token),
@@ -229,15 +241,6 @@ def demo_settings(args: argparse.Namespace, sandbox: Sandbox) -> Settings:
         "series_dir": base.series_dir or str(RECORDED_DEMO),
     }
     return base.model_copy(update=update)
-
-
-def stand_in_tools(sandbox: Sandbox) -> dict[str, object]:
-    """Settings that point the plans' tools at the demo's stand-ins, whatever the environment
-    says (a demo never touches a real cluster): ``restart-service`` and ``kubectl`` from
-    ``bot/sandbox/bin`` (first on this process's PATH), the traffic gateway on the sandbox."""
-    os.environ["PATH"] = f"{STAND_INS}{os.pathsep}{os.environ.get('PATH', '')}"
-    return {"script_allowlist": ["restart-service"], "kubectl": str(STAND_INS / "kubectl"),
-            "traffic_gateway_url": sandbox.traffic_gateway_url}
 
 
 def _prepare_schema(settings: Settings, app: App, out: TextIO) -> None:

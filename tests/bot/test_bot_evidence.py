@@ -108,7 +108,8 @@ def test_the_demo_reads_the_recorded_series_unless_told_otherwise(
     args = argparse.Namespace(postgres=None, database_url=f"sqlite:///{tmp_path}/demo.db",
                               redis=None)
     sandbox = cast(Any, SimpleNamespace(bot_token="xoxb-demo", signing_secret="s3cret",
-                                        web_api_url="http://127.0.0.1:1/api/"))
+                                        web_api_url="http://127.0.0.1:1/api/",
+                                        traffic_gateway_url="http://127.0.0.1:1/demo/tg"))
     monkeypatch.delenv("OPSGATE_SERIES_DIR", raising=False)
     monkeypatch.delenv("OPSGATE_PROMETHEUS_URL", raising=False)
     assert demo_settings(args, sandbox).series_dir == str(RECORDED_DEMO)

@@ -103,23 +103,23 @@ def test_demo_walks_a_case_to_closed_and_prints_its_timeline(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     for shown in ("upgraded from an empty schema to head", "replayed: the same",
-                  "loop: intake", "loop: planner", "waiting for approval by",
+                  "loop: intake", "loop: agent", "waiting for approval by",
                   "409  illegal_transition", "412  version_conflict", "422  approval_refused",
                   "the refusal added one timeline row", "EXECUTING v4", "CLOSED v6",
                   'ETag "6"', "5 moves by the consumers", "demo done in"):
         assert shown in out, f"{shown!r} missing from:\n{out}"
     table = out[out.index("time  "):].splitlines()
     assert table[0].split() == ["time", "event", "from", "->", "to", "actor", "outcome"]
-    rows = [line.split()[1:] for line in table[2:13]]
+    rows = [line.split()[1:] for line in table[2:14]]
     assert [row[0] for row in rows] == [
-        "case_opened", "start_analysis", "analysis_done", "plan_ready", "awaiting_approval",
-        "gate_approved", "gate_approved", "step_result", "exec_done", "verify_result",
-        "verify_pass"]
-    actors = ["pagerduty", "intake", "analyst", "planner", "gatekeeper", "pagerduty", "alice",
-              "executor", "executor", "verifier", "verifier"]
-    for line, actor in zip(table[2:13], actors, strict=True):
+        "case_opened", "start_analysis", "analysis_done", "plan_ready", "agent_usage",
+        "awaiting_approval", "gate_approved", "gate_approved", "step_result", "exec_done",
+        "verify_result", "verify_pass"]
+    actors = ["pagerduty", "intake", "analyst", "agent", "agent", "gatekeeper", "pagerduty",
+              "alice", "executor", "executor", "verifier", "verifier"]
+    for line, actor in zip(table[2:14], actors, strict=True):
         assert f"  {actor}  " in line, line
-    assert "refused (" in table[7] and "VERIFYING -> CLOSED" in table[12]
+    assert "refused (" in table[8] and "VERIFYING -> CLOSED" in table[13]
     assert (tmp_path / "opsgate.db").exists()
 
 

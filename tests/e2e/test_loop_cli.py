@@ -145,7 +145,10 @@ def _free_port() -> int:
 
 def test_serve_runs_the_loop_in_process_and_a_case_closes_by_itself(tmp_path):
     port = _free_port()
-    env = clean_env(OPSGATE_AUTO_APPROVE="noop_only")
+    # No runbooks: the offline agent then plans the noop template, which auto-approval takes.
+    (tmp_path / "no-runbooks").mkdir()
+    env = clean_env(OPSGATE_AUTO_APPROVE="noop_only",
+                    OPSGATE_RUNBOOKS_DIR=str(tmp_path / "no-runbooks"))
     serve = Process("serve", ("serve", "--port", str(port)), env, tmp_path / "serve.log")
     base = f"http://127.0.0.1:{port}"
     try:
