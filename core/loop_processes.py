@@ -214,8 +214,10 @@ def requeue_dead_letter(app: App, dead_letter_id: int,
         envelope = inbox.requeue(conn, dead_letter_id, datetime.now(UTC))
         if envelope is None:
             return None
+        # attempts + 1: a relay still publishing the row's last delivery must not mark it
+        # published over this requeue (relay._mark compares attempts).
         reset = conn.execute(update(outbox).where(outbox.c.id == envelope.message_id)
-                             .values(published_at=None))
+                             .values(published_at=None, attempts=outbox.c.attempts + 1))
     if reset.rowcount == 0:
         if direct is None:
             raise LookupError(f"message {envelope.message_id} is no longer in the outbox and "

@@ -50,15 +50,16 @@ class OutboxRelay:
             with self.engine.begin() as conn:
                 return self._claim_publish_mark(conn)
         with self.engine.connect() as conn:
-            envelopes = self._claim(conn)
+            claimed = self._claim(conn)
             conn.rollback()
-        if not envelopes:
+        if not claimed:
             return 0
+        envelopes = [envelope for envelope, _attempts in claimed]
         # Published outside any transaction: SQLite's write lock would block the in-process
         # consumers' own writes until the busy timeout.
         self.bus.publish(envelopes)
         with self.engine.begin() as conn:
-            return self._mark(conn, envelopes)
+            return self._mark(conn, claimed)
 
     def drain(self) -> int:
         """Publish until nothing is left; returns the total moved."""
@@ -82,12 +83,14 @@ class OutboxRelay:
                 if moved < self.batch_size:
                     waker.wait(self.poll_s, stop)
 
-    def _claim(self, conn: Connection) -> list[Envelope]:
-        query = (select(outbox.c.id, outbox.c.topic, outbox.c.key, outbox.c.payload)
+    def _claim(self, conn: Connection) -> list[tuple[Envelope, int]]:
+        """Unpublished rows, each with its ``attempts`` as read (``_mark`` compares it)."""
+        query = (select(outbox.c.id, outbox.c.topic, outbox.c.key, outbox.c.payload,
+                        outbox.c.attempts)
                  .where(outbox.c.published_at.is_(None))
                  .order_by(outbox.c.id)
                  .limit(self.batch_size))
-        return [Envelope(row.id, row.topic, row.key, dict(row.payload))
+        return [(Envelope(row.id, row.topic, row.key, dict(row.payload)), row.attempts)
                 for row in conn.execute(query)]
 
     def _claim_publish_mark(self, conn: Connection) -> int:
@@ -112,15 +115,19 @@ class OutboxRelay:
         self._count(envelopes)
         return len(envelopes)
 
-    def _mark(self, conn: Connection, envelopes: list[Envelope]) -> int:
-        conn.execute(
-            update(outbox)
-            .where(outbox.c.id.in_([e.message_id for e in envelopes]))
-            .where(outbox.c.published_at.is_(None))
-            .values(published_at=datetime.now(UTC), attempts=outbox.c.attempts + 1)
-        )
-        self._count(envelopes)
-        return len(envelopes)
+    def _mark(self, conn: Connection, claimed: list[tuple[Envelope, int]]) -> int:
+        """Mark the claimed rows published, unless a row was handed out again meanwhile (a
+        dead letter requeued while its first delivery ran bumps ``attempts``): that one stays
+        unpublished, so the requeue is not lost."""
+        for attempts in {seen for _envelope, seen in claimed}:
+            conn.execute(
+                update(outbox)
+                .where(outbox.c.id.in_([e.message_id for e, seen in claimed if seen == attempts]))
+                .where(outbox.c.published_at.is_(None), outbox.c.attempts == attempts)
+                .values(published_at=datetime.now(UTC), attempts=outbox.c.attempts + 1)
+            )
+        self._count([envelope for envelope, _attempts in claimed])
+        return len(claimed)
 
     @staticmethod
     def _count(envelopes: list[Envelope]) -> None:

@@ -149,3 +149,35 @@ def test_redis_streams_bus_publishes_one_entry_per_message(redis_client, redis_p
     got = [Envelope.from_fields({k.decode(): v.decode() for k, v in fields.items()})
            for _, fields in messages]
     assert got == envelopes
+
+
+def test_a_dead_letter_requeued_while_its_row_is_being_published_is_not_lost(sqlite_engine):
+    """The consumer dies on the message and an operator requeues it before the relay has marked
+    the row published (on SQLite the relay publishes between its read and its mark): the row
+    must stay unpublished for the next batch, not be marked over the requeue. (On PostgreSQL
+    the relay holds the row locked until its mark commits, so a requeue waits for it.)"""
+    engine = sqlite_engine
+    from types import SimpleNamespace
+
+    from core.loop_processes import requeue_dead_letter
+    from core.messaging import inbox
+
+    with engine.begin() as conn:
+        conn.execute(insert(outbox).values(topic="t", key="k", payload={"n": 1}))
+    requeued: list[int] = []
+
+    def consumer_dies_and_is_requeued(envelope: Envelope) -> None:
+        with engine.begin() as conn:
+            inbox.bury(conn, "intake", envelope, "poison", 2)
+        [dead] = inbox.dead_letters(engine)
+        requeue_dead_letter(SimpleNamespace(engine=engine), dead["id"])
+        requeued.append(envelope.message_id)
+
+    bus = InProcessBus()
+    bus.subscribe(("t",), consumer_dies_and_is_requeued)
+    relay = OutboxRelay(engine, bus)
+    assert relay.relay_batch() == 1
+    assert requeued == [1] and _unpublished(engine) == 1  # the requeue stands
+    bus2, collector = _bus()
+    assert OutboxRelay(engine, bus2).relay_batch() == 1
+    assert [e.message_id for e in collector.seen] == [1] and _unpublished(engine) == 0
