@@ -10,6 +10,7 @@ from slack_bolt import App as Bolt
 
 from bot.cases import SlackCases, SlackThread, title_of
 from bot.listeners import Body, acknowledge, lazy
+from core.tracing import bound
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,7 @@ def take(cases: SlackCases, body: Body, where: SlackThread) -> None:
                  message_key, body.get("retry_num", "?"))
         return
     user, text = str(event.get("user") or "unknown"), str(event.get("text") or "")
-    case_id, opened = cases.case_for_thread(where, title_of(text), user, event_id)
-    cases.converse(case_id, where, text, user=user, opened=opened, event_id=event_id)
+    with bound(event_id):  # the event's id follows every gateway call it causes
+        case_id, opened = cases.case_for_thread(where, title_of(text), user, event_id)
+        cases.converse(case_id, where, text, user=user, opened=opened, event_id=event_id)
     cases.store.finish_event(event_id, message_key, owner)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 
 from bot.ids import Action
+from core.adapters.tables import tool_call_ledger
 from core.domain.commands import OpenCase
 from tests.bot.slack_support import (
     APPROVER,
@@ -97,6 +98,14 @@ def test_the_story_with_the_real_agent(pg_engine: Engine) -> None:
                            in ("CLOSED", "PARKED"), timeout_s=60, what="the end of the case")
         timeline = [row["event"] for row in bot.app.cases.timeline(case_id)]
         assert "gate_approved" in timeline and timeline.count("gate_approved") == 1
+        # One correlation id, the Slack event's, from the mention through the bot's and the
+        # agent's gateway calls to the consumers' (issue 8).
+        with pg_engine.connect() as conn:
+            traced = {row.tool for row in conn.execute(
+                select(tool_call_ledger.c.tool).where(
+                    tool_call_ledger.c.correlation_id == "EvAgent"))}
+        assert {"case.open", "slack.reply", "propose_plan", "analysis.gather",
+                "chat.post"} <= traced, traced
 
 
 def test_a_case_opened_elsewhere_gets_a_thread_in_the_incident_channel(
