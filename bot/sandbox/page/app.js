@@ -210,6 +210,11 @@ function draw() {
 }
 
 function fill(list, items) {
+  // Unchanged content keeps its nodes: a button being clicked must not be swapped for a copy
+  // between mouse-down and mouse-up (handlers read the current user when clicked).
+  const drawn = items.map((item) => item.outerHTML).join("");
+  if (list.dataset.drawn === drawn) return;
+  list.dataset.drawn = drawn;
   const atBottom = list.scrollHeight - list.scrollTop - list.clientHeight < 40;
   list.replaceChildren(...items);
   if (atBottom) list.scrollTop = list.scrollHeight;
@@ -220,6 +225,7 @@ function drawThread() {
   if (!page.thread) {
     $("thread-form").hidden = true;
     list.innerHTML = '<li class="muted">Open a thread from the channel.</li>';
+    list.dataset.drawn = "";
     return;
   }
   const messages = page.state.messages.filter((m) => m.ts === page.thread || m.thread_ts === page.thread);
