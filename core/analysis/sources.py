@@ -17,9 +17,7 @@ from typing import Protocol
 import httpx
 
 from core.analysis.catalog import MetricSpec
-from core.executor.allowlists import Origin
-from core.executor.evidence import PROMETHEUS_BODY_LIMIT, EvidenceMissing
-from core.executor.http_client import RedirectRefused, send
+from core.executor.evidence import EvidenceMissing, prometheus_get
 from core.settings import Settings
 
 Series = list[tuple[float, float]]
@@ -55,14 +53,7 @@ class PrometheusRangeSource:
         url = self._endpoint.copy_merge_params({
             "query": spec.query, "start": f"{start.timestamp():.3f}",
             "end": f"{end.timestamp():.3f}", "step": str(self.step_s)})
-        origin = Origin.of(self._endpoint)
-        try:
-            reply = send("GET", url, allowed=lambda u: Origin.of(u) == origin,
-                         timeout_s=self._timeout_s, body_limit=PROMETHEUS_BODY_LIMIT)
-        except (httpx.HTTPError, RedirectRefused) as exc:
-            raise EvidenceMissing(f"Prometheus unreachable: {type(exc).__name__}: {exc}") from exc
-        if reply.truncated:
-            raise EvidenceMissing(f"Prometheus answer over {PROMETHEUS_BODY_LIMIT} bytes")
+        reply = prometheus_get(self._endpoint, url, self._timeout_s)
         return matrix_points(reply.body, incident_at.timestamp(), status=reply.status)
 
     def link(self, spec: MetricSpec, incident_at: datetime) -> str:

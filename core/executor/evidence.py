@@ -26,7 +26,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from core.executor.allowlists import Origin, UrlAllowList, url_problem
-from core.executor.http_client import RedirectRefused, is_expected, send
+from core.executor.http_client import HttpReply, RedirectRefused, is_expected, send
 from core.settings import Settings
 
 Worst = Literal["max", "min"]
@@ -77,16 +77,23 @@ class PrometheusSource:
 
     def read(self, query: str, *, over_s: int | None = None, worst: Worst = "max") -> float:
         expr = query if over_s is None else f"{worst}_over_time(({query})[{over_s}s:])"
-        url = self._endpoint.copy_add_param("query", expr)
-        origin = Origin.of(self._endpoint)
-        try:
-            reply = send("GET", url, allowed=lambda u: Origin.of(u) == origin,
-                         timeout_s=self._timeout_s, body_limit=PROMETHEUS_BODY_LIMIT)
-        except (httpx.HTTPError, RedirectRefused) as exc:
-            raise EvidenceMissing(f"Prometheus unreachable: {type(exc).__name__}: {exc}") from exc
-        if reply.truncated:
-            raise EvidenceMissing(f"Prometheus answer over {PROMETHEUS_BODY_LIMIT} bytes")
+        reply = prometheus_get(self._endpoint, self._endpoint.copy_add_param("query", expr),
+                               self._timeout_s)
         return prometheus_value(reply.body, worst, status=reply.status)
+
+
+def prometheus_get(endpoint: httpx.URL, url: httpx.URL, timeout_s: float) -> HttpReply:
+    """``GET url`` from Prometheus, following redirects only on ``endpoint``'s origin; an
+    unreachable server or an oversized answer is ``EvidenceMissing``."""
+    origin = Origin.of(endpoint)
+    try:
+        reply = send("GET", url, allowed=lambda u: Origin.of(u) == origin,
+                     timeout_s=timeout_s, body_limit=PROMETHEUS_BODY_LIMIT)
+    except (httpx.HTTPError, RedirectRefused) as exc:
+        raise EvidenceMissing(f"Prometheus unreachable: {type(exc).__name__}: {exc}") from exc
+    if reply.truncated:
+        raise EvidenceMissing(f"Prometheus answer over {PROMETHEUS_BODY_LIMIT} bytes")
+    return reply
 
 
 def prometheus_value(body: bytes, worst: Worst, status: int = 200) -> float:
