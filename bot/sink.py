@@ -20,8 +20,11 @@ from core.chat import Blocks
 
 log = logging.getLogger(__name__)
 
-BIND_WAIT_S = 3.0  # how long a post waits for a case being opened to get its thread
-OPENING_WINDOW_S = 10.0  # a reservation younger than this means "a case is being opened"
+# How long a post waits for a case being opened to get its thread. Opening is one gateway call
+# and one row, but on a loaded machine (SQLite's single writer, Slack retrying the mention) it
+# has taken over 3 s: waiting too little posts the case's first facts in a second thread.
+BIND_WAIT_S = 15.0
+OPENING_WINDOW_S = 30.0  # a reservation younger than this means "a case is being opened"
 
 
 class SlackChatSink:
