@@ -17,7 +17,7 @@ from typing import Protocol
 import httpx
 
 from core.analysis.catalog import MetricSpec
-from core.executor.evidence import EvidenceMissing, prometheus_get
+from core.executor.evidence import EvidenceMissing, prometheus_answer, prometheus_get
 from core.settings import Settings
 
 Series = list[tuple[float, float]]
@@ -72,13 +72,7 @@ class PrometheusRangeSource:
 def matrix_points(body: bytes, origin_s: float, status: int = 200) -> Series:
     """The points of a ``query_range`` answer, offsets from ``origin_s``. Several series (one per
     label set) are summed per timestamp, the way a dashboard's total reads."""
-    try:
-        doc = json.loads(body)
-    except ValueError as exc:
-        raise EvidenceMissing(f"Prometheus answered HTTP {status} without JSON") from exc
-    if not isinstance(doc, dict) or doc.get("status") != "success":
-        error = doc.get("error", "no error text") if isinstance(doc, dict) else "not an object"
-        raise EvidenceMissing(f"Prometheus refused the query (HTTP {status}): {error}")
+    doc = prometheus_answer(body, status)
     try:
         data = doc["data"]
         if data["resultType"] != "matrix":

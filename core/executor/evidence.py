@@ -96,8 +96,9 @@ def prometheus_get(endpoint: httpx.URL, url: httpx.URL, timeout_s: float) -> Htt
     return reply
 
 
-def prometheus_value(body: bytes, worst: Worst, status: int = 200) -> float:
-    """The worst value of an instant query's answer (vector or scalar)."""
+def prometheus_answer(body: bytes, status: int = 200) -> dict[str, Any]:
+    """Prometheus' answer document when it says ``success``; otherwise ``EvidenceMissing``
+    saying why (no JSON, or the server's own error text)."""
     try:
         doc = json.loads(body)
     except ValueError as exc:
@@ -105,6 +106,12 @@ def prometheus_value(body: bytes, worst: Worst, status: int = 200) -> float:
     if not isinstance(doc, dict) or doc.get("status") != "success":
         error = doc.get("error", "no error text") if isinstance(doc, dict) else "not an object"
         raise EvidenceMissing(f"Prometheus refused the query (HTTP {status}): {error}")
+    return doc
+
+
+def prometheus_value(body: bytes, worst: Worst, status: int = 200) -> float:
+    """The worst value of an instant query's answer (vector or scalar)."""
+    doc = prometheus_answer(body, status)
     try:
         values = _sample_values(doc["data"])
     except (KeyError, IndexError, TypeError, ValueError) as exc:
