@@ -81,6 +81,7 @@ outbox = Table(
     _now(),
     Column("published_at", DateTime(timezone=True)),
     Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("deliver_after", DateTime(timezone=True)),  # migration 0007: not published before
     Index("ix_outbox_unpublished", "id", postgresql_where=text("published_at IS NULL"),
           sqlite_where=text("published_at IS NULL")),
 )
