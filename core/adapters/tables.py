@@ -198,3 +198,15 @@ alert_group = Table(  # migration 0005: one row per Alertmanager group, with the
     Column("pending", Json, nullable=False),  # resolutions seen before the case was opened
     _now(),
 )
+
+api_principal = Table(  # migration 0008: one named API token, kept only as its SHA-256
+    "api_principal",
+    metadata,
+    Column("id", Uuid(), primary_key=True),
+    Column("name", String(128), nullable=False, unique=True),
+    Column("role", String(16), nullable=False),  # reader | operator | approver
+    Column("slack_user", String(64)),  # the person's Slack id: one person whatever the channel
+    Column("token_hash", String(64), nullable=False, unique=True),
+    _now(),
+    Column("revoked_at", DateTime(timezone=True)),
+)
