@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from types import TracebackType
 
 from sqlalchemy import Engine, func, select
@@ -20,15 +21,16 @@ from core.bootstrap import App
 from core.consumers import build_consumers
 from core.messaging.bus import InProcessBus
 from core.messaging.consumer import Consumer, ConsumerRunner
-from core.messaging.relay import OutboxRelay
+from core.messaging.relay import OutboxRelay, due, utcnow
 
 log = logging.getLogger(__name__)
 
 
-def unpublished(engine: Engine) -> int:
-    """Outbox rows not yet handed to the bus (by any relay)."""
+def unpublished(engine: Engine, now: datetime | None = None) -> int:
+    """Due outbox rows not yet handed to the bus (by any relay): the relay's work in hand. Rows
+    scheduled for later (a verification's next reading) are not counted until due."""
     with engine.connect() as conn:
-        query = select(func.count()).select_from(outbox).where(outbox.c.published_at.is_(None))
+        query = select(func.count()).select_from(outbox).where(due(now or utcnow()))
         return int(conn.execute(query).scalar_one())
 
 
@@ -89,7 +91,7 @@ class InProcessLoop:
     # -- observing ------------------------------------------------------------------------
 
     def unpublished(self) -> int:
-        """Outbox rows not yet handed to the bus."""
+        """Due outbox rows not yet handed to the bus."""
         return unpublished(self.app.engine)
 
     def wait_for(self, done: Callable[[], bool], timeout_s: float,

@@ -7,6 +7,8 @@ channel the outbox trigger notifies at commit, with polling as the floor, so a l
 costs only latency. A rolled-back transaction never notifies and its rows never exist.
 SQLite (embedded, one relay): reads a batch, publishes, then marks it, so the in-process bus can
 run consumers that write to the same database without holding its write lock.
+A row with ``deliver_after`` (a verification's next reading) is not claimed before that time; due
+rows behind it still flow, in id order. A scheduled row is found by the poll floor once due.
 """
 
 from __future__ import annotations
@@ -15,12 +17,12 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import suppress
 from datetime import UTC, datetime
 
 import psycopg
-from sqlalchemy import Connection, Engine, select, update
+from sqlalchemy import ColumnElement, Connection, Engine, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from core.adapters.tables import outbox
@@ -33,15 +35,28 @@ log = logging.getLogger(__name__)
 NOTIFY_CHANNEL = "opsgate_outbox"
 
 
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def due(now: datetime) -> ColumnElement[bool]:
+    """Unpublished outbox rows the relay may hand out at ``now``: not scheduled, or due. ``now``
+    is bound in UTC (SQLite stores a datetime's wall time and drops its zone)."""
+    return (outbox.c.published_at.is_(None)
+            & or_(outbox.c.deliver_after.is_(None),
+                  outbox.c.deliver_after <= now.astimezone(UTC)))
+
+
 class OutboxRelay:
     """Publishes unpublished outbox rows to ``bus``; ``run`` loops until stopped."""
 
     def __init__(self, engine: Engine, bus: Bus, *, batch_size: int = 200,
-                 poll_s: float = 1.0) -> None:
+                 poll_s: float = 1.0, clock: Callable[[], datetime] = utcnow) -> None:
         self.engine = engine
         self.bus = bus
         self.batch_size = batch_size
         self.poll_s = poll_s
+        self.clock = clock
         self._locking = engine.dialect.name == "postgresql"
 
     def relay_batch(self) -> int:
@@ -84,10 +99,10 @@ class OutboxRelay:
                     waker.wait(self.poll_s, stop)
 
     def _claim(self, conn: Connection) -> list[tuple[Envelope, int]]:
-        """Unpublished rows, each with its ``attempts`` as read (``_mark`` compares it)."""
+        """Due unpublished rows, each with its ``attempts`` as read (``_mark`` compares it)."""
         query = (select(outbox.c.id, outbox.c.topic, outbox.c.key, outbox.c.payload,
                         outbox.c.attempts)
-                 .where(outbox.c.published_at.is_(None))
+                 .where(due(self.clock()))
                  .order_by(outbox.c.id)
                  .limit(self.batch_size))
         return [(Envelope(row.id, row.topic, row.key, dict(row.payload)), row.attempts)
@@ -97,7 +112,7 @@ class OutboxRelay:
         """PostgreSQL: claim and mark in one statement (one round trip, not two), publish, and
         let the commit make it so; a failed publish rolls the marks back with the claim."""
         claimable = (select(outbox.c.id)
-                     .where(outbox.c.published_at.is_(None))
+                     .where(due(self.clock()))
                      .order_by(outbox.c.id)
                      .limit(self.batch_size)
                      .with_for_update(skip_locked=True))

@@ -1,6 +1,6 @@
 """Readiness of one opsgate process: the database answers, Redis answers when configured, the
-bus is reachable, and the relay keeps up (the oldest unpublished outbox row is younger than
-``OPSGATE_READY_MAX_RELAY_LAG_S``)."""
+bus is reachable, and the relay keeps up (the oldest due unpublished outbox row became due less
+than ``OPSGATE_READY_MAX_RELAY_LAG_S`` ago: a row scheduled for later is not late before then)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from core.adapters.case_store import as_utc
 from core.adapters.tables import outbox
+from core.messaging.relay import due
 
 if TYPE_CHECKING:
     from core.bootstrap import App
@@ -61,10 +62,11 @@ def check_redis(url: str | None) -> Check:
     return {"ok": True, "configured": True}
 
 
-def oldest_unpublished(engine: Engine) -> tuple[datetime | None, int]:
-    """When the oldest unpublished outbox row was written, and how many wait."""
-    query = (select(func.min(outbox.c.created_at), func.count())
-             .where(outbox.c.published_at.is_(None)))
+def oldest_unpublished(engine: Engine, now: datetime) -> tuple[datetime | None, int]:
+    """Since when the oldest due unpublished outbox row could have been published (written, or
+    its ``deliver_after``), and how many due rows wait."""
+    since = func.coalesce(outbox.c.deliver_after, outbox.c.created_at)
+    query = select(func.min(since), func.count()).where(due(now))
     with engine.connect() as conn:
         oldest, waiting = conn.execute(query).one()
     return (None if oldest is None else as_utc(oldest)), int(waiting)
@@ -72,7 +74,7 @@ def oldest_unpublished(engine: Engine) -> tuple[datetime | None, int]:
 
 def check_relay_lag(engine: Engine, bound_s: float, now: datetime) -> Check:
     try:
-        oldest, waiting = oldest_unpublished(engine)
+        oldest, waiting = oldest_unpublished(engine, now)
     except SQLAlchemyError as exc:
         return {"ok": False, "error": _first_line(exc)}
     lag_s = 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds())

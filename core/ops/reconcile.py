@@ -148,9 +148,11 @@ class Reconciler:
     # -- the outbox -------------------------------------------------------------------------
 
     def stale_outbox(self, now: datetime, repair: bool) -> list[Finding]:
+        # A scheduled row (a verification's next reading) is late only from its delivery time.
         cutoff = now - timedelta(seconds=self.outbox_bound_s)
-        query = (select(outbox.c.id, outbox.c.topic, outbox.c.key, outbox.c.created_at)
-                 .where(outbox.c.published_at.is_(None), outbox.c.created_at < cutoff)
+        since = func.coalesce(outbox.c.deliver_after, outbox.c.created_at)
+        query = (select(outbox.c.id, outbox.c.topic, outbox.c.key, since.label("since"))
+                 .where(outbox.c.published_at.is_(None), since < cutoff.astimezone(UTC))
                  .order_by(outbox.c.id).limit(1000))
         with self.engine.connect() as conn:
             rows = list(conn.execute(query).mappings())
@@ -162,7 +164,7 @@ class Reconciler:
                   "--repair re-publishes when OPSGATE_REDIS_URL is set")
         found = []
         for row in rows:
-            age = (now - as_utc(row["created_at"])).total_seconds()
+            age = (now - as_utc(row["since"])).total_seconds()
             repaired = ("re-published to the bus" if still is not None and row["id"] not in still
                         else None)
             found.append(Finding("stale_outbox", f"message #{row['id']}",

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import func, insert, select, text
 
 from core.adapters.tables import outbox
 from core.domain.fsm import CaseEvent
+from core.loop import unpublished
 from core.messaging.bus import InProcessBus, RedisStreamsBus
 from core.messaging.envelope import Envelope
 from core.messaging.relay import OutboxRelay
+from core.ops.readiness import check_relay_lag
+from core.ops.reconcile import Reconciler
 from tests.support import command, key, open_case
 
 
@@ -181,3 +185,62 @@ def test_a_dead_letter_requeued_while_its_row_is_being_published_is_not_lost(sql
     bus2, collector = _bus()
     assert OutboxRelay(engine, bus2).relay_batch() == 1
     assert [e.message_id for e in collector.seen] == [1] and _unpublished(engine) == 0
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def test_a_scheduled_row_waits_until_due_while_due_rows_flow(engine):
+    """A row with ``deliver_after`` in the future is not handed out; the rows around it are,
+    in id order; once the relay's clock reaches it, it goes too."""
+    start = datetime.now(UTC)
+    with engine.begin() as conn:  # (an executemany takes its columns from the first row)
+        conn.execute(insert(outbox), [
+            {"topic": "t", "key": "a", "payload": {"n": 0}, "deliver_after": None},
+            {"topic": "t", "key": "a", "payload": {"n": 1},
+             "deliver_after": start + timedelta(seconds=30)},
+            {"topic": "t", "key": "a", "payload": {"n": 2}, "deliver_after": None},
+            {"topic": "t", "key": "b", "payload": {"n": 3},
+             "deliver_after": start - timedelta(seconds=1)},  # already due
+        ])
+    clock = Clock(start)
+    bus, collector = _bus()
+    relay = OutboxRelay(engine, bus, batch_size=1, clock=clock)
+    assert relay.drain() == 3
+    assert [e.payload["n"] for e in collector.seen] == [0, 2, 3]
+    assert _unpublished(engine) == 1
+    assert unpublished(engine, start) == 0  # nothing due is waiting on the relay
+
+    clock.now = start + timedelta(seconds=29)
+    assert relay.drain() == 0
+    clock.now = start + timedelta(seconds=30)
+    assert unpublished(engine, clock.now) == 1
+    assert relay.drain() == 1
+    assert [e.payload["n"] for e in collector.seen] == [0, 2, 3, 1]
+    assert _unpublished(engine) == 0
+
+
+def test_a_scheduled_row_is_not_late_before_it_is_due(engine):
+    """Readiness and reconciliation measure a scheduled row's lag from its delivery time."""
+    start = datetime.now(UTC)
+    with engine.begin() as conn:
+        conn.execute(insert(outbox).values(topic="t", key="k", payload={},
+                                           deliver_after=start + timedelta(seconds=600)))
+    lag = check_relay_lag(engine, 60.0, start + timedelta(seconds=300))
+    assert lag["ok"] and lag["unpublished"] == 0
+    late = check_relay_lag(engine, 60.0, start + timedelta(seconds=700))
+    assert not late["ok"] and late["unpublished"] == 1 and 99 <= late["lag_s"] <= 101
+
+    def stale(at: datetime) -> list[str]:
+        reconciler = Reconciler(engine, outbox_bound_s=60.0, clock=lambda: at)
+        return [f.subject for f in reconciler.stale_outbox(at, repair=False)]
+
+    assert stale(start + timedelta(seconds=300)) == []
+    assert len(stale(start + timedelta(seconds=700))) == 1
