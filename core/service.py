@@ -371,7 +371,12 @@ class CaseService:
             payload = {"case_id": str(cmd.case_id), "version": case["version"],
                        "event": cmd.event, "actor": cmd.actor, "reason": cmd.reason,
                        "correlation_id": correlation_id, **cmd.meta}
-            writes.outbox = [Message(cmd.topic, str(cmd.case_id), payload)]
+            writes.outbox.append(Message(cmd.topic, str(cmd.case_id), payload))
+        if cmd.schedule is not None:
+            command = {"case_id": str(cmd.case_id), "version": case["version"],
+                       "correlation_id": correlation_id, **cmd.schedule.payload}
+            writes.outbox.append(Message(cmd.schedule.topic, str(cmd.case_id), command,
+                                         deliver_after=cmd.schedule.deliver_after))
         return {**case_view(case), "note": cmd.event}
 
     def _move(self, conn: Connection, case: Row | None, cmd: TransitionCase,

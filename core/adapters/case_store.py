@@ -190,8 +190,11 @@ class Writes:
         if self.outbox:
             params = {}
             for n, message in enumerate(self.outbox):
+                # UTC before binding: SQLite keeps a datetime's wall time and drops its zone.
+                when = message.deliver_after
                 params.update({f"outbox{n}_topic": message.topic, f"outbox{n}_key": message.key,
-                               f"outbox{n}_payload": message.payload})
+                               f"outbox{n}_payload": message.payload,
+                               f"outbox{n}_deliver_after": when and when.astimezone(UTC)})
             found.append((("outbox", len(self.outbox)), params))
         if self.reply is not None:
             found.append((("reply", 1), {f"reply_{c}": self.reply[c] for c in _COLUMNS["reply"]}))
@@ -247,7 +250,7 @@ def _part_statement(part: str, rows: int) -> Insert | Update:
     if part == "outbox":
         # INSERT … SELECT … UNION ALL rather than a multi-row VALUES, which SQLAlchemy never
         # caches; the rows (and so their ids) keep the order of the messages.
-        columns = ("topic", "key", "payload")
+        columns = ("topic", "key", "payload", "deliver_after")
         rows_selected = [select(*(_bind(f"outbox{n}", outbox.c[c]).label(c) for c in columns))
                          for n in range(rows)]
         source = rows_selected[0] if rows == 1 else union_all(*rows_selected)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -61,9 +62,20 @@ class TransitionCase:
 
 
 @dataclass(frozen=True)
+class Scheduled:
+    """A command a note leaves in the outbox for later (a verification's next reading): the
+    relay does not publish it before ``deliver_after``."""
+
+    topic: str
+    payload: dict[str, Any]
+    deliver_after: datetime
+
+
+@dataclass(frozen=True)
 class NoteCase:
     """A fact about a case that does not move it (a step's result, an approval that is not yet
-    enough, a verification reading): one timeline row, and optionally one outbox event."""
+    enough, a verification reading): one timeline row, optionally one outbox event (``topic``)
+    and one command scheduled for later (``schedule``), all in one transaction."""
 
     case_id: UUID
     event: str
@@ -72,11 +84,17 @@ class NoteCase:
     meta: dict[str, Any] = field(default_factory=dict)
     topic: str | None = None
     correlation_id: str | None = None
+    schedule: Scheduled | None = None
 
     def intent(self) -> dict[str, Any]:
         body = asdict(self)
         body.pop("correlation_id")
         body["case_id"] = str(self.case_id)
+        if self.schedule is None:
+            body.pop("schedule")  # keeps the fingerprints of notes made before it existed
+        else:
+            when = self.schedule.deliver_after.astimezone(UTC).isoformat()
+            body["schedule"] = {**body["schedule"], "deliver_after": when}
         return {"op": "note", **body}
 
 

@@ -8,6 +8,7 @@ so consumers can keep per-case order.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -46,6 +47,7 @@ class Message:
     topic: str
     key: str
     payload: dict[str, Any] = field(default_factory=dict)
+    deliver_after: datetime | None = None  # a scheduled command: the relay waits until then
 
 
 @dataclass(frozen=True)
