@@ -195,8 +195,11 @@ alert_group = Table(  # migration 0005: one row per Alertmanager group, with the
     Column("title", String(200), nullable=False),
     Column("severity", String(16), nullable=False),
     Column("case_id", Uuid(), ForeignKey("ops_case.id")),
-    Column("pending", Json, nullable=False),  # resolutions seen before the case was opened
+    Column("pending", Json, nullable=False),  # before 0009: resolutions seen before the case
     _now(),
+    # migration 0009: the group's current case is its recurrence-th; the one before it, if any
+    Column("recurrence", Integer, nullable=False, server_default="1"),
+    Column("previous_case_id", Uuid(), ForeignKey("ops_case.id")),
 )
 
 api_principal = Table(  # migration 0008: one named API token, kept only as its SHA-256
@@ -209,4 +212,22 @@ api_principal = Table(  # migration 0008: one named API token, kept only as its 
     Column("token_hash", String(64), nullable=False, unique=True),
     _now(),
     Column("revoked_at", DateTime(timezone=True)),
+)
+
+alert_seen = Table(  # migration 0009: each alert (fingerprint + startsAt) of a group, seen once
+    "alert_seen",
+    metadata,
+    Column("group_key_hash", String(64), ForeignKey("alert_group.group_key_hash"),
+           primary_key=True),
+    Column("fingerprint", String(64), primary_key=True),
+    Column("starts_at", String(64), primary_key=True),  # as Alertmanager sent it
+    Column("recurrence", Integer, nullable=False),  # the group's case it belongs to
+    Column("role", String(16), nullable=False),  # opened | new | resolved (seen only resolved)
+    Column("case_id", Uuid(), ForeignKey("ops_case.id")),  # once that case is known
+    Column("alert", Json, nullable=False),  # labels, annotations, url (credentials stripped)
+    Column("ends_at", String(64)),  # its resolution, once seen
+    Column("noted_at", DateTime(timezone=True)),  # its firing note is written
+    Column("resolved_noted_at", DateTime(timezone=True)),  # its resolution note is written
+    _now(),  # first seen
+    Index("ix_alert_seen_recurrence", "group_key_hash", "recurrence"),
 )
