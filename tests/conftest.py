@@ -1,6 +1,7 @@
 """Shared fixtures: a migrated database per test, on SQLite (a temp file) and on the real local
-PostgreSQL (a schema of its own, dropped afterwards). Under CI=true an unreachable PostgreSQL or
-Redis fails the run instead of skipping."""
+PostgreSQL (a schema of its own, dropped afterwards), and the real monitoring peers of
+``tests/peers.py``. Under CI=true an unreachable PostgreSQL or Redis, or a missing Prometheus or
+Alertmanager, fails the run instead of skipping."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from sqlalchemy import Engine, create_engine, text
 from core.adapters.database import make_engine
 from core.migrate import scratch_schema, upgrade_engine
 from core.service import CaseService
+from tests.peers import alertmanager_server, metric_service, prometheus_server  # noqa: F401
 
 POSTGRES_URL = os.environ.get("OPSGATE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("OPSGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
