@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help install demo test lint typecheck unit services browser bench clean
+.PHONY: help install demo test lint typecheck unit services browser peers bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -28,6 +28,16 @@ services: ## start the local PostgreSQL and Redis if they are down
 browser: ## Chromium for the browser tests (Debian's package; Playwright never downloads one)
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 
+# Debian starts a packaged service on install where it can (not in containers with policy-rc.d):
+# the tests run their own servers on free ports, so one started by this install is stopped.
+peers: ## Prometheus and Alertmanager for the real-peer tests (Debian's packages)
+	@command -v prometheus >/dev/null && command -v prometheus-alertmanager >/dev/null || ( \
+	  apt-get update -qq && \
+	  apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager && \
+	  for unit in prometheus prometheus-alertmanager; do \
+	    (systemctl stop $$unit || service $$unit stop) >/dev/null 2>&1 || true; \
+	  done )
+
 lint: install ## ruff
 	$(BIN)/ruff check .
 
@@ -37,7 +47,7 @@ typecheck: install ## mypy --strict on the packages
 unit: install ## the fast tests only
 	$(BIN)/pytest -q tests/unit
 
-test: install services browser lint typecheck ## install, lint, type-check and run every test
+test: install services browser peers lint typecheck ## install, lint, type-check and run every test
 	$(BIN)/pytest -q
 
 bench: install services ## run the benchmarks (PostgreSQL, Redis)
