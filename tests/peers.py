@@ -131,6 +131,12 @@ class MetricService:
         self._thread.start()
         return self
 
+    def __enter__(self) -> MetricService:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         if self._thread is not None:
             self._http.shutdown()

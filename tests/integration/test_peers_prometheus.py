@@ -105,17 +105,25 @@ def test_a_p95_step_is_read_around_the_case_start_and_noted_as_a_shift(
 
 
 def test_instant_values_no_data_and_a_refused_query_as_prometheus_answers_them(
-        prometheus, metric_service):
-    metric_service.set(GAUGE, BAD_P95_S)
-    prometheus.wait_for(GAUGE, lambda values: values == [BAD_P95_S])
+        prometheus_server: Callable[..., Prometheus], metric_service: MetricService):
+    """Two replicas of the service: one slow, one healthy; the worst one counts."""
+    with MetricService() as healthy_replica:
+        metric_service.set(GAUGE, BAD_P95_S)
+        prometheus = prometheus_server([metric_service.target, healthy_replica.target])
+        prometheus.wait_for(GAUGE, lambda values: values == [HEALTHY_P95_S, BAD_P95_S])
 
-    slow = judge({"metric": GAUGE, "below": 1}, prometheus)
-    assert not slow.passed and slow.observed == BAD_P95_S
-    assert slow.reason == f"{GAUGE} = 2.4, not below 1"
-    scaled = judge({"metric": f"{GAUGE} * 1000", "above": 2000, "below": 3000}, prometheus)
-    assert scaled.passed and scaled.observed == pytest.approx(2400)
-    up = judge({"metric": 'up{job="service"}', "above": 0.5}, prometheus)
-    assert up.passed and up.observed == 1.0
+        slow = judge({"metric": GAUGE, "below": 1}, prometheus)
+        assert not slow.passed and slow.observed == BAD_P95_S
+        assert slow.reason == f"{GAUGE} = 2.4, not below 1"
+        floor = judge({"metric": GAUGE, "above": 0.1}, prometheus)
+        assert floor.passed and floor.observed == HEALTHY_P95_S  # the lowest, for "above"
+        scaled = judge({"metric": f"max({GAUGE}) * 1000", "above": 2000, "below": 3000},
+                       prometheus)
+        assert scaled.passed and scaled.observed == pytest.approx(2400)
+        scalar = judge({"metric": f"scalar(min({GAUGE}))", "below": 1}, prometheus)
+        assert scalar.passed and scalar.observed == HEALTHY_P95_S
+        up = judge({"metric": 'up{job="service"}', "above": 0.5}, prometheus)
+        assert up.passed and up.observed == 1.0
 
     absent = judge({"metric": "checkout_p99_seconds", "below": 1}, prometheus)
     assert not absent.passed and "no data" in absent.reason
