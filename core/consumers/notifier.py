@@ -14,6 +14,7 @@ from core.chat import Blocks, ChatSink, RecordingSink
 from core.domain.messages import Topic
 from core.gateway import ToolCall
 from core.messaging.consumer import Delivery
+from core.ops.alert_render import ALERT_NOTED_TOPIC, alert_text
 
 if TYPE_CHECKING:
     from core.bootstrap import App
@@ -83,6 +84,7 @@ _RENDERERS: dict[str, Callable[[Payload], str | None]] = {
     Topic.PLAN_REJECTED: _rejected,
     STEP_RESULT: _step,
     FINDINGS_TOPIC: findings_text,  # the analyst's findings (core/analysis/render.py)
+    ALERT_NOTED_TOPIC: alert_text,  # Alertmanager's alerts on the case (core/ops/alert_render.py)
 }
 
 

@@ -1,31 +1,39 @@
 """Alert intake (the seed's Sensor): Prometheus Alertmanager's webhook notifications (version 4)
-become cases. Each alert group opens at most one case, through the case service's idempotent
-open (business key: the group key), whatever the order and number of its notifications;
-resolved alerts become timeline notes on that case.
+become cases and notes, one open case per alert group (its ``groupKey``), whatever the order and
+number of its notifications.
 
-A group is claimed once in ``alert_group`` with the title and severity of the first
-notification seen, so every later open of the group asks for the very same case (a replay).
-A resolution that arrives before the group's firing notification waits in the row's
-``pending`` list and is noted when the case opens: the end state does not depend on order.
+- The first alerts seen firing open the group's case (idempotent open, keyed by the group and
+  its recurrence) and are noted on it with their evidence (``alert_firing``).
+- An alert (fingerprint + startsAt) not seen before, in a group whose case is open, is one
+  ``alert_new`` note; a repeat is nothing.
+- A group that fires a new alert after its case CLOSED opens its next case, noted as
+  ``alert_recurrence`` naming the previous case; old alerts repeated or reordered open nothing.
+- Each resolved alert is one ``alert_resolved`` note on the case it belongs to. A resolution of
+  an alert never seen firing, while the group has no open case, waits for the group's next case.
+
+Every note carries ``evt.alert.noted.v1`` (one line in the case's thread, ``alert_render``) and
+writes the alert's labels, annotations and graph link as ``evidence_link`` rows in its own
+transaction. The bookkeeping is ``alert_store``'s.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import Connection, Engine, RowMapping, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import Connection, Engine
 
-from core.adapters.database import transaction
-from core.adapters.tables import alert_group
 from core.domain.commands import NoteCase, OpenCase
+from core.ops import alert_store
+from core.ops.alert_render import ALERT_NOTED_TOPIC
+from core.ops.alert_store import OPENED, Decision, Seen, Sighting
 from core.service import CaseService
 from core.tracing import current
 
@@ -53,8 +61,8 @@ class Alert(_Lenient):
     status: Literal["firing", "resolved"]
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
-    startsAt: str = ""
-    endsAt: str = ""
+    startsAt: str = Field(default="", max_length=64)
+    endsAt: str = Field(default="", max_length=64)
     generatorURL: str = ""
     fingerprint: str = ""
 
@@ -76,18 +84,21 @@ class Notification(_Lenient):
 
 @dataclass
 class Intake:
-    """What one notification did: the group, its case, whether this notification opened it,
-    and the resolutions it noted (or left pending)."""
+    """What one notification did: the group, the case its alerts belong to (and its
+    recurrence), whether this notification opened a case, and the notes it wrote or left
+    pending."""
 
     group: str
     case_id: str | None = None
+    recurrence: int | None = None
     opened: bool = False
+    new_alerts: int = 0
     resolved_noted: int = 0
     resolved_pending: int = 0
-    notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"group": self.group, "case_id": self.case_id, "opened": self.opened,
+        return {"group": self.group, "case_id": self.case_id, "recurrence": self.recurrence,
+                "opened": self.opened, "new_alerts": self.new_alerts,
                 "resolved_noted": self.resolved_noted,
                 "resolved_pending": self.resolved_pending}
 
@@ -112,13 +123,37 @@ def severity_of(note: Notification) -> str:
     return SEVERITIES.get(labels.get("severity", "").lower(), DEFAULT_SEVERITY)
 
 
-def resolution(alert: Alert) -> dict[str, str]:
-    """What a resolved alert's note says; its identity is the fingerprint and end time."""
-    name = alert.labels.get("alertname", "alert")
-    return {"fingerprint": alert.fingerprint or hashlib.sha256(
-                repr(sorted(alert.labels.items())).encode()).hexdigest()[:16],
-            "ends_at": alert.endsAt, "alertname": name,
-            "summary": alert.annotations.get("summary", "")}
+def without_credentials(url: str) -> str:
+    """An http(s) link as it may be stored and shown: any ``user:pass@`` removed; "" for
+    anything else."""
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return ""
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return ""
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def sightings_of(note: Notification, title: str) -> list[Sighting]:
+    """The notification's alerts as the intake keeps them. A resolved notification without
+    alerts stands for the whole group."""
+    if note.status == "resolved" and not note.alerts:
+        whole = {"labels": {"alertname": title}, "url": "",
+                 "annotations": {"summary": "the alert group resolved"}}
+        return [Sighting("group", "", firing=False, ends_at="", alert=whole)]
+    return [Sighting(_fingerprint(a), a.startsAt, firing=a.status == "firing",
+                     ends_at=None if a.status == "firing" else a.endsAt,
+                     alert={"labels": a.labels, "annotations": a.annotations,
+                            "url": without_credentials(a.generatorURL)})
+            for a in note.alerts]
+
+
+def _fingerprint(alert: Alert) -> str:
+    if alert.fingerprint and len(alert.fingerprint) <= 64:
+        return alert.fingerprint
+    basis = alert.fingerprint or repr(sorted(alert.labels.items()))
+    return hashlib.sha256(basis.encode()).hexdigest()[:16 if not alert.fingerprint else 32]
 
 
 class AlertIntake:
@@ -130,86 +165,168 @@ class AlertIntake:
 
     def receive(self, note: Notification) -> Intake:
         digest = group_digest(note.groupKey)
-        intake = Intake(group=digest[:16])
-        row = self._claim(note, digest)
-        resolved = [resolution(a) for a in note.alerts if a.status == "resolved"]
-        if note.status == "resolved" and not note.alerts:
-            resolved = [{"fingerprint": "group", "ends_at": "", "alertname": row["title"],
-                         "summary": "the alert group resolved"}]
-        case_id = row["case_id"]
-        if case_id is None and any(a.status == "firing" for a in note.alerts):
-            case_id, intake.opened = self._open(row, digest)
-        if case_id is None:
-            case_id = self._hold(digest, resolved)
-            intake.resolved_pending = 0 if case_id is not None else len(resolved)
-            if case_id is None:
-                return intake
-        intake.case_id = str(case_id)
-        for item in resolved:
-            intake.resolved_noted += self._note(case_id, digest, item)
-        return intake
+        claim = {"group_key_hash": digest, "group_key": note.groupKey,
+                 "receiver": note.receiver[:200], "title": title_of(note),
+                 "severity": severity_of(note)}
+        decision = alert_store.decide(self.engine, claim, sightings_of(note, claim["title"]))
+        settling = _Settling(self.engine, self.cases, decision, Intake(group=digest[:16]))
+        settling.write()
+        return settling.intake
 
-    # -- the group row ----------------------------------------------------------------------
 
-    def _claim(self, note: Notification, digest: str) -> RowMapping:
-        """The group's row, inserted by the first notification that sees the group."""
-        with transaction(self.engine, "the alert groups") as conn:
-            dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-            conn.execute(dialect_insert(alert_group).values(
-                group_key_hash=digest, group_key=note.groupKey, receiver=note.receiver[:200],
-                title=title_of(note), severity=severity_of(note), pending=[],
-            ).on_conflict_do_nothing(index_elements=[alert_group.c.group_key_hash]))
-            return _row(conn, digest)
+class _Settling:
+    """Writes what a decision calls for: each recurrence's case, then its notes, each note
+    marking its rows. Rows another delivery left unwritten are finished here too; two
+    deliveries writing the same note meet on its idempotency key."""
 
-    def _open(self, row: RowMapping, digest: str) -> tuple[UUID, bool]:
-        """Open (or replay the opening of) the group's case, and record it on the row; then
-        note the resolutions that arrived before it. Says whether this call opened it."""
-        cmd = OpenCase(title=str(row["title"]), actor=ACTOR, severity=str(row["severity"]),
+    def __init__(self, engine: Engine, cases: CaseService, decision: Decision,
+                 intake: Intake) -> None:
+        self.engine = engine
+        self.cases = cases
+        self.decision = decision
+        self.group = decision.group
+        self.intake = intake
+        self.case_ids: dict[int, UUID] = {}
+
+    def write(self) -> None:
+        rows = [row for row in self.decision.outstanding if row.recurrence in self.decision.fired]
+        opening: dict[int, list[Seen]] = defaultdict(list)
+        for row in rows:
+            if row.role == OPENED and not row.noted:
+                opening[row.recurrence].append(row)
+        for recurrence, members in sorted(opening.items()):
+            self._note_opening(recurrence, members)
+        for row in rows:
+            if row.role == alert_store.NEW and not row.noted:
+                self.intake.new_alerts += self._note_new(row)
+        for row in rows:
+            if row.ends_at is not None and not row.resolved_noted:
+                self.intake.resolved_noted += self._note_resolved(row)
+        self._tell()
+
+    def _tell(self) -> None:
+        """The reply's case: that of the newest recurrence the notification's alerts joined."""
+        fired = self.decision.fired
+        joined = [row.recurrence for row in self.decision.touched if row.recurrence in fired]
+        self.intake.resolved_pending = sum(
+            1 for row in self.decision.touched
+            if row.recurrence not in fired and row.ends_at is not None)
+        if joined:
+            self.intake.recurrence = max(joined)
+            self.intake.case_id = str(self.case_of(max(joined)))
+
+    # -- cases ------------------------------------------------------------------------------
+
+    def case_of(self, recurrence: int) -> UUID:
+        """The case of a recurrence that has fired: known, or opened now (or replayed)."""
+        if recurrence in self.case_ids:
+            return self.case_ids[recurrence]
+        known = self._known_case(recurrence)
+        if known is None:
+            known = self._open(recurrence)
+        self.case_ids[recurrence] = known
+        return known
+
+    def _known_case(self, recurrence: int) -> UUID | None:
+        group = self.group
+        if recurrence == group.recurrence and group.case_id is not None:
+            return group.case_id
+        if recurrence == group.recurrence - 1 and group.previous_case_id is not None:
+            return group.previous_case_id
+        rows = [*self.decision.touched, *self.decision.outstanding]
+        return next((row.case_id for row in rows
+                     if row.recurrence == recurrence and row.case_id is not None), None)
+
+    def _open(self, recurrence: int) -> UUID:
+        cmd = OpenCase(title=self.group.title, actor=ACTOR, severity=self.group.severity,
                        correlation_id=current())
-        reply = self.cases.open_case(cmd, f"alertmanager:{digest}")
+        digest = self.group.digest
+        key = f"alertmanager:{digest}" if recurrence == 1 else f"alertmanager:{digest}:{recurrence}"
+        reply = self.cases.open_case(cmd, key)
         case_id = UUID(reply.data()["case_id"])
-        with transaction(self.engine, "the alert groups") as conn:
-            conn.execute(update(alert_group)
-                         .where(alert_group.c.group_key_hash == digest,
-                                alert_group.c.case_id.is_(None))
-                         .values(case_id=case_id))
-            pending = list(_row(conn, digest)["pending"])
+        alert_store.record_case(self.engine, digest, recurrence, case_id)
         if not reply.replayed:
-            log.info("alert group %s opened case %s", digest[:16], case_id)
-        for item in pending:
-            self._note(case_id, digest, item)
-        return case_id, not reply.replayed
+            self.intake.opened = True
+            log.info("alert group %s opened case %s (recurrence %d)", digest[:16], case_id,
+                     recurrence)
+        return case_id
 
-    def _hold(self, digest: str, resolved: list[dict[str, str]]) -> UUID | None:
-        """Keep resolutions of a group whose case is not open yet; the case id when it opened
-        meanwhile (the caller then notes them itself)."""
-        with transaction(self.engine, "the alert groups") as conn:
-            row = _row(conn, digest, lock=True)
-            if row["case_id"] is not None:
-                return UUID(str(row["case_id"]))
-            known = {(p["fingerprint"], p["ends_at"]) for p in row["pending"]}
-            fresh = [r for r in resolved if (r["fingerprint"], r["ends_at"]) not in known]
-            if fresh:
-                conn.execute(update(alert_group).where(alert_group.c.group_key_hash == digest)
-                             .values(pending=[*row["pending"], *fresh]))
-        return None
+    # -- notes ------------------------------------------------------------------------------
 
-    def _note(self, case_id: UUID, digest: str, item: Mapping[str, str]) -> int:
-        """One timeline note per resolved alert (fingerprint and end time): 1 if written now."""
-        summary = f": {item['summary']}" if item.get("summary") else ""
-        note = NoteCase(case_id, "alert_resolved", ACTOR,
-                        reason=f"{item['alertname']} resolved{summary}",
-                        meta={"fingerprint": item["fingerprint"], "ends_at": item["ends_at"],
-                              "group": digest[:16]},
-                        correlation_id=current())
-        key = f"alertmanager:{digest[:32]}:resolved:{item['fingerprint']}:{item['ends_at']}"
-        reply = self.cases.note(note, key[:200])
+    def _note_opening(self, recurrence: int, rows: Sequence[Seen]) -> int:
+        """The alerts that opened a recurrence's case: one note with their evidence; from the
+        second recurrence on it names the previous case."""
+        alerts = [_said(row) for row in rows]
+        meta: dict[str, Any] = {"group": self.group.digest[:16], "recurrence": recurrence,
+                                "alerts": alerts}
+        event, reason = "alert_firing", "firing: " + "; ".join(_line(a) for a in alerts)
+        if recurrence > 1:
+            previous = str(self.case_of(recurrence - 1))
+            meta |= {"previous_case_id": previous, "title": self.group.title}
+            event = "alert_recurrence"
+            reason = f"recurrence {recurrence} of {self.group.title}, previous case {previous}"
+        return self._note(recurrence, event, reason[:2000], meta, f"opened:{recurrence}",
+                          rows, resolved=False)
+
+    def _note_new(self, row: Seen) -> int:
+        said = _said(row)
+        meta = {"group": self.group.digest[:16], "recurrence": row.recurrence, **said}
+        return self._note(row.recurrence, "alert_new", f"new alert in this group: {_line(said)}",
+                          meta, f"new:{_hash(*row.identity)}", [row], resolved=False)
+
+    def _note_resolved(self, row: Seen) -> int:
+        said = _said(row)
+        meta = {"group": self.group.digest[:16], "recurrence": row.recurrence,
+                **said, "ends_at": row.ends_at}
+        reason = _line(said, " resolved")
+        return self._note(row.recurrence, "alert_resolved", reason, meta,
+                          f"resolved:{_hash(*row.identity, str(row.ends_at))}", [row],
+                          resolved=True)
+
+    def _note(self, recurrence: int, event: str, reason: str, meta: dict[str, Any],
+              key: str, rows: Sequence[Seen], *, resolved: bool) -> int:
+        """One note on the recurrence's case, with its rows marked and their evidence written
+        in the same transaction: 1 if written now, 0 if it was already."""
+        case_id = self.case_of(recurrence)
+        digest = self.group.digest
+        status = "resolved" if resolved else "firing"
+
+        def evidence(conn: Connection) -> None:
+            alert_store.mark_noted(conn, digest, rows, resolved=resolved)
+            alert_store.write_evidence(conn, case_id, [_evidence(row, status) for row in rows])
+
+        note = NoteCase(case_id, event, ACTOR, reason=reason, meta=meta,
+                        topic=ALERT_NOTED_TOPIC, correlation_id=current())
+        reply = self.cases.note(note, f"alertmanager:{digest[:32]}:{key}", also=evidence)
         reply.data()
         return 0 if reply.replayed else 1
 
 
-def _row(conn: Connection, digest: str, *, lock: bool = False) -> RowMapping:
-    query = select(alert_group).where(alert_group.c.group_key_hash == digest)
-    if lock:
-        query = query.with_for_update()
-    return conn.execute(query).mappings().one()
+def _said(row: Seen) -> dict[str, Any]:
+    """What a note says of an alert."""
+    labels: Mapping[str, str] = row.alert.get("labels") or {}
+    annotations: Mapping[str, str] = row.alert.get("annotations") or {}
+    return {"fingerprint": row.fingerprint, "starts_at": row.starts_at,
+            "alertname": labels.get("alertname", "alert"),
+            "summary": annotations.get("summary") or annotations.get("description") or "",
+            "url": row.alert.get("url") or ""}
+
+
+def _line(said: Mapping[str, Any], verb: str = "") -> str:
+    words = f"{said['alertname']}{verb}"
+    return f"{words}: {said['summary']}" if said["summary"] else words
+
+
+def _evidence(row: Seen, status: str) -> dict[str, Any]:
+    said = _said(row)
+    data = {"source": "alertmanager", "status": status, "metric": said["alertname"],
+            "summary": _line(said, f" {status}"), "link": said["url"], "confidence": 1.0,
+            "fingerprint": row.fingerprint, "starts_at": row.starts_at, "ends_at": row.ends_at,
+            "labels": dict(row.alert.get("labels") or {}),
+            "annotations": dict(row.alert.get("annotations") or {})}
+    return {"metric": said["alertname"], "summary": data["summary"], "url": said["url"],
+            "data": data}
+
+
+def _hash(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()[:32]

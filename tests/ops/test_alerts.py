@@ -136,7 +136,8 @@ def test_a_firing_group_opens_one_case_with_its_title_and_severity(client, engin
     assert case["severity"] == "SEV1" and case["status"] == "NEW"
     again = post(client, notification("ProbeFailure", [alert("ProbeFailure", "a"),
                                                        alert("ProbeFailure", "b")]))
-    assert again.json()["data"] == {**data, "opened": False}
+    # b is new in the open case: one note, no second case (0009: new alerts are noted).
+    assert again.json()["data"] == {**data, "opened": False, "new_alerts": 1}
     assert len(cases(engine)) == 1
 
 

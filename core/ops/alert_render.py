@@ -1,0 +1,56 @@
+"""How an alert note (``evt.alert.noted.v1``) reads in the case thread: one line of Slack mrkdwn,
+the alert's words escaped and its Prometheus graph as a ``<url|graph>`` link at the end, so the
+line still reads as plain text. Pure functions of the event's payload."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+ALERT_NOTED_TOPIC = "evt.alert.noted.v1"
+MAX_LISTED = 3  # alerts named in one "Firing" line
+
+Payload = Mapping[str, Any]
+
+
+def alert_text(payload: Payload) -> str | None:
+    """The thread line of an alert note; None for a note this module does not know."""
+    event = payload.get("event")
+    if event == "alert_resolved":
+        return f"{_said(payload, ' resolved')}{_link(payload)}"
+    if event == "alert_new":
+        return f"New alert in this group: {_said(payload)}{_link(payload)}"
+    if event == "alert_firing":
+        return f"Firing: {_listed(payload.get('alerts') or [])}"
+    if event == "alert_recurrence":
+        first = (payload.get("alerts") or [{}])[0]
+        previous = str(payload.get("previous_case_id") or "")[:8]
+        return (f"Recurrence {payload.get('recurrence')} of {escape(payload.get('title'))}; "
+                f"previous case {previous}{_link(first)}")
+    return None
+
+
+def escape(text: object) -> str:
+    """Text as Slack mrkdwn shows it literally: ``&``, ``<`` and ``>`` are control characters."""
+    return str(text or "").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _said(alert: Mapping[str, Any], verb: str = "") -> str:
+    summary = alert.get("summary")
+    words = f"{alert.get('alertname') or 'alert'}{verb}"
+    return escape(f"{words}: {summary}" if summary else words)
+
+
+def _listed(alerts: Sequence[Mapping[str, Any]]) -> str:
+    shown = "; ".join(f"{_said(a)}{_link(a)}" for a in alerts[:MAX_LISTED])
+    more = len(alerts) - MAX_LISTED
+    return f"{shown}; and {more} more" if more > 0 else shown
+
+
+def _link(alert: Mapping[str, Any]) -> str:
+    url = str(alert.get("url") or "")
+    if not url.startswith(("http://", "https://")):
+        return ""
+    for char, code in (("|", "%7C"), ("<", "%3C"), (">", "%3E"), (" ", "%20")):
+        url = url.replace(char, code)
+    return f" <{url}|graph>"

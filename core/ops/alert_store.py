@@ -1,0 +1,250 @@
+"""The alert groups' bookkeeping: ``alert_group`` (one row per Alertmanager group: its current
+recurrence and case) and ``alert_seen`` (each alert of a group once, by fingerprint + startsAt:
+the recurrence it belongs to, whether it opened that recurrence, which of its notes are written).
+
+What a notification changes is decided in one transaction with the group row locked
+(``SELECT … FOR UPDATE`` on PostgreSQL; SQLite serialises writers): an alert not seen before
+joins the group's current case, or, when that case is CLOSED, opens the next recurrence. The
+intake then writes the cases and notes the rows call for; each note marks its rows in its own
+transaction (``mark_noted``), so a row still unmarked is work a later delivery finishes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import Connection, Engine, Update, and_, func, insert, or_, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from core.adapters.database import transaction
+from core.adapters.tables import alert_group, alert_seen, ops_case
+from core.analysis.tables import evidence_link
+from core.domain.fsm import CaseStatus
+
+OPENED, NEW, RESOLVED = "opened", "new", "resolved"  # alert_seen.role
+Identity = tuple[str, str]  # fingerprint, startsAt
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """One alert of a notification: its identity, state and what the evidence keeps of it
+    (``labels``, ``annotations``, ``url``)."""
+
+    fingerprint: str
+    starts_at: str
+    firing: bool
+    ends_at: str | None
+    alert: dict[str, Any]
+
+    @property
+    def identity(self) -> Identity:
+        return self.fingerprint, self.starts_at
+
+
+@dataclass(frozen=True)
+class Group:
+    digest: str
+    title: str
+    severity: str
+    recurrence: int
+    case_id: UUID | None
+    previous_case_id: UUID | None
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One ``alert_seen`` row."""
+
+    fingerprint: str
+    starts_at: str
+    recurrence: int
+    role: str
+    case_id: UUID | None
+    alert: Mapping[str, Any]
+    ends_at: str | None
+    noted: bool
+    resolved_noted: bool
+
+    @property
+    def identity(self) -> Identity:
+        return self.fingerprint, self.starts_at
+
+    @classmethod
+    def of(cls, row: Mapping[Any, Any]) -> Seen:
+        return cls(str(row["fingerprint"]), str(row["starts_at"]), int(row["recurrence"]),
+                   str(row["role"]), row["case_id"], dict(row["alert"]), row["ends_at"],
+                   row["noted_at"] is not None, row["resolved_noted_at"] is not None)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the group looks like after a notification: the rows with a note still to write,
+    the recurrences that have a case (or are opening one), and the notification's own rows."""
+
+    group: Group
+    outstanding: list[Seen]
+    fired: frozenset[int]
+    touched: list[Seen]
+
+
+def decide(engine: Engine, claim: Mapping[str, Any], sightings: Sequence[Sighting]) -> Decision:
+    """Record one notification's alerts under the group's lock; the group row is inserted by
+    the first notification that sees the group (``claim``: its columns)."""
+    digest = str(claim["group_key_hash"])
+    with transaction(engine, "the alert groups") as conn:
+        dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+        conn.execute(dialect_insert(alert_group).values(**claim, pending=[])
+                     .on_conflict_do_nothing(index_elements=[alert_group.c.group_key_hash]))
+        deciding = _Deciding(conn, _group(conn, digest))
+        deciding.load({s.fingerprint for s in sightings})
+        for sighting in sightings:
+            if sighting.firing:
+                deciding.fire(sighting)
+        for sighting in sightings:
+            if not sighting.firing:
+                deciding.resolve(sighting)
+        touched = {s.identity for s in sightings}
+        return Decision(deciding.group, _outstanding(conn, digest),
+                        frozenset(_fired(conn, digest)),
+                        [row for key, row in deciding.known.items() if key in touched])
+
+
+def record_case(engine: Engine, digest: str, recurrence: int, case_id: UUID) -> None:
+    """The case of a recurrence is open: the group and its alerts of that recurrence name it."""
+    with transaction(engine, "the alert groups") as conn:
+        conn.execute(update(alert_group)
+                     .where(alert_group.c.group_key_hash == digest,
+                            alert_group.c.recurrence == recurrence,
+                            alert_group.c.case_id.is_(None))
+                     .values(case_id=case_id))
+        conn.execute(update(alert_seen)
+                     .where(alert_seen.c.group_key_hash == digest,
+                            alert_seen.c.recurrence == recurrence,
+                            alert_seen.c.case_id.is_(None))
+                     .values(case_id=case_id))
+
+
+def mark_noted(conn: Connection, digest: str, rows: Iterable[Seen], *, resolved: bool) -> None:
+    """In the note's transaction: these rows' firing (or resolution) note is written."""
+    column = "resolved_noted_at" if resolved else "noted_at"
+    for row in rows:
+        conn.execute(update(alert_seen)
+                     .where(alert_seen.c.group_key_hash == digest,
+                            alert_seen.c.fingerprint == row.fingerprint,
+                            alert_seen.c.starts_at == row.starts_at)
+                     .values({column: func.now()}))
+
+
+def write_evidence(conn: Connection, case_id: UUID, items: Sequence[Mapping[str, Any]]) -> None:
+    """In the note's transaction: one ``evidence_link`` row (kind ``alert``) per item
+    (``metric``, ``summary``, ``url``, ``data``), at the case's current version."""
+    version = conn.execute(select(ops_case.c.version).where(ops_case.c.id == case_id)
+                           ).scalar_one()
+    conn.execute(insert(evidence_link), [
+        {"case_id": case_id, "case_version": version, "kind": "alert",
+         "metric": str(item["metric"])[:200], "summary": str(item["summary"]),
+         "url": item.get("url") or None, "data": dict(item["data"])} for item in items])
+
+
+class _Deciding:
+    """One notification's decisions, inside the transaction that holds the group's lock."""
+
+    def __init__(self, conn: Connection, group: Group) -> None:
+        self.conn = conn
+        self.group = group
+        self.closed = group.case_id is not None and conn.execute(
+            select(ops_case.c.status).where(ops_case.c.id == group.case_id)
+        ).scalar_one() == CaseStatus.CLOSED
+        self.fired_before = _fired(conn, group.digest)
+        self.known: dict[Identity, Seen] = {}
+
+    def load(self, fingerprints: set[str]) -> None:
+        query = select(alert_seen).where(alert_seen.c.group_key_hash == self.group.digest,
+                                         alert_seen.c.fingerprint.in_(sorted(fingerprints)))
+        for row in self.conn.execute(query).mappings():
+            seen = Seen.of(row)
+            self.known[seen.identity] = seen
+
+    def fire(self, sighting: Sighting) -> None:
+        """An alert firing: nothing if seen firing before; else it joins its recurrence, the
+        first of which opens it (a CLOSED case's group fires again: the next recurrence)."""
+        row = self.known.get(sighting.identity)
+        if row is not None and row.role != RESOLVED:
+            return
+        recurrence = row.recurrence if row is not None else self._recurrence_for_unseen()
+        if recurrence > self.group.recurrence:
+            self._next_recurrence()
+        role = NEW if recurrence in self.fired_before else OPENED
+        if row is None:
+            self._insert(sighting, recurrence, role)
+        else:
+            self.conn.execute(self._where(row).values(role=role))
+            self.known[row.identity] = replace(row, role=role)
+
+    def resolve(self, sighting: Sighting) -> None:
+        """An alert resolved: noted on its recurrence's case; one never seen firing belongs to
+        the current case, or waits for the next one while the group's case is CLOSED."""
+        row = self.known.get(sighting.identity)
+        if row is None:
+            self._insert(sighting, self._recurrence_for_unseen(), RESOLVED)
+        elif row.ends_at is None:
+            self.conn.execute(self._where(row).values(ends_at=sighting.ends_at))
+            self.known[row.identity] = replace(row, ends_at=sighting.ends_at)
+
+    def _recurrence_for_unseen(self) -> int:
+        return self.group.recurrence + 1 if self.closed else self.group.recurrence
+
+    def _next_recurrence(self) -> None:
+        group = self.group
+        self.conn.execute(update(alert_group).where(alert_group.c.group_key_hash == group.digest)
+                          .values(recurrence=group.recurrence + 1,
+                                  previous_case_id=group.case_id, case_id=None))
+        self.group = replace(group, recurrence=group.recurrence + 1,
+                             previous_case_id=group.case_id, case_id=None)
+        self.closed = False
+
+    def _insert(self, sighting: Sighting, recurrence: int, role: str) -> None:
+        case_id = self.group.case_id if recurrence == self.group.recurrence else None
+        ends_at = None if sighting.firing else sighting.ends_at
+        values = {"group_key_hash": self.group.digest, "fingerprint": sighting.fingerprint,
+                  "starts_at": sighting.starts_at, "recurrence": recurrence, "role": role,
+                  "case_id": case_id, "alert": sighting.alert,
+                  "ends_at": ends_at}
+        self.conn.execute(insert(alert_seen).values(values))
+        self.known[sighting.identity] = Seen(
+            sighting.fingerprint, sighting.starts_at, recurrence, role, case_id, sighting.alert,
+            ends_at, noted=False, resolved_noted=False)
+
+    def _where(self, row: Seen) -> Update:
+        return update(alert_seen).where(alert_seen.c.group_key_hash == self.group.digest,
+                                        alert_seen.c.fingerprint == row.fingerprint,
+                                        alert_seen.c.starts_at == row.starts_at)
+
+
+def _group(conn: Connection, digest: str) -> Group:
+    row = conn.execute(select(alert_group).where(alert_group.c.group_key_hash == digest)
+                       .with_for_update()).mappings().one()
+    return Group(digest, str(row["title"]), str(row["severity"]), int(row["recurrence"]),
+                 row["case_id"], row["previous_case_id"])
+
+
+def _fired(conn: Connection, digest: str) -> set[int]:
+    """The recurrences that have seen an alert firing: each has (or is opening) its case."""
+    query = (select(alert_seen.c.recurrence).distinct()
+             .where(alert_seen.c.group_key_hash == digest, alert_seen.c.role != RESOLVED))
+    return set(conn.execute(query).scalars())
+
+
+def _outstanding(conn: Connection, digest: str) -> list[Seen]:
+    query = (select(alert_seen)
+             .where(alert_seen.c.group_key_hash == digest,
+                    or_(and_(alert_seen.c.role != RESOLVED, alert_seen.c.noted_at.is_(None)),
+                        and_(alert_seen.c.ends_at.is_not(None),
+                             alert_seen.c.resolved_noted_at.is_(None))))
+             .order_by(alert_seen.c.recurrence, alert_seen.c.fingerprint,
+                       alert_seen.c.starts_at))
+    return [Seen.of(row) for row in conn.execute(query).mappings()]
