@@ -1,13 +1,15 @@
 """ChangePlan: the JSON-Schema contract every proposed change must meet, and its stable hash.
 
-The schema file beside this module is the contract; the pydantic models mirror it for typed use.
-``plan_problems`` is what the ``plan_ready`` guard and the agent's repair loop read.
+The schema file beside this module is the contract; the pydantic models mirror it for typed use
+(the ``verify`` block's in ``core/domain/verify.py``). ``plan_problems`` is what the
+``plan_ready`` guard and the agent's repair loop read.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from enum import StrEnum
 from functools import cache
 from importlib import resources
@@ -16,6 +18,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.domain.verify import verify_problems
 from core.errors import InvalidPlan
 
 
@@ -62,9 +65,18 @@ def _validator() -> Draft202012Validator:
 
 
 def plan_problems(plan: Any) -> list[str]:
-    """Every way ``plan`` breaks the schema, as short readable lines; empty when it is valid."""
+    """Every way ``plan`` breaks the schema, as short readable lines; empty when it is valid.
+    The ``verify`` block's lines come from ``verify_problems``, which names the key at fault
+    where the schema would only say "not valid under any of the given schemas", and also
+    refuses a window longer than the block's own deadline, which a schema cannot say."""
     errors = sorted(_validator().iter_errors(plan), key=lambda e: list(e.absolute_path))
-    return [f"{_where(list(e.absolute_path))}: {e.message}" for e in errors]
+    problems = [f"{_where(list(e.absolute_path))}: {e.message}" for e in errors
+                if list(e.absolute_path)[:1] != ["verify"]]
+    if isinstance(plan, Mapping) and "verify" in plan:
+        schema_says = [f"{_where(list(e.absolute_path))}: {e.message}" for e in errors
+                       if list(e.absolute_path)[:1] == ["verify"]]
+        problems += [f"plan.{line}" for line in verify_problems(plan["verify"])] or schema_says
+    return problems
 
 
 def _where(path: list[str | int]) -> str:
