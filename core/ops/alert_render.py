@@ -21,7 +21,8 @@ def alert_text(payload: Payload) -> str | None:
     if event == "alert_new":
         return f"New alert in this group: {_said(payload)}{_link(payload)}"
     if event == "alert_firing":
-        return f"Firing: {_listed(payload.get('alerts') or [])}"
+        alerts = payload.get("alerts") or []
+        return f"Firing: {_listed(alerts, int(payload.get('alert_count') or len(alerts)))}"
     if event == "alert_recurrence":
         first = (payload.get("alerts") or [{}])[0]
         previous = str(payload.get("previous_case_id") or "")[:8]
@@ -41,9 +42,9 @@ def _said(alert: Mapping[str, Any], verb: str = "") -> str:
     return escape(f"{words}: {summary}" if summary else words)
 
 
-def _listed(alerts: Sequence[Mapping[str, Any]]) -> str:
+def _listed(alerts: Sequence[Mapping[str, Any]], count: int) -> str:
     shown = "; ".join(f"{_said(a)}{_link(a)}" for a in alerts[:MAX_LISTED])
-    more = len(alerts) - MAX_LISTED
+    more = count - min(len(alerts), MAX_LISTED)
     return f"{shown}; and {more} more" if more > 0 else shown
 
 

@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 ACTOR = "alertmanager"
 TITLE_MAX = 200
+LISTED_MAX = 20  # alerts an opening note names (its evidence keeps them all)
 SEVERITIES = {
     "critical": "SEV1", "page": "SEV1", "sev1": "SEV1",
     "error": "SEV2", "high": "SEV2", "major": "SEV2", "sev2": "SEV2",
@@ -258,14 +259,17 @@ class _Settling:
         second recurrence on it names the previous case."""
         alerts = [_said(row) for row in rows]
         meta: dict[str, Any] = {"group": self.group.digest[:16], "recurrence": recurrence,
-                                "alerts": alerts}
-        event, reason = "alert_firing", "firing: " + "; ".join(_line(a) for a in alerts)
+                                "alerts": alerts[:LISTED_MAX], "alert_count": len(alerts)}
+        event = "alert_firing"
+        reason = "firing: " + "; ".join(_line(a) for a in alerts[:LISTED_MAX])
+        if len(alerts) > LISTED_MAX:
+            reason += f"; and {len(alerts) - LISTED_MAX} more"
         if recurrence > 1:
             previous = str(self.case_of(recurrence - 1))
             meta |= {"previous_case_id": previous, "title": self.group.title}
             event = "alert_recurrence"
             reason = f"recurrence {recurrence} of {self.group.title}, previous case {previous}"
-        return self._note(recurrence, event, reason[:2000], meta, f"opened:{recurrence}",
+        return self._note(recurrence, event, reason, meta, f"opened:{recurrence}",
                           rows, resolved=False)
 
     def _note_new(self, row: Seen) -> int:

@@ -316,3 +316,17 @@ def test_the_notifier_posts_each_alert_note_once_in_the_case_thread(app, client,
                        f"Firing: ProbeFailure: ProbeFailure on a {graph}",
                        f"New alert in this group: ProbeFailure: ProbeFailure on b {graph}",
                        f"ProbeFailure resolved: ProbeFailure on b {graph}"]
+
+
+def test_a_wide_opening_names_twenty_alerts_and_keeps_every_one_as_evidence(client, engine):
+    deliver(client, group(*(sent(f"i{n:02d}") for n in range(25))))
+    [case] = cases(engine)
+    [opening] = alert_notes(engine, case["id"])
+    context = opening["meta"]["context"]
+    assert (len(context["alerts"]), context["alert_count"]) == (20, 25)
+    assert opening["reason"].endswith("; and 5 more")  # in fingerprint order
+    with engine.connect() as conn:
+        rows = conn.execute(select(evidence_link.c.data).where(evidence_link.c.case_id ==
+                                                               case["id"])).scalars().all()
+    assert sorted(d["labels"]["instance"] for d in rows) == [f"i{n:02d}" for n in range(25)]
+    assert thread_lines(engine, case["id"])[0].endswith("|graph>; and 22 more")

@@ -35,6 +35,8 @@ def test_a_firing_line_names_three_alerts_and_counts_the_rest():
     alerts = [{"alertname": f"a{n}", "summary": "", "url": ""} for n in range(5)]
     line = alert_text({"event": "alert_firing", "alerts": alerts})
     assert line == "Firing: a0; a1; a2; and 2 more"
+    counted = alert_text({"event": "alert_firing", "alerts": alerts, "alert_count": 40})
+    assert counted == "Firing: a0; a1; a2; and 37 more"
 
 
 def test_the_alert_words_cannot_make_slack_markup_and_the_link_stays_one_token():
