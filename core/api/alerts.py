@@ -1,6 +1,7 @@
 """``POST /alerts/alertmanager``: Prometheus Alertmanager's webhook (version 4), authenticated by
-``Authorization: Bearer $OPSGATE_ALERT_TOKEN`` (refused while the token is unset). Each alert
-group opens at most one case; resolved alerts become timeline notes (``core.ops.alerts``)."""
+``Authorization: Bearer $OPSGATE_ALERT_TOKEN`` (refused while the token is unset). An alert group
+has at most one open case; new and resolved alerts become notes on it, and a group that fires
+after its case CLOSED opens its next case (``core.ops.alerts``)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def admit_alert(request: Request,
              responses={401: {"description": "Missing or wrong bearer token, or intake off"},
                         422: {"description": "Not an Alertmanager version 4 notification"}})
 def alertmanager(notification: Notification, request: Request) -> Response:
-    """One notification: opens the group's case unless it is open, notes resolved alerts."""
+    """One notification: opens the group's case unless one is open, notes new and resolved
+    alerts."""
     app = opsgate(request)
     intake = AlertIntake(app.engine, app.cases).receive(notification)
     return send_data(intake.as_dict())
