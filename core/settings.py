@@ -60,6 +60,22 @@ class Settings(BaseSettings):
         description="Metric values the verifier reads when OPSGATE_PROMETHEUS_URL is unset "
         "(JSON object, name → number); the default lets the template plans' checks pass.",
     )
+    # Verification after a change (docs/executor.md): readings are scheduled, never slept on.
+    verify_poll_s: float = Field(
+        default=15.0, gt=0, le=3600,
+        description="Seconds between two readings of a plan's verify block while it waits for "
+        "its window after the change to pass, or for the condition to start holding.",
+    )
+    verify_max_wait_s: float = Field(
+        default=3600.0, gt=0, le=7 * 86400,
+        description="The longest any verify block may wait after the change before the case "
+        "parks: caps the block's timeout_s (default: its longest for_s + 600 s).",
+    )
+    verify_time_scale: float = Field(
+        default=1.0, gt=0, le=1,
+        description="Demo only: multiplies every verify window and deadline (0.01 makes a "
+        "300 s window 3 s). Keep 1 in production: a shorter window proves less.",
+    )
     step_output_limit: int = Field(
         default=4096, ge=256, le=1_048_576,
         description="Bytes of a step's output kept (head and tail) for the timeline.",

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from contextlib import suppress
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from core.analysis.findings import FINDINGS_TOPIC
@@ -74,6 +76,17 @@ def _step(p: Payload) -> str:
     return f"{mark} {p.get('reason')}"
 
 
+def _verify_waiting(p: Payload) -> str:
+    observed = p.get("observed")
+    now = f"now {observed:g}" if isinstance(observed, int | float) else str(p.get("reason"))
+    deadline = str(p.get("deadline") or "")
+    with suppress(ValueError):
+        deadline = f"{datetime.fromisoformat(deadline).astimezone(UTC):%H:%M:%S} UTC"
+    what = p.get("waiting_for") or "the verify block to hold"
+    return (f"Verifying plan {_short(p.get('plan_hash'))}: waiting for {what} ({now}); "
+            f"deadline {deadline}")
+
+
 _RENDERERS: dict[str, Callable[[Payload], str | None]] = {
     Topic.CASE_OPENED: _opened,
     Topic.CASE_TRANSITION: _moved,
@@ -83,6 +96,7 @@ _RENDERERS: dict[str, Callable[[Payload], str | None]] = {
     Topic.PLAN_APPROVED: _approved,
     Topic.PLAN_REJECTED: _rejected,
     STEP_RESULT: _step,
+    Topic.VERIFY_WAITING: _verify_waiting,
     FINDINGS_TOPIC: findings_text,  # the analyst's findings (core/analysis/render.py)
     ALERT_NOTED_TOPIC: alert_text,  # Alertmanager's alerts on the case (core/ops/alert_render.py)
 }

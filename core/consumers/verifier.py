@@ -1,22 +1,42 @@
-"""The verifier (``cmd.verify.run``): judges the executed plan's ``verify`` block against the
-configured evidence (Prometheus, else the static metrics of settings; allow-listed probes), notes
-the observation, then ``verify_pass`` (→ CLOSED) or ``verify_failed`` (→ PARKED, with why)."""
+"""The verifier (``cmd.verify.run``): judges the executed plan's ``verify`` block on what happened
+after the change, one reading at a time (Prometheus, else the static metrics of settings;
+allow-listed probes).
+
+The change finished when the case entered VERIFYING (its ``updated_at``: notes do not move it).
+Reading n notes what it saw, then:
+
+- the block holds → ``verify_pass`` (→ CLOSED);
+- it cannot be judged (an old plan past no guard, a refused probe) → ``verify_failed`` at once;
+- not yet (a window after the change still running, or the condition not holding) and the
+  block's deadline not reached → the note schedules reading n+1 ``OPSGATE_VERIFY_POLL_S`` later
+  in the outbox (``deliver_after``), in the same transaction as the inbox mark: no thread sleeps,
+  a restart loses nothing, other cases go on. Reading 1 also tells the thread what it waits on;
+- the deadline reached → ``verify_failed`` with the last reading.
+
+Each reading is taken once through the gateway (``verify.evaluate``, keyed by case, version,
+plan hash and reading number): a redelivery replays the reading, its time included, and so
+reaches the note's own conclusion instead of contradicting it.
+"""
 
 from __future__ import annotations
 
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from core.adapters.case_store import as_utc
 from core.consumers.runs import PlanRun, current_run
-from core.domain.commands import NoteCase, TransitionCase
+from core.domain.commands import NoteCase, Scheduled, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic
-from core.errors import Unavailable
+from core.domain.verify import VerifyBlock, parse_verify, problem_lines
+from core.errors import InvalidPlan, Unavailable
 from core.executor.allowlists import UrlAllowList
-from core.executor.evidence import MetricSource, evaluate, source_from_settings
+from core.executor.evidence import MetricSource, Moment, read_block, source_from_settings
 from core.gateway import CallStatus, ToolCall
 from core.messaging.consumer import Delivery
 from core.metrics import VERIFY_SECONDS
@@ -26,7 +46,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CHECK_TIMEOUT_S = 10.0  # each metric query or probe (evidence.evaluate's bound)
+CHECK_TIMEOUT_S = 10.0  # each metric query or probe (evidence.read_block's bound)
+
+Observation = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Watch:
+    """One verification: the block, when the change finished, and the last moment it may pass."""
+
+    block: VerifyBlock
+    since: datetime
+    deadline: datetime
 
 
 class Verifier:
@@ -35,69 +66,145 @@ class Verifier:
     name = "verifier"
     topics: tuple[str, ...] = (Topic.VERIFY_RUN,)
 
-    def __init__(self, app: App, source: MetricSource | None = None) -> None:
+    def __init__(self, app: App, source: MetricSource | None = None,
+                 clock: Callable[[], datetime] | None = None) -> None:
         self.app = app
         settings = app.settings
         self.source = source or source_from_settings(settings, settings.static_metrics)
         self.allowlist = UrlAllowList(settings.http_allowlist)
+        self.clock = clock or app.cases.clock  # the clock that stamped the change's end
+        self.poll = timedelta(seconds=settings.verify_poll_s)
+        self.max_wait_s = settings.verify_max_wait_s
+        self.scale = settings.verify_time_scale
 
     def handle(self, delivery: Delivery) -> None:
         run = current_run(self.app.cases, self.name, delivery.envelope.payload,
                           CaseStatus.VERIFYING)
         if run is None:
             return
-        observation = self._observe(run)
-        passed = bool(observation["passed"])
-        self.app.cases.note(NoteCase(run.case_id, "verify_result", self.name,
-                                     reason=str(observation["reason"]),
-                                     meta={**observation, "plan_hash": run.plan_hash}),
-                            f"{run.key}:observation").data()
-        self._conclude(run, delivery, passed, str(observation["reason"]))
+        number = int(delivery.envelope.payload.get("reading", 1))
+        watch = self._watch(run)
+        if isinstance(watch, str):
+            self._conclude(run, delivery, number, _observation("cannot", watch), watch)
+            return
+        observation = self._read(run, watch, number)
+        state, reason = observation["state"], str(observation["reason"])
+        if state == "pending" and _at(observation) < watch.deadline:
+            self._wait(run, delivery, watch, number, observation)
+        elif state == "pending":
+            self._conclude(run, delivery, number, observation,
+                           f"{reason}; still so at the deadline "
+                           f"{watch.deadline:%H:%M:%S} UTC, reading {number}")
+        else:
+            self._conclude(run, delivery, number, observation, reason)
 
-    def _conclude(self, run: PlanRun, delivery: Delivery, passed: bool, reason: str) -> None:
+    # -- the verification -----------------------------------------------------------------
+
+    def _watch(self, run: PlanRun) -> Watch | str:
+        """The verification the run asks for, or why the block can never be judged."""
+        if run.plan is None:
+            return f"cannot verify: the plan {run.plan_hash} is not stored"
+        raw = run.plan.get("verify")
+        try:
+            block = parse_verify(raw)
+        except InvalidPlan:
+            return f"cannot verify: {'; '.join(problem_lines(raw))}"
+        wait_s = block.wait_s(scale=self.scale, max_wait_s=self.max_wait_s)
+        if block.window_s * self.scale > wait_s:
+            return (f"cannot verify: the {block.window_s * self.scale:g}s window after the change "
+                    f"outlasts the longest wait, {wait_s:g}s (OPSGATE_VERIFY_MAX_WAIT_S)")
+        since = as_utc(datetime.fromisoformat(str(run.case["updated_at"])))
+        return Watch(block, since, since + timedelta(seconds=wait_s))
+
+    def _read(self, run: PlanRun, watch: Watch, number: int) -> Observation:
+        """Reading ``number``, taken once through the gateway: metrics move, so a redelivery
+        must reuse the reading its note shows rather than take a new one."""
+        assert run.plan is not None
+        lease_s = max(self.app.settings.gateway_lease_s,
+                      15.0 + CHECK_TIMEOUT_S * len(watch.block.checks))
+        call = ToolCall(tool="verify.evaluate", actor=self.name, session_id=run.session_id,
+                        args={"verify": run.plan.get("verify"), "reading": number,
+                              "since": watch.since.isoformat()},
+                        business_key=f"{run.case_id}:{run.plan_hash}:{run.version}:verify:"
+                                     f"{number}")
+        result = self.app.gateway.run(call, lambda _args: self._evaluate(watch),
+                                      lease_s=lease_s, wait_s=lease_s, idempotent=True)
+        if result.status is CallStatus.IN_PROGRESS:
+            raise Unavailable("verification of this case is running elsewhere; retry later",
+                              key=result.key)
+        if result.error is not None or not isinstance(result.result, Mapping):
+            why = (result.error or {}).get("message", "no stored observation")
+            return _observation("cannot", f"cannot verify: {why}", at=self.clock())
+        return dict(result.result)
+
+    def _evaluate(self, watch: Watch) -> Observation:
+        started, at = time.monotonic(), self.clock()
+        try:
+            outcome = read_block(watch.block, self.source, self.allowlist,
+                                 Moment(at=at, since=watch.since, scale=self.scale),
+                                 timeout_s=CHECK_TIMEOUT_S)
+        finally:
+            VERIFY_SECONDS.observe(time.monotonic() - started)
+        return _observation(outcome.state, outcome.reason, outcome.observed, at=at,
+                            waiting_for=outcome.waiting_for)
+
+    # -- what a reading leads to ----------------------------------------------------------
+
+    def _wait(self, run: PlanRun, delivery: Delivery, watch: Watch, number: int,
+              observation: Observation) -> None:
+        """Note the reading and schedule the next, in one transaction with the inbox mark."""
+        at = _at(observation)
+        following = min(at + self.poll, watch.deadline)  # the last reading is at the deadline
+        meta = {**observation, "plan_hash": run.plan_hash, "reading": number,
+                "since": watch.since.isoformat(), "deadline": watch.deadline.isoformat(),
+                "next_reading_at": following.isoformat()}
+        schedule = Scheduled(Topic.VERIFY_RUN, {"plan_hash": run.plan_hash,
+                                                "reading": number + 1}, following)
+        note = NoteCase(run.case_id, "verify_reading", self.name,
+                        reason=str(observation["reason"]), meta=meta,
+                        topic=Topic.VERIFY_WAITING if number == 1 else None,
+                        schedule=schedule)
+        self.app.cases.note(note, self._key(run, number),
+                            inbox_entry=delivery.inbox_entry).data()
+
+    def _conclude(self, run: PlanRun, delivery: Delivery, number: int,
+                  observation: Observation, reason: str) -> None:
+        self.app.cases.note(NoteCase(run.case_id, "verify_result", self.name, reason=reason,
+                                     meta={**observation, "plan_hash": run.plan_hash,
+                                           "reading": number}),
+                            self._key(run, number)).data()
+        self._move(run, delivery, number, observation["state"] == "held", reason)
+
+    def _move(self, run: PlanRun, delivery: Delivery, number: int, passed: bool,
+              reason: str) -> None:
         event = CaseEvent.VERIFY_PASS if passed else CaseEvent.VERIFY_FAILED
         cmd = TransitionCase(run.case_id, event, actor=self.name, reason=reason,
-                             meta={"plan_hash": run.plan_hash}, expected_version=run.version)
-        reply = self.app.cases.transition(cmd, f"{run.key}:{event}",
+                             meta={"plan_hash": run.plan_hash, "reading": number},
+                             expected_version=run.version)
+        reply = self.app.cases.transition(cmd, f"{self._key(run, number)}:{event}",
                                           inbox_entry=delivery.inbox_entry)
         if reply.status in (409, 412):
             log.info("verifier: case %s moved on before %s (%s)", run.case_id, event, reply.body)
             return
         reply.data()
 
-    def _observe(self, run: PlanRun) -> dict[str, Any]:
-        """The evaluation, recorded once through the gateway: metrics move, so a redelivery
-        must reuse the first reading rather than judge again and contradict its own note."""
-        if run.plan is None:
-            return _observation(False, f"cannot verify: the plan {run.plan_hash} is not stored")
-        block = run.plan.get("verify")
-        checks = block.get("checks") if isinstance(block, Mapping) else None
-        count = len(checks) if isinstance(checks, list) else 1
-        lease_s = max(self.app.settings.gateway_lease_s, 15.0 + CHECK_TIMEOUT_S * count)
-        call = ToolCall(tool="verify.evaluate", args={"verify": block}, actor=self.name,
-                        session_id=run.session_id,
-                        business_key=f"{run.case_id}:{run.plan_hash}:{run.version}:verify")
-        result = self.app.gateway.run(call, self._evaluate, lease_s=lease_s, wait_s=lease_s,
-                                      idempotent=True)
-        if result.status is CallStatus.IN_PROGRESS:
-            raise Unavailable("verification of this case is running elsewhere; retry later",
-                              key=result.key)
-        if result.error is not None or not isinstance(result.result, Mapping):
-            why = (result.error or {}).get("message", "no stored observation")
-            return _observation(False, f"cannot verify: {why}")
-        return dict(result.result)
-
-    def _evaluate(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        started = time.monotonic()
-        try:
-            outcome = evaluate(args.get("verify"), self.source, self.allowlist,
-                               timeout_s=CHECK_TIMEOUT_S)
-        finally:
-            VERIFY_SECONDS.observe(time.monotonic() - started)
-        return _observation(outcome.passed, outcome.reason, outcome.observed)
+    @staticmethod
+    def _key(run: PlanRun, number: int) -> str:
+        return f"{run.key}:{run.plan_hash}:reading:{number}"
 
 
-def _observation(passed: bool, reason: str, observed: float | None = None) -> dict[str, Any]:
+def _at(observation: Observation) -> datetime:
+    return as_utc(datetime.fromisoformat(str(observation["at"])))
+
+
+def _observation(state: str, reason: str, observed: float | None = None, *,
+                 at: datetime | None = None, waiting_for: str | None = None) -> Observation:
     # NaN and infinities are not JSON: the ledger and the timeline could not store them.
     value = observed if observed is not None and math.isfinite(observed) else None
-    return {"passed": passed, "reason": reason, "observed": value}
+    found: Observation = {"state": state, "passed": state == "held", "reason": reason,
+                          "observed": value}
+    if at is not None:
+        found["at"] = at.isoformat()
+    if waiting_for is not None:
+        found["waiting_for"] = waiting_for
+    return found

@@ -29,6 +29,7 @@ class Topic:
     EXEC_RUN = "cmd.exec.run"
     VERIFY_RUN = "cmd.verify.run"
     EXEC_STEP_RESULT = "evt.exec.step_result.v1"  # one attempt of a plan or rollback step
+    VERIFY_WAITING = "evt.verify.waiting.v1"  # verification waits for its window or condition
 
 
 _FOLLOW_UPS: dict[CaseEvent, tuple[str, ...]] = {

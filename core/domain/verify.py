@@ -81,12 +81,19 @@ class MetricCheck(_Shape):
             raise ValueError("a metric check needs 'below' or 'above'")
         return self
 
-    def condition(self) -> str:
+    def window_s(self, scale: float = 1.0) -> float:
+        """How long after the change the condition must hold (0: judged on one reading)."""
+        return (self.for_s or 0) * scale
+
+    def bounds(self) -> str:
+        """``below 1``, ``above 2``, ``below 10 and above 2``."""
+        return " and ".join(f"{name} {limit:g}" for name, limit in
+                            (("below", self.below), ("above", self.above)) if limit is not None)
+
+    def condition(self, scale: float = 1.0) -> str:
         """What must hold, in words: ``checkout_p95 below 1 for 300s after the change``."""
-        bounds = " and ".join(f"{name} {limit:g}" for name, limit in
-                              (("below", self.below), ("above", self.above)) if limit is not None)
-        held = f" for {self.for_s}s after the change" if self.for_s else ""
-        return f"{self.metric} {bounds}{held}"
+        held = f" for {self.window_s(scale):g}s after the change" if self.for_s else ""
+        return f"{self.metric} {self.bounds()}{held}"
 
 
 class ProbeTarget(_Shape):
@@ -98,7 +105,7 @@ class ProbeTarget(_Shape):
 class ProbeCheck(_Shape):
     probe: ProbeTarget
 
-    def condition(self) -> str:
+    def condition(self, scale: float = 1.0) -> str:
         expected = self.probe.expect_status
         answer = "2xx" if expected is None else " or ".join(map(str, expected))
         return f"probe {self.probe.url} answering {answer}"
@@ -126,11 +133,16 @@ class VerifyBlock:
 
     checks: tuple[Check, ...]
     timeout_s: int | None = None
+    listed: bool = False  # written as {"checks": [...]}, however many
 
     @property
     def window_s(self) -> int:
         """How long after the change the slowest check must hold (0: judged at once)."""
         return max((c.for_s or 0 for c in self.checks if isinstance(c, MetricCheck)), default=0)
+
+    def describe(self, scale: float = 1.0) -> str:
+        """What must hold, in words, every check joined."""
+        return "; ".join(check.condition(scale) for check in self.checks)
 
     def wait_s(self, *, scale: float = 1.0, max_wait_s: float | None = None) -> float:
         """How long after the change the verifier keeps reading: ``timeout_s``, else the window
@@ -193,7 +205,7 @@ def _checks(block: Mapping[str, Any]) -> tuple[VerifyBlock | None, list[Problem]
             checks.append(check)
     if problems:
         return None, problems
-    return _with_deadline(VerifyBlock(tuple(checks), shape.timeout_s), ("checks",))
+    return _with_deadline(VerifyBlock(tuple(checks), shape.timeout_s, listed=True), ("checks",))
 
 
 def _check(item: Any, where: Path) -> tuple[Check | None, list[Problem]]:

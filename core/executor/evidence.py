@@ -1,15 +1,12 @@
-"""What the verifier reads to judge a plan's ``verify`` block, and the judgement itself.
+"""What the verifier reads to judge a plan's ``verify`` block, and one reading's judgement.
 
-Accepted ``verify`` shapes (anything else is a "cannot verify: …" failure, never an exception):
-
-    {"metric": "<PromQL or name>", "below"?: number, "above"?: number, "for_s"?: seconds}
-        at least one bound; comparisons are strict. With several series the worst one counts
-        (the highest for ``below``, the lowest for ``above``); with ``for_s`` the worst value
-        over that window counts (Prometheus: ``max_over_time((q)[Ns:])``).
-    {"probe": {"url": "<allow-listed URL>", "expect_status"?: [int, ...]}}
-        a GET; passes on an expected status (any 2xx when none is named).
-    {"checks": [<metric or probe check>, ...]}
-        every check must pass; the first failure is the reason.
+The accepted shapes are ``core/domain/verify.py``'s (anything else is a "cannot verify: …"
+reading, never an exception). One reading at time ``at`` of a change that finished at ``since``:
+a metric check with ``for_s`` is judged only once its window after the change has passed, on the
+worst value over the window ending at ``at`` (Prometheus: ``max_over_time((q)[Ns:])`` evaluated
+at ``at``); before that it is *pending*, with its value at ``at`` as the reading. A check without
+``for_s``, and a probe, is judged on its reading at ``at``. A block holds when every check holds;
+the first check that does not is the reason.
 
 Sources: ``PrometheusSource`` (the HTTP query API) and ``StaticSource`` (embedded default).
 """
@@ -20,25 +17,43 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Protocol, TypeVar
+from datetime import datetime
+from typing import Any, Literal, Protocol
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from core.domain.verify import (
+    MetricCheck,
+    ProbeCheck,
+    ProbeTarget,
+    VerifyBlock,
+    parse_verify,
+    problem_lines,
+)
+from core.errors import InvalidPlan
 from core.executor.allowlists import Origin, UrlAllowList, url_problem
 from core.executor.http_client import HttpReply, RedirectRefused, is_expected, send
 from core.settings import Settings
 
 Worst = Literal["max", "min"]
+State = Literal["held", "pending", "cannot"]
 PROMETHEUS_BODY_LIMIT = 1_048_576
 _PROBE_BODY_LIMIT = 4096
 
 
 @dataclass(frozen=True)
 class VerifyOutcome:
-    passed: bool
+    """One reading: ``held`` (the condition holds), ``pending`` (not yet, or not now: read again
+    until the deadline) or ``cannot`` (the block can never be judged: fail at once)."""
+
+    state: State
     reason: str  # one line for the timeline: what was observed against what was required
     observed: float | None = None  # the metric value, or the probe's HTTP status
+    waiting_for: str | None = None  # pending: the condition not yet seen to hold, in words
+
+    @property
+    def passed(self) -> bool:
+        return self.state == "held"
 
 
 class EvidenceMissing(Exception):
@@ -50,8 +65,10 @@ class EvidenceMissing(Exception):
 
 
 class MetricSource(Protocol):
-    def read(self, query: str, *, over_s: int | None = None, worst: Worst = "max") -> float:
-        """The value of ``query`` (the ``worst`` series, over ``over_s`` seconds when given);
+    def read(self, query: str, *, over_s: float | None = None, worst: Worst = "max",
+             at: datetime | None = None) -> float:
+        """The value of ``query`` at ``at`` (default: now): the ``worst`` series, and with
+        ``over_s`` its worst value over the ``over_s`` seconds ending at ``at``;
         ``EvidenceMissing`` when there is none."""
         ...
 
@@ -62,24 +79,37 @@ class StaticSource:
     def __init__(self, values: Mapping[str, float]) -> None:
         self._values = dict(values)
 
-    def read(self, query: str, *, over_s: int | None = None, worst: Worst = "max") -> float:
+    def read(self, query: str, *, over_s: float | None = None, worst: Worst = "max",
+             at: datetime | None = None) -> float:
         if query not in self._values:
             raise EvidenceMissing(f"no value for {query!r} in the static source")
         return self._values[query]
 
 
 class PrometheusSource:
-    """Instant queries against Prometheus' HTTP API (``GET /api/v1/query``)."""
+    """Instant queries against Prometheus' HTTP API (``GET /api/v1/query``), evaluated at the
+    reading's time (``time=``) when one is given."""
 
     def __init__(self, base_url: str, timeout_s: float = 10.0) -> None:
         self._endpoint = httpx.URL(base_url.rstrip("/") + "/api/v1/query")
         self._timeout_s = timeout_s
 
-    def read(self, query: str, *, over_s: int | None = None, worst: Worst = "max") -> float:
-        expr = query if over_s is None else f"{worst}_over_time(({query})[{over_s}s:])"
-        reply = prometheus_get(self._endpoint, self._endpoint.copy_add_param("query", expr),
+    def read(self, query: str, *, over_s: float | None = None, worst: Worst = "max",
+             at: datetime | None = None) -> float:
+        expr = query if over_s is None else f"{worst}_over_time(({query})[{duration(over_s)}:])"
+        params: dict[str, str] = {"query": expr}
+        if at is not None:
+            params["time"] = f"{at.timestamp():.3f}"
+        reply = prometheus_get(self._endpoint, self._endpoint.copy_merge_params(params),
                                self._timeout_s)
         return prometheus_value(reply.body, worst, status=reply.status)
+
+
+def duration(seconds: float) -> str:
+    """A Prometheus duration: whole seconds (``300s``), else milliseconds (``600ms``)."""
+    if float(seconds).is_integer():
+        return f"{int(seconds)}s"
+    return f"{max(1, round(seconds * 1000))}ms"
 
 
 def prometheus_get(endpoint: httpx.URL, url: httpx.URL, timeout_s: float) -> HttpReply:
@@ -140,95 +170,69 @@ def source_from_settings(settings: Settings, static_values: Mapping[str, float] 
     return StaticSource(static_values or {})
 
 
-class _Shape(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+@dataclass(frozen=True)
+class Moment:
+    """When a reading is taken (``at``; None: the source's now) and when the change it judges
+    finished (``since``; None: windows are judged as they stand, whatever came before).
+    ``scale`` multiplies every window (the demo's fast clock; 1 in production)."""
 
+    at: datetime | None = None
+    since: datetime | None = None
+    scale: float = 1.0
 
-Shape = TypeVar("Shape", bound=_Shape)
-
-
-class MetricCheck(_Shape):
-    metric: str = Field(min_length=1, max_length=2000)
-    below: float | None = None
-    above: float | None = None
-    for_s: int | None = Field(default=None, ge=1, le=86400)
-
-    @model_validator(mode="after")
-    def _has_bound(self) -> MetricCheck:
-        if self.below is None and self.above is None:
-            raise ValueError("a metric check needs 'below' or 'above'")
-        return self
-
-
-class ProbeTarget(_Shape):
-    url: str = Field(min_length=1, max_length=2048)
-    expect_status: list[Annotated[int, Field(ge=100, le=599)]] | None = Field(
-        default=None, min_length=1, max_length=20)
-
-
-class ProbeCheck(_Shape):
-    probe: ProbeTarget
-
-
-class ChecksBlock(_Shape):
-    checks: list[Any] = Field(min_length=1, max_length=20)
+    def elapsed_s(self) -> float:
+        if self.at is None or self.since is None:
+            return math.inf
+        return (self.at - self.since).total_seconds()
 
 
 def evaluate(verify: Any, source: MetricSource, probe_allowlist: UrlAllowList, *,
-             timeout_s: float = 10.0) -> VerifyOutcome:
-    """Judge ``verify`` against ``source`` (metrics) and allow-listed HTTP probes."""
-    if not isinstance(verify, Mapping):
-        return _cannot(f"the verify block must be an object, not {type(verify).__name__}")
-    if "checks" in verify:
-        return _evaluate_all(verify, source, probe_allowlist, timeout_s)
-    return _evaluate_one(verify, source, probe_allowlist, timeout_s)
-
-
-def _evaluate_all(verify: Mapping[str, Any], source: MetricSource, allowlist: UrlAllowList,
-                  timeout_s: float) -> VerifyOutcome:
-    block = _shape(ChecksBlock, verify)
-    if isinstance(block, VerifyOutcome):
-        return block
-    for number, check in enumerate(block.checks, start=1):
-        outcome = _evaluate_one(check, source, allowlist, timeout_s)
-        if not outcome.passed:
-            where = f"check {number} of {len(block.checks)}"
-            return VerifyOutcome(False, f"{where}: {outcome.reason}", outcome.observed)
-    count = len(block.checks)
-    return VerifyOutcome(True, "the check passed" if count == 1 else f"all {count} checks passed")
-
-
-def _evaluate_one(check: Any, source: MetricSource, allowlist: UrlAllowList,
-                  timeout_s: float) -> VerifyOutcome:
-    if not isinstance(check, Mapping):
-        return _cannot(f"a check must be an object, not {type(check).__name__}")
-    if "metric" in check:
-        metric = _shape(MetricCheck, check)
-        return metric if isinstance(metric, VerifyOutcome) else _metric(metric, source)
-    if "probe" in check:
-        probe = _shape(ProbeCheck, check)
-        return probe if isinstance(probe, VerifyOutcome) else _probe(probe.probe, allowlist,
-                                                                     timeout_s)
-    return _cannot(f"expected 'metric', 'probe' or 'checks'; got {sorted(map(str, check))}")
-
-
-def _shape(model: type[Shape], block: Mapping[str, Any]) -> Shape | VerifyOutcome:
-    """``block`` as ``model``, or the "cannot verify" outcome listing its problems."""
+             timeout_s: float = 10.0, moment: Moment | None = None) -> VerifyOutcome:
+    """One reading of ``verify`` against ``source`` (metrics) and allow-listed HTTP probes."""
     try:
-        return model.model_validate(dict(block))
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'verify'}: {e['msg']}"
-            for e in exc.errors(include_url=False))
-        return _cannot(problems)
+        block = parse_verify(verify)
+    except InvalidPlan:
+        return _cannot("; ".join(problem_lines(verify)))
+    return read_block(block, source, probe_allowlist, moment or Moment(), timeout_s=timeout_s)
+
+
+def read_block(block: VerifyBlock, source: MetricSource, allowlist: UrlAllowList,
+               moment: Moment, *, timeout_s: float = 10.0) -> VerifyOutcome:
+    """One reading of a parsed block: every check in order until one does not hold."""
+    refused = _refused_probes(block, allowlist)
+    if refused is not None:
+        return refused
+    count = len(block.checks)
+    for number, check in enumerate(block.checks, start=1):
+        outcome = (_metric(check, source, moment) if isinstance(check, MetricCheck)
+                   else _probe(check.probe, allowlist, timeout_s))
+        if not block.listed:
+            return outcome
+        if not outcome.passed:
+            return VerifyOutcome(outcome.state, f"check {number} of {count}: {outcome.reason}",
+                                 outcome.observed, outcome.waiting_for)
+    return VerifyOutcome("held", "the check passed" if count == 1 else f"all {count} checks passed")
+
+
+def _refused_probes(block: VerifyBlock, allowlist: UrlAllowList) -> VerifyOutcome | None:
+    """A probe the verifier may never call makes the block unjudgeable before any reading."""
+    for check in block.checks:
+        if isinstance(check, ProbeCheck):
+            _url, problem = _probe_url(check.probe, allowlist)
+            if problem is not None:
+                return _cannot(problem)
+    return None
 
 
 def _cannot(why: str) -> VerifyOutcome:
-    return VerifyOutcome(False, f"cannot verify: {why}")
+    return VerifyOutcome("cannot", f"cannot verify: {why}")
 
 
-def _metric(check: MetricCheck, source: MetricSource) -> VerifyOutcome:
-    window = f" over {check.for_s}s" if check.for_s else ""
+def _metric(check: MetricCheck, source: MetricSource, moment: Moment) -> VerifyOutcome:
+    window_s = check.window_s(moment.scale)
+    if window_s and moment.elapsed_s() < window_s:
+        return _waiting(check, source, moment, window_s)
+    window = f" over {window_s:g}s" if window_s else ""
     observed: float | None = None
     bounds: tuple[tuple[str, float | None, Worst], ...] = (
         ("below", check.below, "max"), ("above", check.above, "min"))
@@ -236,41 +240,64 @@ def _metric(check: MetricCheck, source: MetricSource) -> VerifyOutcome:
         if limit is None:
             continue
         try:
-            observed = source.read(check.metric, over_s=check.for_s, worst=worst)
+            observed = source.read(check.metric, over_s=window_s or None, worst=worst,
+                                   at=moment.at)
         except EvidenceMissing as exc:
-            return VerifyOutcome(False, f"{check.metric}: {exc.reason}")
+            return VerifyOutcome("pending", f"{check.metric}: {exc.reason}",
+                                 waiting_for=check.condition(moment.scale))
         held = observed < limit if bound == "below" else observed > limit
         if not held:
             return VerifyOutcome(
-                False, f"{check.metric} = {observed:g}{window}, not {bound} {limit:g}", observed)
-    return VerifyOutcome(True, f"{check.metric} = {observed:g}{window}, {_bounds(check)}",
+                "pending", f"{check.metric} = {observed:g}{window}, not {bound} {limit:g}",
+                observed, check.condition(moment.scale))
+    return VerifyOutcome("held", f"{check.metric} = {observed:g}{window}, {check.bounds()}",
                          observed)
 
 
-def _bounds(check: MetricCheck) -> str:
-    parts = [f"{name} {limit:g}" for name, limit in (("below", check.below),
-                                                     ("above", check.above))
-             if limit is not None]
-    return " and ".join(parts)
+def _waiting(check: MetricCheck, source: MetricSource, moment: Moment,
+             window_s: float) -> VerifyOutcome:
+    """Before the window after the change has passed: the value now, as news, not a verdict."""
+    elapsed = max(0.0, moment.elapsed_s())
+    waiting = f"waiting ({elapsed:.0f}s of the {window_s:g}s window after the change)"
+    worst: Worst = "max" if check.below is not None else "min"
+    try:
+        observed: float | None = source.read(check.metric, worst=worst, at=moment.at)
+    except EvidenceMissing as exc:
+        observed, now = None, exc.reason
+    else:
+        now = f"= {observed:g} now"
+    return VerifyOutcome("pending", f"{check.metric} {now}, {waiting}", observed,
+                         check.condition(moment.scale))
 
 
-def _probe(target: ProbeTarget, allowlist: UrlAllowList, timeout_s: float) -> VerifyOutcome:
+def _probe_url(target: ProbeTarget, allowlist: UrlAllowList) -> tuple[httpx.URL | None,
+                                                                      str | None]:
     try:
         url = httpx.URL(target.url)
     except httpx.InvalidURL as exc:
-        return _cannot(f"probe url {target.url!r} is not a URL: {exc}")
+        return None, f"probe url {target.url!r} is not a URL: {exc}"
     problem = url_problem(url)
     if problem or not allowlist.allows(url):
         why = problem or "not on the http allow-list (OPSGATE_HTTP_ALLOWLIST)"
-        return _cannot(f"probe url {target.url} refused: {why}")
+        return None, f"probe url {target.url} refused: {why}"
+    return url, None
+
+
+def _probe(target: ProbeTarget, allowlist: UrlAllowList, timeout_s: float) -> VerifyOutcome:
+    url, problem = _probe_url(target, allowlist)
+    if url is None:
+        return _cannot(problem or "probe url refused")
+    condition = ProbeCheck(probe=target).condition()
     try:
         reply = send("GET", url, allowed=allowlist.allows, timeout_s=timeout_s,
                      body_limit=_PROBE_BODY_LIMIT)
     except RedirectRefused as exc:
-        return VerifyOutcome(False, f"probe {target.url}: {exc}")
+        return VerifyOutcome("pending", f"probe {target.url}: {exc}", waiting_for=condition)
     except httpx.HTTPError as exc:
-        return VerifyOutcome(False, f"probe {target.url}: {type(exc).__name__}: {exc}")
+        return VerifyOutcome("pending", f"probe {target.url}: {type(exc).__name__}: {exc}",
+                             waiting_for=condition)
     passed = is_expected(reply.status, target.expect_status)
     verdict = "as expected" if passed else "not expected"
-    return VerifyOutcome(passed, f"probe {target.url} → {reply.status} ({verdict})",
-                         float(reply.status))
+    return VerifyOutcome("held" if passed else "pending",
+                         f"probe {target.url} → {reply.status} ({verdict})",
+                         float(reply.status), None if passed else condition)

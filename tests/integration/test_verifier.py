@@ -1,17 +1,26 @@
-"""The verifier consumer on real SQLite and PostgreSQL: the plan's verify block against the
-static metrics of settings, a local Prometheus-shaped server and an allow-listed probe."""
+"""The verifier consumer on real SQLite and PostgreSQL: the plan's verify block judged on what
+happened after the change, one scheduled reading at a time (a clock the test moves, a metric
+source that answers by evaluation time, a local Prometheus-shaped server, allow-listed probes)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import select, update
 
+from core.adapters.case_store import as_utc
+from core.adapters.tables import outbox, plan_proposed
 from core.consumers.executor import Executor
 from core.consumers.verifier import Verifier
 from core.domain.messages import Topic
+from core.executor.evidence import Worst
+from core.messaging.bus import InProcessBus
 from core.messaging.consumer import ConsumerRunner, Delivery
+from core.messaging.relay import OutboxRelay
 from core.settings import Settings
 from tests.integration.local_http import Reply, Seen, local_server
 from tests.integration.plan_runs import (
@@ -28,6 +37,33 @@ from tests.integration.plan_runs import (
 NOOP = [{"action": "noop", "params": {}, "timeout_s": 10, "retry": 0}]
 
 
+class Clock:
+    """The verifier's clock, moved by the test."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+class Scripted:
+    """A metric source answering by evaluation time: ``value(metric, at)`` per second, and over
+    a window the worst of the seconds (at - over_s, at], as Prometheus' subquery would."""
+
+    def __init__(self, value: Callable[[str, datetime], float]) -> None:
+        self.value = value
+        self.reads: list[tuple[str, float | None, datetime | None]] = []
+
+    def read(self, query: str, *, over_s: float | None = None, worst: Worst = "max",
+             at: datetime | None = None) -> float:
+        assert at is not None, "the verifier always says when it reads"
+        self.reads.append((query, over_s, at))
+        seconds = range(int(over_s or 1))
+        values = [self.value(query, at - timedelta(seconds=s)) for s in seconds]
+        return max(values) if worst == "max" else min(values)
+
+
 def verifying_case(app, verify: dict[str, Any]):
     """A case whose plan ran (one noop step): VERIFYING, its cmd.verify.run in the outbox."""
     case_id = executing_case(app, plan_of(NOOP, verify=verify))
@@ -37,14 +73,230 @@ def verifying_case(app, verify: dict[str, Any]):
     return case_id
 
 
-def verify(app, case_id) -> str:
-    runner = ConsumerRunner(app.engine, Verifier(app), sleep=lambda _s: None)
+def changed_at(app, case_id) -> datetime:
+    """When the change finished: the case entered VERIFYING."""
+    return as_utc(datetime.fromisoformat(app.cases.get_case(case_id)["updated_at"]))
+
+
+def verify(app, case_id, verifier: Verifier | None = None) -> str:
+    runner = ConsumerRunner(app.engine, verifier or Verifier(app), sleep=lambda _s: None)
     return runner.deliver(envelope_of(app.engine, case_id, Topic.VERIFY_RUN))
+
+
+class Loop:
+    """The relay on the verifier's clock, delivering cmd.verify.run to one verifier."""
+
+    def __init__(self, app, verifier: Verifier, clock: Clock) -> None:
+        self.app, self.clock = app, clock
+        bus = InProcessBus()
+        bus.subscribe(Verifier.topics, ConsumerRunner(app.engine, verifier,
+                                                      sleep=lambda _s: None))
+        self.relay = OutboxRelay(app.engine, bus, clock=clock)
+
+    def until_settled(self, case_id, limit: int = 50) -> int:
+        """Run readings, the clock jumping to each scheduled one, until the case leaves
+        VERIFYING; returns how many times the clock moved."""
+        moves = 0
+        self.relay.drain()
+        while status(self.app, case_id) == S.VERIFYING:
+            assert moves < limit, "the verification never concluded"
+            self.clock.now = next_reading_at(self.app.engine, case_id)
+            moves += 1
+            self.relay.drain()
+        return moves
+
+
+def next_reading_at(engine, case_id) -> datetime:
+    query = (select(outbox.c.deliver_after)
+             .where(outbox.c.key == str(case_id), outbox.c.topic == Topic.VERIFY_RUN,
+                    outbox.c.published_at.is_(None), outbox.c.deliver_after.is_not(None)))
+    with engine.connect() as conn:
+        [when] = conn.execute(query).scalars().all()
+    return as_utc(when)
 
 
 def last(app, case_id, event: str) -> dict[str, Any]:
     return [row for row in app.cases.timeline(case_id) if row["event"] == event][-1]
 
+
+def waiting_events(engine, case_id) -> list[dict[str, Any]]:
+    query = select(outbox.c.payload).where(outbox.c.key == str(case_id),
+                                           outbox.c.topic == Topic.VERIFY_WAITING)
+    with engine.connect() as conn:
+        return [dict(payload) for payload in conn.execute(query).scalars()]
+
+
+def rows(engine) -> tuple[int, int]:
+    with engine.connect() as conn:
+        return (len(conn.execute(select(outbox.c.id)).all()),
+                len(conn.execute(select(plan_proposed.c.id)).all()))
+
+
+# -- the window after the change -----------------------------------------------------------------
+
+def test_a_window_is_judged_only_on_data_from_after_the_change(engine):
+    app = make_app(engine, verify_poll_s=60)
+    case_id = verifying_case(app, {"metric": "checkout_p95", "below": 1, "for_s": 300})
+    since = changed_at(app, case_id)
+    # 2.4 until the change finished, 0.5 after: a window reaching back before it would fail.
+    source = Scripted(lambda _m, at: 2.4 if at <= since else 0.5)
+    clock = Clock(since + timedelta(seconds=1))
+    loop = Loop(app, Verifier(app, source, clock), clock)
+
+    loop.relay.drain()
+    assert status(app, case_id) == S.VERIFYING
+    [first] = notes(app, case_id, "verify_reading")
+    assert first["reason"] == ("checkout_p95 = 0.5 now, waiting (1s of the 300s window after "
+                               "the change)")
+    assert first["context"]["state"] == "pending" and first["context"]["observed"] == 0.5
+
+    assert loop.until_settled(case_id) == 5  # readings at +61 s, +121 s, … +301 s
+    assert status(app, case_id) == S.CLOSED
+    assert last(app, case_id, "verify_pass")["reason"] == "checkout_p95 = 0.5 over 300s, below 1"
+    assert source.reads[-1] == ("checkout_p95", 300, since + timedelta(seconds=301))
+    assert all(over_s is None for _q, over_s, _at in source.reads[:-1])  # only "now" before
+    assert len(notes(app, case_id, "verify_reading")) == 5
+    [result] = notes(app, case_id, "verify_result")
+    assert result["context"]["reading"] == 6 and result["context"]["passed"] is True
+
+
+def test_it_waits_for_the_condition_to_start_holding_then_passes(engine):
+    app = make_app(engine, verify_poll_s=60)
+    case_id = verifying_case(app, {"metric": "checkout_p95", "below": 1, "for_s": 60})
+    since = changed_at(app, case_id)
+    recovered = since + timedelta(seconds=100)  # the fix takes a while to show
+    source = Scripted(lambda _m, at: 2.4 if at <= recovered else 0.5)
+    clock = Clock(since + timedelta(seconds=1))
+    Loop(app, Verifier(app, source, clock), clock).until_settled(case_id)
+
+    assert status(app, case_id) == S.CLOSED
+    assert [n["reason"] for n in notes(app, case_id, "verify_reading")][1:] == [
+        "checkout_p95 = 2.4 over 60s, not below 1", "checkout_p95 = 2.4 over 60s, not below 1"]
+    assert last(app, case_id, "verify_pass")["reason"] == "checkout_p95 = 0.5 over 60s, below 1"
+
+
+def test_a_condition_that_never_holds_parks_at_the_deadline_with_the_last_reading(engine):
+    app = make_app(engine, verify_poll_s=60)
+    case_id = verifying_case(app, {"metric": "checkout_p95", "below": 1, "for_s": 60,
+                                   "timeout_s": 180})
+    since = changed_at(app, case_id)
+    source = Scripted(lambda _m, at: 2.4 if at <= since + timedelta(seconds=150) else 3.1)
+    clock = Clock(since + timedelta(seconds=1))
+    Loop(app, Verifier(app, source, clock), clock).until_settled(case_id)
+
+    assert status(app, case_id) == S.PARKED
+    deadline = since + timedelta(seconds=180)
+    assert source.reads[-1][2] == deadline  # the last reading lands on the deadline
+    assert last(app, case_id, "verify_failed")["reason"] == (
+        f"checkout_p95 = 3.1 over 60s, not below 1; still so at the deadline "
+        f"{deadline:%H:%M:%S} UTC, reading 4")
+
+
+def test_the_thread_is_told_once_what_verification_waits_on(engine):
+    app = make_app(engine, verify_poll_s=60)
+    case_id = verifying_case(app, {"checks": [
+        {"metric": "error_rate", "below": 0.01},
+        {"metric": "checkout_p95", "below": 1, "for_s": 300}]})
+    since = changed_at(app, case_id)
+    clock = Clock(since + timedelta(seconds=5))
+    source = Scripted(lambda m, _at: 0.001 if m == "error_rate" else 2.4)
+    Loop(app, Verifier(app, source, clock), clock).until_settled(case_id)
+
+    [told] = waiting_events(engine, case_id)
+    assert told["reading"] == 1 and told["plan_hash"]
+    assert told["waiting_for"] == "checkout_p95 below 1 for 300s after the change"
+    assert told["observed"] == 2.4
+    assert as_utc(datetime.fromisoformat(told["deadline"])) == since + timedelta(seconds=900)
+    from core.consumers.notifier import render
+    assert render(Topic.VERIFY_WAITING, told) == (
+        f"Verifying plan {told['plan_hash'][:12]}: waiting for checkout_p95 below 1 for 300s "
+        f"after the change (now 2.4); deadline {since + timedelta(seconds=900):%H:%M:%S} UTC")
+    assert status(app, case_id) == S.PARKED
+
+
+# -- delivery: redelivery, restart, other cases --------------------------------------------------
+
+def test_a_redelivered_reading_replays_it_and_writes_nothing(engine):
+    app = make_app(engine, verify_poll_s=60)
+    case_id = verifying_case(app, {"metric": "checkout_p95", "below": 1, "for_s": 300})
+    since = changed_at(app, case_id)
+    source = Scripted(lambda _m, _at: 0.5)
+    clock = Clock(since + timedelta(seconds=1))
+    verifier = Verifier(app, source, clock)
+    runner = ConsumerRunner(engine, verifier, sleep=lambda _s: None)
+    envelope = envelope_of(engine, case_id, Topic.VERIFY_RUN)
+    assert runner.deliver(envelope) == "done"
+    timeline, written, reads = len(app.cases.timeline(case_id)), rows(engine), len(source.reads)
+
+    clock.now = since + timedelta(seconds=400)  # later: a new reading would now pass
+    assert runner.deliver(envelope) == "duplicate"
+    assert runner.deliver(fresh_copy(envelope)) == "done"
+    assert (len(app.cases.timeline(case_id)), rows(engine), len(source.reads)) == (
+        timeline, written, reads)
+    assert status(app, case_id) == S.VERIFYING
+    assert next_reading_at(engine, case_id) == since + timedelta(seconds=61)
+
+
+def test_a_restart_between_readings_loses_nothing(engine):
+    settings = {"verify_poll_s": 60}
+    app = make_app(engine, **settings)
+    case_id = verifying_case(app, {"metric": "checkout_p95", "below": 1, "for_s": 120})
+    since = changed_at(app, case_id)
+    source = Scripted(lambda _m, _at: 0.5)
+    clock = Clock(since + timedelta(seconds=1))
+    Loop(app, Verifier(app, source, clock), clock).relay.drain()
+    assert next_reading_at(engine, case_id) == since + timedelta(seconds=61)
+    app.close()  # the process dies; the next reading waits in the outbox
+
+    restarted = make_app(engine, **settings)
+    clock = Clock(since + timedelta(seconds=61))
+    Loop(restarted, Verifier(restarted, source, clock), clock).until_settled(case_id)
+    assert status(restarted, case_id) == S.CLOSED
+    assert [n["context"]["reading"] for n in notes(restarted, case_id, "verify_reading")] == [
+        1, 2]
+
+
+def test_other_cases_go_on_while_one_waits(engine):
+    app = make_app(engine, verify_poll_s=60)
+    waiting = verifying_case(app, {"metric": "checkout_p95", "below": 1, "for_s": 300})
+    quick = verifying_case(app, {"metric": "error_rate", "below": 0.01})
+    since = changed_at(app, quick)
+    clock = Clock(since + timedelta(seconds=1))
+    source = Scripted(lambda m, _at: 0.001 if m == "error_rate" else 0.5)
+    Loop(app, Verifier(app, source, clock), clock).relay.drain()
+
+    assert status(app, quick) == S.CLOSED
+    assert status(app, waiting) == S.VERIFYING
+    assert next_reading_at(engine, waiting) > clock.now
+
+
+# -- blocks that cannot be judged ------------------------------------------------------------------
+
+def test_an_old_plan_whose_block_cannot_be_judged_parks_at_once(engine):
+    app = make_app(engine)
+    case_id = verifying_case(app, {"metric": "error_rate", "below": 0.01})
+    with engine.begin() as conn:  # stored before the plan_ready guard knew verify blocks
+        conn.execute(update(plan_proposed).where(plan_proposed.c.case_id == case_id)
+                     .values(plan=plan_of(NOOP, verify={"metric": "error_rate",
+                                                        "bellow": 0.01})))
+    assert verify(app, case_id) == "done"
+
+    assert status(app, case_id) == S.PARKED
+    reason = last(app, case_id, "verify_failed")["reason"]
+    assert reason.startswith("cannot verify: bellow: unknown key")
+
+
+def test_a_window_longer_than_the_longest_wait_parks_at_once(engine):
+    app = make_app(engine, verify_max_wait_s=100)
+    case_id = verifying_case(app, {"metric": "error_rate", "below": 0.01, "for_s": 300})
+    assert verify(app, case_id) == "done"
+    assert status(app, case_id) == S.PARKED
+    assert last(app, case_id, "verify_failed")["reason"] == (
+        "cannot verify: the 300s window after the change outlasts the longest wait, 100s "
+        "(OPSGATE_VERIFY_MAX_WAIT_S)")
+
+
+# -- the static source, Prometheus, probes ---------------------------------------------------------
 
 def test_a_passing_check_closes_the_case(engine):
     app = make_app(engine, static_metrics={"error_rate": 0.002})
@@ -58,30 +310,28 @@ def test_a_passing_check_closes_the_case(engine):
     assert "error_rate = 0.002" in last(app, case_id, "verify_pass")["reason"]
 
 
-def test_a_failing_check_parks_the_case_with_the_reading(engine):
-    app = make_app(engine, static_metrics={"error_rate": 0.2})
+def deadline_passes(app, case_id, clock: Clock | None = None) -> Clock:
+    """Readings until the case concludes, the clock jumping to each scheduled one."""
+    clock = clock or Clock(changed_at(app, case_id) + timedelta(seconds=1))
+    Loop(app, Verifier(app, clock=clock), clock).until_settled(case_id)
+    return clock
+
+
+def test_a_failing_check_parks_the_case_at_the_deadline_with_the_reading(engine):
+    app = make_app(engine, static_metrics={"error_rate": 0.2}, verify_poll_s=300)
     case_id = verifying_case(app, {"metric": "error_rate", "below": 0.01})
-    assert verify(app, case_id) == "done"
+    deadline_passes(app, case_id)
 
     assert status(app, case_id) == S.PARKED
     reason = last(app, case_id, "verify_failed")["reason"]
-    assert reason == "error_rate = 0.2, not below 0.01"
+    assert reason.startswith("error_rate = 0.2, not below 0.01; still so at the deadline")
     assert notes(app, case_id, "verify_result")[0]["context"]["passed"] is False
 
 
-def test_an_unevaluable_block_parks_the_case_and_says_why(engine):
-    app = make_app(engine)
-    case_id = verifying_case(app, {"metric": "error_rate", "bellow": 0.01})  # a typo
-    assert verify(app, case_id) == "done"
-
-    assert status(app, case_id) == S.PARKED
-    assert last(app, case_id, "verify_failed")["reason"].startswith("cannot verify:")
-
-
-def test_a_metric_missing_from_the_static_source_fails(engine):
-    app = make_app(engine, static_metrics={})
-    case_id = verifying_case(app, {"metric": "error_rate", "below": 0.01})
-    verify(app, case_id)
+def test_a_metric_missing_from_the_static_source_parks_at_the_deadline(engine):
+    app = make_app(engine, static_metrics={}, verify_poll_s=300)
+    case_id = verifying_case(app, {"metric": "error_rate", "below": 0.01, "timeout_s": 60})
+    deadline_passes(app, case_id)
     assert status(app, case_id) == S.PARKED
     assert "no value for 'error_rate'" in last(app, case_id, "verify_failed")["reason"]
 
@@ -92,7 +342,7 @@ def test_the_default_static_metrics_pass_the_template_metric_checks():
     assert values["standby_saturation"] < 0.8 and values["error_rate"] < 0.01
 
 
-def test_prometheus_is_read_when_configured_and_a_redelivery_reads_nothing_again(engine):
+def test_prometheus_is_asked_for_the_window_ending_at_the_reading(engine):
     def query(seen: Seen) -> Reply:
         body = {"status": "success", "data": {"resultType": "vector", "result": [
             {"metric": {}, "value": [1700000000, "0.004"]}]}}
@@ -102,31 +352,41 @@ def test_prometheus_is_read_when_configured_and_a_redelivery_reads_nothing_again
         app = make_app(engine, prometheus_url=prometheus.base,
                        static_metrics={"http_5xx_ratio": 0.9})  # ignored: Prometheus is set
         case_id = verifying_case(app, {"metric": "http_5xx_ratio", "below": 0.01, "for_s": 60})
+        at = changed_at(app, case_id) + timedelta(seconds=60)
+        verifier = Verifier(app, clock=Clock(at))
         envelope = envelope_of(engine, case_id, Topic.VERIFY_RUN)
-        runner = ConsumerRunner(engine, Verifier(app), sleep=lambda _s: None)
+        runner = ConsumerRunner(engine, verifier, sleep=lambda _s: None)
         assert runner.deliver(envelope) == "done"
         assert runner.deliver(fresh_copy(envelope)) == "done"
 
     assert status(app, case_id) == S.CLOSED
-    assert [s.query["query"] for s in prometheus.seen] == [
-        ["max_over_time((http_5xx_ratio)[60s:])"]]
+    assert [s.query for s in prometheus.seen] == [
+        {"query": ["max_over_time((http_5xx_ratio)[60s:])"], "time": [f"{at.timestamp():.3f}"]}]
     assert len(notes(app, case_id, "verify_result")) == 1
 
 
 def test_a_probe_against_an_allow_listed_url(engine):
     with local_server({"/healthz": Reply(200, b"ok"), "/broken": Reply(503)}) as server:
-        app = make_app(engine, http_allowlist=[server.url("/")])
+        app = make_app(engine, http_allowlist=[server.url("/")], verify_poll_s=600)
         healthy = verifying_case(app, {"probe": {"url": server.url("/healthz")}})
         broken = verifying_case(app, {"checks": [
             {"probe": {"url": server.url("/healthz")}},
             {"probe": {"url": server.url("/broken"), "expect_status": [200]}}]})
         verify(app, healthy)
-        verify(app, broken)
+        deadline_passes(app, broken)
 
     assert status(app, healthy) == S.CLOSED
     assert status(app, broken) == S.PARKED
     assert "check 2 of 2" in last(app, broken, "verify_failed")["reason"]
     assert "503" in last(app, broken, "verify_failed")["reason"]
+
+
+def test_a_probe_off_the_allow_list_parks_at_once(engine):
+    app = make_app(engine, http_allowlist=["http://127.0.0.1:1/"])
+    case_id = verifying_case(app, {"probe": {"url": "http://127.0.0.1:9/healthz"}})
+    verify(app, case_id)
+    assert status(app, case_id) == S.PARKED
+    assert "not on the http allow-list" in last(app, case_id, "verify_failed")["reason"]
 
 
 def test_a_stale_verify_command_does_nothing(engine):
@@ -148,7 +408,7 @@ class Crash(Exception):
 class CrashingVerifier(Verifier):
     """Dies after noting its observation, before the case moves."""
 
-    def _conclude(self, *args: Any, **kwargs: Any) -> None:
+    def _move(self, *args: Any, **kwargs: Any) -> None:
         raise Crash("killed before the verdict")
 
 
@@ -166,6 +426,7 @@ def test_a_redelivery_after_a_crash_reuses_the_first_reading(engine):
         envelope = envelope_of(engine, case_id, Topic.VERIFY_RUN)
         with pytest.raises(Crash):
             CrashingVerifier(app).handle(Delivery("verifier", envelope))
+        assert len(notes(app, case_id, "verify_result")) == 1
         runner = ConsumerRunner(engine, Verifier(app), sleep=lambda _s: None)
         assert runner.deliver(fresh_copy(envelope)) == "done"
 
