@@ -35,7 +35,9 @@ HIGH_RISK = {**PLAN, "title": "Fail over", "risk_score": 0.9,
 
 
 def make_app(engine: Engine, **settings: Any) -> App:
-    return bootstrap(Settings(database_url="sqlite://", **settings), engine=engine)
+    # The template plans' windows after the change (60-300 s) pass in well under a second.
+    fast = {"verify_time_scale": 0.001, "verify_poll_s": 0.02, **settings}
+    return bootstrap(Settings(database_url="sqlite://", **fast), engine=engine)
 
 
 @pytest.fixture
