@@ -151,10 +151,13 @@ def sightings_of(note: Notification, title: str) -> list[Sighting]:
 
 
 def _fingerprint(alert: Alert) -> str:
-    if alert.fingerprint and len(alert.fingerprint) <= 64:
-        return alert.fingerprint
-    basis = alert.fingerprint or repr(sorted(alert.labels.items()))
-    return hashlib.sha256(basis.encode()).hexdigest()[:16 if not alert.fingerprint else 32]
+    """Alertmanager's fingerprint (16 hex digits); a digest of it when longer than the column,
+    of the labels when missing."""
+    if not alert.fingerprint:
+        return hashlib.sha256(repr(sorted(alert.labels.items())).encode()).hexdigest()[:16]
+    if len(alert.fingerprint) > 64:
+        return hashlib.sha256(alert.fingerprint.encode()).hexdigest()
+    return alert.fingerprint
 
 
 class AlertIntake:
