@@ -223,7 +223,7 @@ alert_seen = Table(  # migration 0009: each alert (fingerprint + startsAt) of a 
     Column("starts_at", String(64), primary_key=True),  # as Alertmanager sent it
     Column("recurrence", Integer, nullable=False),  # the group's case it belongs to
     Column("role", String(16), nullable=False),  # opened | new | resolved (seen only resolved)
-    Column("case_id", Uuid(), ForeignKey("ops_case.id")),  # once that case is known
+    Column("case_id", Uuid()),  # once that case is known (no FK: see migration 0009)
     Column("alert", Json, nullable=False),  # labels, annotations, url (credentials stripped)
     Column("ends_at", String(64)),  # its resolution, once seen
     Column("noted_at", DateTime(timezone=True)),  # its firing note is written

@@ -101,9 +101,7 @@ def decide(engine: Engine, claim: Mapping[str, Any], sightings: Sequence[Sightin
                      .on_conflict_do_nothing(index_elements=[alert_group.c.group_key_hash]))
         deciding = _Deciding(conn, _group(conn, digest))
         deciding.load({s.fingerprint for s in sightings})
-        for sighting in sightings:
-            if sighting.firing:
-                deciding.fire(sighting)
+        deciding.fire([s for s in sightings if s.firing])
         for sighting in sightings:
             if not sighting.firing:
                 deciding.resolve(sighting)
@@ -169,21 +167,27 @@ class _Deciding:
             seen = Seen.of(row)
             self.known[seen.identity] = seen
 
-    def fire(self, sighting: Sighting) -> None:
-        """An alert firing: nothing if seen firing before; else it joins its recurrence, the
-        first of which opens it (a CLOSED case's group fires again: the next recurrence)."""
-        row = self.known.get(sighting.identity)
-        if row is not None and row.role != RESOLVED:
-            return
-        recurrence = row.recurrence if row is not None else self._recurrence_for_unseen()
-        if recurrence > self.group.recurrence:
+    def fire(self, sightings: Sequence[Sighting]) -> None:
+        """Alerts firing: those seen firing before are nothing; the others join their
+        recurrence, the first of which open it. When one would open the next recurrence (the
+        group's case is CLOSED), the group moves on before any alert row is written."""
+        unique = {s.identity: (s, self.known.get(s.identity)) for s in sightings}
+        fresh = [(s, row) for s, row in unique.values() if row is None or row.role == RESOLVED]
+        recurrences = [self._recurrence_for_unseen() if row is None else row.recurrence
+                       for _, row in fresh]
+        if any(r > self.group.recurrence for r in recurrences):
             self._next_recurrence()
-        role = NEW if recurrence in self.fired_before else OPENED
-        if row is None:
-            self._insert(sighting, recurrence, role)
-        else:
-            self.conn.execute(self._where(row).values(role=role))
-            self.known[row.identity] = replace(row, role=role)
+        for sighting, row in fresh:
+            if row is None:
+                recurrence = self.group.recurrence
+                self._insert(sighting, recurrence, self._role_in(recurrence))
+            else:
+                role = self._role_in(row.recurrence)
+                self.conn.execute(self._where(row).values(role=role))
+                self.known[row.identity] = replace(row, role=role)
+
+    def _role_in(self, recurrence: int) -> str:
+        return NEW if recurrence in self.fired_before else OPENED
 
     def resolve(self, sighting: Sighting) -> None:
         """An alert resolved: noted on its recurrence's case; one never seen firing belongs to

@@ -330,3 +330,13 @@ def test_a_wide_opening_names_twenty_alerts_and_keeps_every_one_as_evidence(clie
                                                                case["id"])).scalars().all()
     assert sorted(d["labels"]["instance"] for d in rows) == [f"i{n:02d}" for n in range(25)]
     assert thread_lines(engine, case["id"])[0].endswith("|graph>; and 22 more")
+
+
+def test_an_alert_listed_twice_in_one_notification_counts_once(client, engine):
+    opened = deliver(client, group(sent("a"), sent("a"), sent("a", resolved=True)))
+    assert opened["opened"] is True
+    added = deliver(client, group(sent("b"), sent("b")))
+    assert added["new_alerts"] == 1
+    [case] = cases(engine)
+    assert [n["event"] for n in alert_notes(engine, case["id"])] == [
+        "alert_firing", "alert_resolved", "alert_new"]
