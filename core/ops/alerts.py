@@ -328,7 +328,8 @@ def _evidence(row: Seen, status: str) -> dict[str, Any]:
     said = _said(row)
     data = {"source": "alertmanager", "status": status, "metric": said["alertname"],
             "summary": _line(said, f" {status}"), "link": said["url"], "confidence": 1.0,
-            "fingerprint": row.fingerprint, "starts_at": row.starts_at, "ends_at": row.ends_at,
+            "fingerprint": row.fingerprint, "starts_at": row.starts_at,
+            "ends_at": row.ends_at if status == "resolved" else None,
             "labels": dict(row.alert.get("labels") or {}),
             "annotations": dict(row.alert.get("annotations") or {})}
     return {"metric": said["alertname"], "summary": data["summary"], "url": said["url"],

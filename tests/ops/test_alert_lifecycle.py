@@ -112,7 +112,7 @@ def state(engine: Engine) -> dict[str, Any]:
             "recurrence": sorted(
                 n["reason"].replace(n["meta"]["context"]["previous_case_id"], "<previous>")
                 for n in notes if n["event"] == "alert_recurrence"),
-            "evidence": sorted((d["fingerprint"], d["starts_at"], d["status"])
+            "evidence": sorted((d["fingerprint"], d["starts_at"], d["status"], d["ends_at"])
                                for case_id, d in evidence if case_id == case["id"]),
         }
     return by_case
@@ -231,14 +231,17 @@ def test_repeated_and_shuffled_notifications_end_in_the_same_cases_and_notes(app
                    "resolved": ["ProbeFailure resolved: ProbeFailure on a",
                                 "ProbeFailure resolved: ProbeFailure on b"],
                    "recurrence": [],
-                   "evidence": sorted([(fa, FIRST, "firing"), (fb, FIRST, "firing"),
-                                       (fa, FIRST, "resolved"), (fb, FIRST, "resolved")])},
+                   "evidence": sorted([(fa, FIRST, "firing", None), (fb, FIRST, "firing", None),
+                                       (fa, FIRST, "resolved", RESOLVED_AT[FIRST]),
+                                       (fb, FIRST, "resolved", RESOLVED_AT[FIRST])])},
         "case 2": {"title": TITLE, "fired": sorted([fa, fc]),
                    "resolved": ["ProbeFailure resolved: ProbeFailure on a",
                                 "ProbeFailure resolved: ProbeFailure on c"],
                    "recurrence": [f"recurrence 2 of {TITLE}, previous case <previous>"],
-                   "evidence": sorted([(fa, SECOND, "firing"), (fc, SECOND, "firing"),
-                                       (fa, SECOND, "resolved"), (fc, SECOND, "resolved")])},
+                   "evidence": sorted([(fa, SECOND, "firing", None),
+                                       (fc, SECOND, "firing", None),
+                                       (fa, SECOND, "resolved", RESOLVED_AT[SECOND]),
+                                       (fc, SECOND, "resolved", RESOLVED_AT[SECOND])])},
     }
 
 
