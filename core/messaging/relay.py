@@ -8,7 +8,7 @@ costs only latency. A rolled-back transaction never notifies and its rows never 
 SQLite (embedded, one relay): reads a batch, publishes, then marks it, so the in-process bus can
 run consumers that write to the same database without holding its write lock.
 A row with ``deliver_after`` (a verification's next reading) is not claimed before that time; due
-rows behind it still flow, in id order. A scheduled row is found by the poll floor once due.
+rows behind it still flow, in id order. An idle relay wakes when the soonest one falls due.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from contextlib import suppress
 from datetime import UTC, datetime
 
 import psycopg
-from sqlalchemy import ColumnElement, Connection, Engine, or_, select, update
+from sqlalchemy import ColumnElement, Connection, Engine, func, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
+from core.adapters.case_store import as_utc
 from core.adapters.tables import outbox
 from core.messaging.bus import Bus
 from core.messaging.envelope import Envelope
@@ -96,7 +97,23 @@ class OutboxRelay:
                     stop.wait(self.poll_s)
                     continue
                 if moved < self.batch_size:
-                    waker.wait(self.poll_s, stop)
+                    waker.wait(self._idle_s(), stop)
+
+    def _idle_s(self) -> float:
+        """How long to wait for work: the poll period, or less when a scheduled row falls due
+        sooner (its NOTIFY came when it was written, not when it is due)."""
+        now = self.clock()
+        query = (select(func.min(outbox.c.deliver_after))
+                 .where(outbox.c.published_at.is_(None),
+                        outbox.c.deliver_after > now.astimezone(UTC)))
+        try:
+            with self.engine.connect() as conn:
+                soonest = conn.execute(query).scalar()
+        except SQLAlchemyError:
+            return self.poll_s
+        if soonest is None:
+            return self.poll_s
+        return max(0.0, min(self.poll_s, (as_utc(soonest) - now).total_seconds()))
 
     def _claim(self, conn: Connection) -> list[tuple[Envelope, int]]:
         """Due unpublished rows, each with its ``attempts`` as read (``_mark`` compares it)."""

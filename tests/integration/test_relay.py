@@ -244,3 +244,21 @@ def test_a_scheduled_row_is_not_late_before_it_is_due(engine):
 
     assert stale(start + timedelta(seconds=300)) == []
     assert len(stale(start + timedelta(seconds=700))) == 1
+
+
+def test_an_idle_relay_wakes_when_a_scheduled_row_falls_due(pg_engine):
+    """The row's NOTIFY came when it was written; the relay must not then sleep a whole poll
+    period past its delivery time. (SQLite has no NOTIFY: its loop polls every loop_poll_s.)"""
+    engine = pg_engine
+    bus, collector = _bus()
+    stop, thread = _running(OutboxRelay(engine, bus, poll_s=30))
+    try:
+        due_at = datetime.now(UTC) + timedelta(seconds=1)
+        with engine.begin() as conn:
+            conn.execute(insert(outbox).values(topic="t", key="k", payload={},
+                                               deliver_after=due_at))
+        assert collector.arrived.wait(10), "the relay slept past the row's delivery time"
+        assert datetime.now(UTC) >= due_at
+    finally:
+        stop.set()
+        thread.join(timeout=35)
