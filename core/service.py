@@ -374,7 +374,8 @@ class CaseService:
             writes.outbox.append(Message(cmd.topic, str(cmd.case_id), payload))
         if cmd.schedule is not None:
             command = {"case_id": str(cmd.case_id), "version": case["version"],
-                       "correlation_id": correlation_id, **cmd.schedule.payload}
+                       "event": cmd.event, "correlation_id": correlation_id,
+                       **cmd.schedule.payload}
             writes.outbox.append(Message(cmd.schedule.topic, str(cmd.case_id), command,
                                          deliver_after=cmd.schedule.deliver_after))
         return {**case_view(case), "note": cmd.event}

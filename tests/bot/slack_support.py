@@ -266,6 +266,8 @@ def settings_for(slack: FakeSlack, **overrides: Any) -> Settings:
         "slack_signing_secret": SecretStr(SECRET),
         "slack_api_url": slack.api_url, "incident_channel": CHANNEL,
         "approvers": APPROVERS, "loop_poll_s": 0.05, "slack_workers": 8,
+        # plans' windows after the change (60-300 s) pass in 0.6-3 s
+        "verify_time_scale": 0.01, "verify_poll_s": 0.2,
         **overrides}
     return Settings(**values)
 

@@ -189,7 +189,9 @@ def test_in_the_loop_findings_reach_the_thread_and_the_closed_case_the_library(s
     from core.settings import Settings
 
     app = bootstrap(Settings(database_url=str(sqlite_engine.url), auto_approve="noop_only",
-                             series_dir=str(SERIES / "latency_step")), engine=sqlite_engine)
+                             series_dir=str(SERIES / "latency_step"),
+                             verify_time_scale=0.01, verify_poll_s=0.2),  # a 60 s window: 0.6 s
+                    engine=sqlite_engine)
     try:
         with InProcessLoop(app) as loop:
             reply = app.cases.open_case(OpenCase(title="checkout p95 latency over 2 s",

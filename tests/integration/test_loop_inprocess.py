@@ -23,8 +23,8 @@ def make_app(sqlite_engine):
     made = []
 
     def make(**settings):
-        # The template plans' windows after the change (60-300 s) pass in 0.6-3 s.
-        fast = {"verify_time_scale": 0.01, "verify_poll_s": 0.2, **settings}
+        # The template plans' windows after the change (60-300 s) pass in 1.2-6 s.
+        fast = {"verify_time_scale": 0.02, "verify_poll_s": 0.3, **settings}
         app = bootstrap(Settings(database_url=str(sqlite_engine.url), **fast),
                         engine=sqlite_engine)
         made.append(app)

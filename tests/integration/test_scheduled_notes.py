@@ -42,8 +42,8 @@ def test_a_note_schedules_its_command_in_the_same_write_and_a_replay_adds_nothin
     assert command["topic"] == "cmd.verify.run"
     assert as_utc(command["deliver_after"]) == later
     assert command["payload"] == {"case_id": str(case_id), "version": 0, "plan_hash": "abc",
-                                  "reading": 2, "correlation_id": event["payload"][
-                                      "correlation_id"]}
+                                  "reading": 2, "event": "verify_reading",
+                                  "correlation_id": event["payload"]["correlation_id"]}
     assert [row["event"] for row in service.timeline(case_id)].count("verify_reading") == 1
 
     seen = []

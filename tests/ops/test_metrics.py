@@ -51,7 +51,8 @@ def total(samples: Samples, name: str) -> float:
 
 @pytest.fixture
 def app(engine: Engine) -> Iterator[App]:
-    made = bootstrap(Settings(_env_file=None, redis_url=None, auto_approve="off"),
+    made = bootstrap(Settings(_env_file=None, redis_url=None, auto_approve="off",
+                              verify_time_scale=0.01, verify_poll_s=0.2),  # 60 s window: 0.6 s
                      engine=engine)
     yield made
     made.close()
@@ -135,7 +136,11 @@ def test_the_closed_loop_counts_publishes_steps_verification_and_dedups(app, cli
     assert delta(before, after, "inbox_dedup_total", consumer="intake") == 1
     assert delta(before, after, "adapter_step_latency_seconds_count", action=str(
         plan["plan"]["steps"][0]["action"])) == steps
-    assert delta(before, after, "verify_latency_seconds_count") == 1
+    readings = sum(row["event"] in ("verify_reading", "verify_result")
+                   for row in app.cases.timeline(uuid.UUID(case)))
+    assert delta(before, after, "verify_latency_seconds_count") == readings  # one per reading
+    assert delta(before, after, "outbox_publish_total", topic="cmd.verify.run",
+                 status="published") == readings
     assert delta(before, after, "gateway_call_seconds_count") >= steps + 1
     assert delta(before, after, "case_transition_total", **{
         "from": "WAIT_GATE", "to": "EXECUTING", "event": "gate_approved"}) == 1

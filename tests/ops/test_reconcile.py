@@ -96,7 +96,8 @@ def test_a_step_that_ran_without_its_result_on_the_timeline_is_found(service, en
 
 
 def test_a_closed_loop_leaves_nothing_to_reconcile(sqlite_engine):
-    app = bootstrap(Settings(_env_file=None, redis_url=None, auto_approve="noop_only"),
+    app = bootstrap(Settings(_env_file=None, redis_url=None, auto_approve="noop_only",
+                             verify_time_scale=0.01, verify_poll_s=0.2),  # 60 s window: 0.6 s
                     engine=sqlite_engine)
     try:
         with InProcessLoop(app) as loop:

@@ -29,7 +29,8 @@ APPROVAL = "approval-7f3a"
 
 @pytest.fixture
 def app(engine: Engine) -> Iterator[App]:
-    made = bootstrap(Settings(_env_file=None, redis_url=None, auto_approve="off"),
+    made = bootstrap(Settings(_env_file=None, redis_url=None, auto_approve="off",
+                              verify_time_scale=0.01, verify_poll_s=0.2),  # 60 s window: 0.6 s
                      engine=engine)
     yield made
     made.close()
@@ -92,7 +93,8 @@ def test_the_trace_of_one_approval_shows_every_hop_in_order(app):
 
 
 def test_the_trace_command_prints_the_path_and_refuses_an_unknown_id(sqlite_engine):
-    app = bootstrap(Settings(_env_file=None, redis_url=None, auto_approve="off"),
+    app = bootstrap(Settings(_env_file=None, redis_url=None, auto_approve="off",
+                             verify_time_scale=0.01, verify_poll_s=0.2),
                     engine=sqlite_engine)
     try:
         _check_trace_command(app)
