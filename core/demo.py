@@ -15,7 +15,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, TextIO
 
@@ -24,12 +24,30 @@ import httpx
 from core.api import create_api
 from core.bootstrap import App
 from core.loop import InProcessLoop
+from core.settings import Settings
 
 REQUESTER = "pagerduty"
 """Who opens the case: the planner proposes plans on their behalf, so they may not approve."""
 APPROVER = "alice"
 WATCH_TIMEOUT_S = 30.0
 WATCH_EVERY_S = 0.01
+DEMO_VERIFY_TIME_SCALE = 0.01
+"""The demo's verification clock: a plan's 300 s window after the change takes 3 s."""
+DEMO_VERIFY_POLL_S = 0.5
+
+
+def demo_verification(settings: Settings) -> Settings:
+    """``settings`` with the demo's verification clock, unless the environment sets its own
+    (``OPSGATE_VERIFY_TIME_SCALE``, ``OPSGATE_VERIFY_POLL_S``). Against a real Prometheus
+    (``OPSGATE_PROMETHEUS_URL``) windows keep their length: its samples are seconds apart, so
+    a window of a few seconds would hold no data."""
+    chosen = settings.model_fields_set
+    update: dict[str, float] = {}
+    if "verify_time_scale" not in chosen and not settings.prometheus_url:
+        update["verify_time_scale"] = DEMO_VERIFY_TIME_SCALE
+    if "verify_poll_s" not in chosen and not settings.prometheus_url:
+        update["verify_poll_s"] = DEMO_VERIFY_POLL_S
+    return settings.model_copy(update=update)
 
 
 class DemoFailed(Exception):
@@ -118,7 +136,9 @@ def _summary(response: httpx.Response) -> str:
 
 
 def run_demo(app: App, out: TextIO) -> None:
-    """Open one case through the API built over ``app`` and let the in-process loop close it."""
+    """Open one case through the API built over ``app`` and let the in-process loop close it
+    (on the demo's verification clock: ``demo_verification``)."""
+    app = replace(app, settings=demo_verification(app.settings))
     with InProcessLoop(app):
         asyncio.run(_walk(app, out))
 

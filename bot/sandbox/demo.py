@@ -211,12 +211,14 @@ def demo_settings(args: argparse.Namespace, sandbox: Sandbox) -> Settings:
     environment must not receive demo cases (nor be upgraded) by accident; the plans' tools are
     stand-ins (``_with_stand_ins``). The analyst reads the
     recorded demo series unless ``OPSGATE_SERIES_DIR`` names others, so a latency, an error or a
-    memory leak case shows its finding."""
+    memory leak case shows its finding. Verification runs on the demo's clock
+    (``core.demo.demo_verification``): a plan's window after the change takes seconds."""
     from pydantic import SecretStr
 
     from bot.sandbox.workspace import APPROVER, CHANNEL_ID
     from core.analysis.sources import RECORDED_DEMO
     from core.cli import CliError
+    from core.demo import demo_verification
     from core.settings import load_settings
 
     base = load_settings()
@@ -240,7 +242,7 @@ def demo_settings(args: argparse.Namespace, sandbox: Sandbox) -> Settings:
         "openai_api_key": None,
         "series_dir": base.series_dir or str(RECORDED_DEMO),
     }
-    return base.model_copy(update=update)
+    return demo_verification(base.model_copy(update=update))
 
 
 def _prepare_schema(settings: Settings, app: App, out: TextIO) -> None:

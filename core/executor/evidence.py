@@ -258,7 +258,8 @@ def _waiting(check: MetricCheck, source: MetricSource, moment: Moment,
              window_s: float) -> VerifyOutcome:
     """Before the window after the change has passed: the value now, as news, not a verdict."""
     elapsed = max(0.0, moment.elapsed_s())
-    waiting = f"waiting ({elapsed:.0f}s of the {window_s:g}s window after the change)"
+    shown = f"{elapsed:.0f}" if window_s >= 10 else f"{elapsed:.1f}"  # the demo's short windows
+    waiting = f"waiting ({shown}s of the {window_s:g}s window after the change)"
     worst: Worst = "max" if check.below is not None else "min"
     try:
         observed: float | None = source.read(check.metric, worst=worst, at=moment.at)
