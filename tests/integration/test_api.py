@@ -479,6 +479,26 @@ def test_an_incomplete_plan_is_refused_by_the_guard_with_one_timeline_row(client
     assert rows(engine, outbox) == before_outbox
 
 
+@pytest.mark.parametrize(("verify", "problem"), [
+    ({"metric": "checkout_p95_seconds"}, "plan.verify: a metric check needs 'below' or 'above'"),
+    ({"metric": "checkout_p95_seconds", "below": 1, "window": 300},
+     "plan.verify.window: unknown key; expected metric, below, above, for_s, timeout_s"),
+    ({"metric": "checkout_p95_seconds", "below": 1, "for_s": 300, "timeout_s": 120},
+     "plan.verify.for_s: 300s is longer than the block's timeout_s 120s: it could never hold "
+     "for its window before the deadline"),
+])
+def test_a_verify_block_that_could_never_be_judged_is_422_naming_the_problem(
+        client, engine, verify, problem):
+    """Refused at plan_ready, so the model repairs it before anyone is asked to approve."""
+    case_id = planning_case(client)
+    before_outbox = rows(engine, outbox)
+    plan = {**load_template("noop"), "verify": verify}
+    error = assert_error(move(client, case_id, "plan_ready", plan=plan), 422, "guard_failed")
+    assert error["details"]["problems"] == [problem]
+    assert rows(engine, outbox) == before_outbox
+    assert data(client.get(f"/case/{case_id}"))["status"] == "PLANNING"
+
+
 def test_a_replayed_refusal_returns_the_same_bytes_and_writes_nothing(client, engine):
     case_id = planning_case(client)
     key = new_key()

@@ -100,7 +100,10 @@ def test_approval_is_bound_to_the_plan_hash(service, engine):
     "plan",
     [None, {"title": "no steps", "steps": [], "rollback": {}, "verify": {}},
      {"title": "no verify", "steps": PLAN["steps"], "rollback": {}},
-     {**PLAN, "steps": [{"action": "noop", "timeout_s": 30}]}],
+     {**PLAN, "steps": [{"action": "noop", "timeout_s": 30}]},
+     {**PLAN, "verify": {"metric": "error_rate", "below": 0.01, "bellow": 0.02}},  # a typo
+     {**PLAN, "verify": {"checks": [{"metric": "error_rate", "below": 0.01, "for_s": 600}],
+                         "timeout_s": 300}}],  # a window that outlasts its deadline
 )
 def test_failed_guard_is_422_with_one_timeline_row_and_nothing_else(service, engine, plan):
     case_id = case_in(service, S.PLANNING)
