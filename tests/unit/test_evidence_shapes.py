@@ -4,13 +4,16 @@ reading of Prometheus answers (no network here)."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from core.executor.allowlists import UrlAllowList
 from core.executor.evidence import (
     EvidenceMissing,
+    Moment,
     StaticSource,
+    duration,
     evaluate,
     prometheus_value,
     source_from_settings,
@@ -126,3 +129,71 @@ def test_the_source_follows_settings():
     prometheus = source_from_settings(Settings(_env_file=None,
                                                prometheus_url="http://127.0.0.1:9090"))
     assert type(prometheus).__name__ == "PrometheusSource"
+
+
+# -- one reading after a change ------------------------------------------------------------------
+
+CHANGE = datetime(2026, 11, 24, 14, 0, tzinfo=UTC)
+
+
+class ByTime:
+    """Answers by evaluation time: ``before`` up to the change, ``after`` from then on; over a
+    window, the worst second of (at - over_s, at]. Records what it was asked."""
+
+    def __init__(self, before: float, after: float) -> None:
+        self.before, self.after = before, after
+        self.asked: list[tuple[float | None, datetime | None]] = []
+
+    def read(self, query, *, over_s=None, worst="max", at=None):
+        self.asked.append((over_s, at))
+        seconds = [at - timedelta(seconds=s) for s in range(max(1, int(over_s or 1)))]
+        values = [self.before if moment <= CHANGE else self.after for moment in seconds]
+        return max(values) if worst == "max" else min(values)
+
+
+def reading(verify, source, seconds_after: float, scale: float = 1.0):
+    moment = Moment(at=CHANGE + timedelta(seconds=seconds_after), since=CHANGE, scale=scale)
+    return evaluate(verify, source, NOTHING, timeout_s=1.0, moment=moment)
+
+
+def test_before_its_window_has_passed_a_check_is_pending_with_the_value_now():
+    source = ByTime(before=2.4, after=0.5)
+    outcome = reading({"metric": "checkout_p95", "below": 1, "for_s": 300}, source, 30)
+    assert outcome.state == "pending" and outcome.observed == 0.5
+    assert outcome.reason == "checkout_p95 = 0.5 now, waiting (30s of the 300s window after " \
+                             "the change)"
+    assert outcome.waiting_for == "checkout_p95 below 1 for 300s after the change"
+    assert source.asked == [(None, CHANGE + timedelta(seconds=30))]
+
+
+def test_once_its_window_has_passed_a_check_is_judged_on_the_window_ending_now():
+    source = ByTime(before=2.4, after=0.5)
+    held = reading({"metric": "checkout_p95", "below": 1, "for_s": 300}, source, 300)
+    assert held.passed and held.reason == "checkout_p95 = 0.5 over 300s, below 1"
+    assert source.asked == [(300, CHANGE + timedelta(seconds=300))]
+    # Judged as it stands (no change time), the window would reach back before the fix.
+    stale = evaluate({"metric": "checkout_p95", "below": 1, "for_s": 300}, source, NOTHING,
+                     moment=Moment(at=CHANGE + timedelta(seconds=30)))
+    assert stale.state == "pending" and stale.reason == "checkout_p95 = 2.4 over 300s, not " \
+                                                        "below 1"
+
+
+def test_a_check_without_a_window_is_judged_on_its_reading_at_once():
+    outcome = reading({"metric": "checkout_p95", "below": 1}, ByTime(2.4, 0.5), 1)
+    assert outcome.passed and outcome.reason == "checkout_p95 = 0.5, below 1"
+
+
+def test_a_time_scale_shrinks_every_window():
+    block = {"checks": [{"metric": "a", "below": 1, "for_s": 60},
+                        {"metric": "b", "below": 1, "for_s": 300}]}
+    waiting = reading(block, ByTime(2.4, 0.5), 1.5, scale=0.01)
+    assert waiting.state == "pending"
+    assert waiting.reason == "check 2 of 2: b = 0.5 now, waiting (1.5s of the 3s window after " \
+                             "the change)"
+    assert reading(block, ByTime(2.4, 0.5), 3, scale=0.01).reason == "all 2 checks passed"
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(300, "300s"), (3.0, "3s"), (0.6, "600ms"),
+                                               (0.0001, "1ms")])
+def test_a_window_as_a_prometheus_duration(seconds, text):
+    assert duration(seconds) == text
