@@ -190,3 +190,18 @@ def test_a_check_says_what_must_hold():
         "checkout_p95 below 1 for 300s after the change",
         "replicas below 10 and above 2",
         "probe http://h/healthz answering 200 or 204"]
+
+
+def test_the_agents_propose_plan_tool_shows_the_model_the_verify_shapes():
+    """The tool spec embeds the plan schema; its references must resolve there too, or the
+    model would see the verify block only as a dangling ``$ref``."""
+    from agent.tool_specs import tool_specs
+
+    [spec] = [s for s in tool_specs() if s["function"]["name"] == "propose_plan"]
+    parameters = spec["function"]["parameters"]
+    Draft202012Validator.check_schema(parameters)
+    validator = Draft202012Validator(parameters)
+    case_id = "0b5f4b2e-0000-4000-8000-000000000000"
+    assert validator.is_valid({"case_id": case_id, "plan": {**PLAN, "verify": ACCEPTED[3]}})
+    assert not validator.is_valid({"case_id": case_id,
+                                   "plan": {**PLAN, "verify": {"metric": "x", "bellow": 1}}})
