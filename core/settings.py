@@ -23,6 +23,12 @@ class Settings(BaseSettings):
     api_token: SecretStr | None = Field(
         default=None, description="When set, every REST write needs 'Authorization: Bearer …'."
     )
+    api_reads: Literal["token", "open"] = Field(
+        default="token",
+        description="'token': once any token is configured (OPSGATE_API_TOKEN or a live "
+        "`opsgate token`), REST reads need one too (reader or above). 'open': reads stay open "
+        "(a laptop).",
+    )
     tenant: str = Field(default="default", max_length=64)
     db_pool_size: int = Field(default=10, ge=1, le=200)
     gateway_result_ttl_s: int = Field(
