@@ -476,10 +476,13 @@ def _token_arguments(parser: argparse.ArgumentParser) -> None:
 def _run_token(args: argparse.Namespace) -> int:
     from core.ops.tokens import run_token
 
+    from contextlib import redirect_stdout
+
     settings = _settings(args)
     engine = _engine(settings)
     try:
-        _require_schema(settings, engine)
+        with redirect_stdout(sys.stderr):  # stdout is the new token alone: $(opsgate token …)
+            _require_schema(settings, engine)
         return run_token(engine, args, sys.stdout, sys.stderr)
     finally:
         engine.dispose()
