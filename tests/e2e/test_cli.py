@@ -104,7 +104,8 @@ def test_demo_walks_a_case_to_closed_and_prints_its_timeline(tmp_path):
     out = result.stdout
     for shown in ("upgraded from an empty schema to head", "replayed: the same",
                   "loop: intake", "loop: agent", "waiting for approval by",
-                  "409  illegal_transition", "412  version_conflict", "422  approval_refused",
+                  "409  illegal_transition", "403  forbidden", "412  version_conflict",
+                  "422  approval_refused", "API principals for this run",
                   "the refusal added one timeline row", "EXECUTING v4", "CLOSED v6",
                   'ETag "6"', "5 moves by the consumers", "demo done in"):
         assert shown in out, f"{shown!r} missing from:\n{out}"
@@ -113,10 +114,11 @@ def test_demo_walks_a_case_to_closed_and_prints_its_timeline(tmp_path):
     rows = [line.split()[1:] for line in table[2:14]]
     assert [row[0] for row in rows] == [
         "case_opened", "start_analysis", "analysis_done", "plan_ready", "agent_usage",
-        "awaiting_approval", "gate_approved", "gate_approved", "step_result", "exec_done",
+        "awaiting_approval", "plan_approval", "gate_approved", "step_result", "exec_done",
         "verify_result", "verify_pass"]
-    actors = ["pagerduty", "intake", "analyst", "agent", "agent", "gatekeeper", "pagerduty",
-              "alice", "executor", "executor", "verifier", "verifier"]
+    # The people are API principals linked to Slack ids; approvals are POST /case/{id}/approve.
+    actors = ["U0RILEY", "intake", "analyst", "agent", "agent", "gatekeeper", "U0RILEY",
+              "U0ALICE", "executor", "executor", "verifier", "verifier"]
     for line, actor in zip(table[2:14], actors, strict=True):
         assert f"  {actor}  " in line, line
     assert "refused (" in table[8] and "VERIFYING -> CLOSED" in table[13]
@@ -183,7 +185,8 @@ def test_serve_answers_over_real_http_and_stops_on_sigterm(tmp_path):
                             headers={"Idempotency-Key": uuid.uuid4().hex, "If-Match": '"0"',
                                      "Authorization": f"Bearer {token}"})
         assert (moved.status_code, moved.json()["data"]["status"]) == (200, "ANALYZING")
-        read = httpx.get(f"{base}/case/{case_id}")
+        assert httpx.get(f"{base}/case/{case_id}").status_code == 401  # reads need it too
+        read = httpx.get(f"{base}/case/{case_id}", headers={"Authorization": f"Bearer {token}"})
         assert read.headers["etag"] == '"1"'
     finally:
         server.terminate()
