@@ -23,6 +23,7 @@ from core.cli import main
 from core.domain.commands import ApprovePlan
 from core.domain.plans import plan_hash
 from core.errors import InvalidRequest
+from core.ops.export import export_case
 from core.settings import Settings
 from tests.support import PLAN
 
@@ -153,6 +154,7 @@ def test_a_service_principal_even_an_operator_cannot_approve(client, engine):
     case_id = waiting(client, ci, actor="sre@acme")
     assert timeline(engine, case_id)[0]["actor"] == "svc-ci"
     assert timeline(engine, case_id)[0]["meta"]["stated_actor"] == "sre@acme"
+    assert "| svc-ci for sre@acme |" in export_case(engine, UUID(case_id))
     error = approve(client, case_id, ci)
     assert error_code(error, 403) == "forbidden"
     assert "only people approve" in error.json()["error"]["message"]
