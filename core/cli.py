@@ -474,9 +474,9 @@ def _token_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_token(args: argparse.Namespace) -> int:
-    from core.ops.tokens import run_token
-
     from contextlib import redirect_stdout
+
+    from core.ops.tokens import run_token
 
     settings = _settings(args)
     engine = _engine(settings)

@@ -208,9 +208,10 @@ def test_an_unknown_token_is_401(client, engine, token):
 
 
 def test_token_hashes_only_are_in_the_database(engine):
+    kinds: list[tuple[principals.Role, str | None]] = [
+        ("reader", None), ("operator", None), ("approver", "U0LEAD")]
     made = [principals.create(engine, f"p{n}", role, slack)
-            for n, (role, slack) in enumerate([("reader", None), ("operator", None),
-                                               ("approver", "U0LEAD")])]
+            for n, (role, slack) in enumerate(kinds)]
     with engine.connect() as conn:
         stored = [dict(row) for row in conn.execute(select(api_principal)).mappings()]
     text = json.dumps(stored, default=str)
