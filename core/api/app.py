@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from core.api import alerts, approvals, cases, health, ops, plans
 from core.api.failures import install_error_handlers
+from core.api.finite_json import FiniteJsonBody
 from core.api.limits import MAX_BODY_BYTES, BodyLimit
 from core.api.ops_correlation import CorrelationId
 from core.bootstrap import App
@@ -27,6 +28,7 @@ def create_api(app: App) -> FastAPI:
     """The FastAPI application serving ``app``'s case service."""
     api = FastAPI(title="opsgate", version=_version(), description=DESCRIPTION, redoc_url=None)
     install_error_handlers(api)
+    api.add_middleware(FiniteJsonBody)  # inside BodyLimit: reads only a bounded body
     api.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     api.add_middleware(CorrelationId)  # outermost: even a refused body's reply names its id
     for routes in (cases.router, approvals.router, plans.router, health.router, ops.router,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as SchemaError
 
 from core.errors import InvalidPlan
+from core.strict_json import non_finite_problems, where
 
 ROLLBACK_TIMEOUT_S = 60  # a rollback step's timeout_s when the plan gives none
 ROLLBACK_RETRY = 0  # a rollback step's retry when the plan gives none
@@ -116,7 +116,7 @@ def parsed_or_none(plan: ParsedPlan | Mapping[str, Any]) -> ParsedPlan | None:
 
 
 def _read(plan: Any) -> tuple[ParsedPlan | None, list[str]]:
-    problems = [*_non_finite_problems(plan), *_schema_problems(plan)]
+    problems = [*non_finite_problems(plan, "plan"), *_schema_problems(plan)]
     if problems:
         return None, problems
     parsed = _build(plan)
@@ -137,7 +137,7 @@ def _describe(error: SchemaError) -> list[str]:
     path = list(error.absolute_path)
     if error.validator == "oneOf" and path == ["rollback"]:
         return _rollback_problems(error)
-    return [f"{_where(path)}: {error.message}"]
+    return [f"{where(path, 'plan')}: {error.message}"]
 
 
 def _rollback_problems(error: SchemaError) -> list[str]:
@@ -151,46 +151,20 @@ def _rollback_problems(error: SchemaError) -> list[str]:
     if "action" not in block and "steps" not in block:
         return [f'plan.rollback: give {shapes} ({{"steps": []}} when nothing needs undoing)']
     meant = 1 if "steps" in block else 0  # the index of the shape in the schema's oneOf
-    return [f"{_where(['rollback', *sub.relative_path])}: {sub.message}"
+    return [f"{where(['rollback', *sub.relative_path], 'plan')}: {sub.message}"
             for sub in error.context or [] if sub.schema_path[0] == meant]
 
 
-def _where(path: list[str | int], root: str = "plan") -> str:
-    return root + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
-
-
-def _non_finite_problems(plan: Any) -> list[str]:
-    """NaN and ±Infinity anywhere: JSON has no such numbers, and every comparison with NaN is
-    false, so a bound like ``risk_score <= 1`` would let it through."""
-    return [f"{_where(path)}: {value!r} is not a number JSON allows (NaN and Infinity are "
-            "refused)" for path, value in _floats(plan) if not math.isfinite(value)]
-
-
-def _floats(value: Any) -> Iterator[tuple[list[str | int], float]]:
-    stack: list[tuple[list[str | int], Any]] = [([], value)]
-    while stack:  # iterative: a deeply nested document must not exhaust the interpreter stack
-        path, item = stack.pop()
-        if isinstance(item, float):
-            yield path, item
-        elif isinstance(item, Mapping):
-            stack.extend(([*path, str(k)], v) for k, v in item.items())
-        elif isinstance(item, list | tuple):
-            stack.extend(([*path, n], v) for n, v in enumerate(item))
-
-
-def _step_problems(where: str, step: PlanStep) -> Iterator[str]:
+def _step_problems(at: str, step: PlanStep) -> Iterator[str]:
+    """What the schema cannot say about one step's params, checked here so the guard refuses
+    it before anyone approves (the adapter checks the same again before it sends)."""
     if step.action is StepAction.HTTP_REQUEST:
         headers = step.params.get("headers")
         if isinstance(headers, Mapping):
             for name, value in headers.items():
                 if not isinstance(value, str) or not _HEADER_VALUE.match(value):
-                    yield (f"{where}.params.headers.{name}: {value!r} is not a header value "
-                           "(visible ASCII, spaces and tabs only inside, at most 4096)")
-
-
-def header_value_ok(value: str) -> bool:
-    """Whether ``value`` may be sent as an HTTP header value (``HEADER_VALUE_PATTERN``)."""
-    return bool(_HEADER_VALUE.match(value))
+                    yield (f"{at}.params.headers.{name}: {repr(value)[:60]} is not a header "
+                           "value (visible ASCII, spaces and tabs only inside, at most 4096)")
 
 
 # -- building the parsed plan (only from a plan that met the schema) -------------------------
