@@ -2,7 +2,8 @@
 the loop's relay, consume and outbox; the operator's trace, reconcile, export and token).
 
 Expected failures (database unreachable, schema behind, bad URL) print one line on stderr and
-exit non-zero; heavy imports happen inside the handlers so ``--help`` stays fast.
+exit non-zero; a settings mistake prints one line per problem and exits 2. Heavy imports happen
+inside the handlers so ``--help`` stays fast.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ STARTED = time.perf_counter()
 
 EXIT_FAILED = 1
 EXIT_SCHEMA_BEHIND = 2
+EXIT_BAD_SETTINGS = 2
 EXIT_INTERRUPTED = 130
 
 
@@ -61,11 +63,9 @@ def _database_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    from core.settings import Settings, load_settings
+    from core.settings import load_settings
 
-    if args.database_url:
-        return Settings(database_url=args.database_url)
-    return load_settings()
+    return load_settings(database_url=args.database_url or None)
 
 
 def _shown(url: str) -> str:
@@ -83,7 +83,12 @@ def _engine(settings: Settings) -> Engine:
     try:
         return make_engine(settings.database_url, pool_size=settings.db_pool_size)
     except (ArgumentError, NoSuchModuleError) as exc:
-        raise CliError(f"invalid database URL {settings.database_url!r}: {exc}") from exc
+        from core.redact import url_without_credentials
+
+        shown, why = url_without_credentials(settings.database_url), _first_line(exc)
+        raise CliError(f"invalid database URL {shown!r}: {url_without_credentials(why)}; "
+                       "expected a SQLAlchemy URL such as sqlite:///./opsgate.db or "
+                       "postgresql+psycopg://user@host/db", exit_code=EXIT_BAD_SETTINGS) from exc
 
 
 def _migrate(settings: Settings, engine: Engine) -> None:
@@ -491,14 +496,12 @@ def _run_token(args: argparse.Namespace) -> int:
 def _configure_logging() -> None:
     """Structured logs when asked (OPSGATE_LOG_FORMAT=json, or OPSGATE_LOG_LEVEL set); otherwise
     Python's default, which people read."""
-    from pydantic import ValidationError
-
-    from core.settings import load_settings
+    from core.settings import InvalidSettings, load_settings
     from core.tracing import configure_logging
 
     try:
         settings = load_settings()
-    except ValidationError:
+    except InvalidSettings:
         return  # the subcommand reports the bad setting itself
     if settings.log_format == "json" or "log_level" in settings.model_fields_set:
         configure_logging(settings.log_format, settings.log_level)
@@ -634,11 +637,16 @@ def main(argv: Sequence[str] | None = None, extensions: Extensions | None = None
     from sqlalchemy.exc import SQLAlchemyError
 
     from core.errors import OpsgateError
+    from core.settings import InvalidSettings
 
     try:
         return int(args.run(args))
     except CliError as failed:
         return _fail(str(failed), failed.exit_code)
+    except InvalidSettings as bad:
+        for problem in bad.problems:
+            _fail(problem)
+        return EXIT_BAD_SETTINGS
     except OpsgateError as error:
         return _fail(error.message)
     except SQLAlchemyError as exc:
