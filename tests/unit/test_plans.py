@@ -224,3 +224,16 @@ def test_plan_hash_ignores_key_order(params):
 
 def test_plan_hash_changes_with_the_plan():
     assert plan_hash(VALID) != plan_hash({**VALID, "title": "something else"})
+
+
+def test_the_model_sees_the_same_contract_with_references_that_resolve():
+    from jsonschema import Draft202012Validator
+
+    from agent.tool_specs import tool_specs
+
+    [spec] = [t["function"]["parameters"] for t in tool_specs()
+              if t["function"]["name"] == "propose_plan"]
+    validator = Draft202012Validator(spec)
+    assert list(validator.iter_errors({"case_id": "c", "plan": VALID})) == []
+    both = {**VALID, "rollback": {"action": "noop", "steps": []}}
+    assert list(validator.iter_errors({"case_id": "c", "plan": both}))
