@@ -1,7 +1,10 @@
 """JSON as RFC 8259 has it: numbers are finite. Python's ``json`` reads ``NaN``, ``Infinity`` and
 ``-Infinity`` (and pydantic's floats allow them), and every comparison with NaN is false, so a
 bound such as ``risk_score <= 1`` lets one through. Wherever JSON enters — the REST API, Slack
-payloads, the model's tool arguments, a ChangePlan — such numbers are refused with this module."""
+payloads, the model's tool arguments, a ChangePlan — such numbers are refused with this module.
+
+Text a document must be storable as (I-JSON, RFC 7493, and PostgreSQL's ``jsonb``): no lone
+surrogates, no NUL character."""
 
 from __future__ import annotations
 
@@ -40,9 +43,39 @@ def non_finite(value: Any) -> Iterator[tuple[Path, float]]:
             stack.extend(([*path, n], inner) for n, inner in enumerate(item))
 
 
+def unstorable_text(value: Any) -> Iterator[tuple[Path, str]]:
+    """Where ``value`` holds a string or key that is not valid Unicode or contains NUL, and
+    why."""
+    stack: list[tuple[Path, Any]] = [([], value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str):
+            yield from ((path, why) for why in _text_flaws(item))
+        elif isinstance(item, Mapping):
+            for key, inner in item.items():
+                yield from ((path, f"key {key!r}: {why}") for why in _text_flaws(str(key)))
+                stack.append(([*path, str(key)], inner))
+        elif isinstance(item, list | tuple):
+            stack.extend(([*path, n], inner) for n, inner in enumerate(item))
+
+
+def _text_flaws(text: str) -> list[str]:
+    flaws = []
+    if "\x00" in text:
+        flaws.append("contains NUL (\\u0000), which cannot be stored")
+    if any("\ud800" <= char <= "\udfff" for char in text):
+        flaws.append("is not valid Unicode (a lone surrogate)")
+    return flaws
+
+
 def where(path: Path, root: str) -> str:
     """``path`` as people read it: ``plan.steps[0].params``."""
     return root + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in path)
+
+
+def unstorable_text_problems(value: Any, root: str) -> list[str]:
+    """One line for each string in ``value`` that cannot be stored."""
+    return [f"{where(path, root)}: {why}" for path, why in unstorable_text(value)]
 
 
 def non_finite_problems(value: Any, root: str) -> list[str]:

@@ -16,6 +16,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import StrEnum
 from functools import cache
 from importlib import resources
@@ -25,7 +26,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as SchemaError
 
 from core.errors import InvalidPlan
-from core.strict_json import non_finite_problems, where
+from core.strict_json import non_finite_problems, unstorable_text_problems, where
 
 ROLLBACK_TIMEOUT_S = 60  # a rollback step's timeout_s when the plan gives none
 ROLLBACK_RETRY = 0  # a rollback step's retry when the plan gives none
@@ -116,7 +117,8 @@ def parsed_or_none(plan: ParsedPlan | Mapping[str, Any]) -> ParsedPlan | None:
 
 
 def _read(plan: Any) -> tuple[ParsedPlan | None, list[str]]:
-    problems = [*non_finite_problems(plan, "plan"), *_schema_problems(plan)]
+    problems = [*non_finite_problems(plan, "plan"), *unstorable_text_problems(plan, "plan"),
+                *_schema_problems(plan)]
     if problems:
         return None, problems
     parsed = _build(plan)
@@ -212,5 +214,22 @@ def canonical_json(value: Any) -> str:
 
 
 def plan_hash(plan: Any) -> str:
-    """The hash an approval is bound to: sha256 of the plan's canonical JSON."""
-    return hashlib.sha256(canonical_json(plan).encode("utf-8")).hexdigest()
+    """The hash an approval is bound to: sha256 of the plan's canonical JSON, with numbers as
+    every store gives them back, so the stored plan hashes to its stored hash."""
+    return hashlib.sha256(canonical_json(_as_stored(plan)).encode("utf-8")).hexdigest()
+
+
+def _as_stored(value: Any) -> Any:
+    """``value`` with the two number spellings PostgreSQL's ``jsonb`` rewrites rewritten the
+    same way: a float Python writes with an exponent (``1e+16``) comes back as the exact
+    integer, and ``-0.0`` as ``0.0``. Any other JSON value comes back unchanged."""
+    if isinstance(value, float):
+        if value == 0:
+            return 0.0
+        text = repr(value)
+        return int(Decimal(text)) if "e+" in text else value
+    if isinstance(value, Mapping):
+        return {key: _as_stored(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_as_stored(item) for item in value]
+    return value

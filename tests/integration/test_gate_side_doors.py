@@ -12,6 +12,8 @@ from uuid import UUID, uuid4
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import Engine, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -20,15 +22,18 @@ from core.api import create_api
 from core.bootstrap import App, bootstrap
 from core.consumers.executor import Executor
 from core.consumers.gatekeeper import Gatekeeper
+from core.consumers.steps import StepRunner
 from core.domain.commands import ApprovePlan
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic
-from core.domain.plans import plan_hash
+from core.domain.plans import StepAction, parsed_or_none, plan_hash
+from core.executor.adapters import StepContext, StepOutcome
 from core.messaging.consumer import Delivery
 from core.messaging.envelope import Envelope
 from core.settings import Settings
 from tests.integration.plan_runs import envelope_of
 from tests.support import PLAN, command, key, open_case
+from tests.unit.test_executor_plan_shapes import plan_shapes
 
 E, S = CaseEvent, CaseStatus
 
@@ -77,8 +82,8 @@ def nan_risk(touch: Path, marker: Path) -> dict[str, Any]:
 
 def planning(app: App) -> UUID:
     case_id = open_case(app.cases)
-    for event in (E.START_ANALYSIS, E.ANALYSIS_DONE):
-        assert app.cases.transition(command(case_id, event), key()).ok
+    for move in (E.START_ANALYSIS, E.ANALYSIS_DONE):
+        assert app.cases.transition(command(case_id, move), key()).ok
     return case_id
 
 
@@ -216,3 +221,49 @@ def test_a_nan_plan_stored_before_is_approved_by_nobody(app, engine, touch, mark
         refused = app.cases.approve_plan(ApprovePlan(case_id, digest, person), key())
         assert refused.status == 422, refused.body
     assert status(app, case_id) == S.WAIT_GATE and not marker.exists()
+
+
+# -- every shape, through the real gate ------------------------------------------------------
+
+
+class RecordingAdapter:
+    """Stands where an action's adapter is: records the call, never touches anything."""
+
+    def __init__(self, action: str, ran: list[str], ok: bool) -> None:
+        self.action, self.ran, self.ok = action, ran, ok
+
+    def run(self, params: Any, ctx: StepContext) -> StepOutcome:
+        self.ran.append(self.action)
+        return StepOutcome(self.ok, f"{self.action}: recorded")
+
+
+@settings(max_examples=30, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(plan=plan_shapes(), steps_fail=st.booleans())
+def test_through_the_real_gate_an_automatic_approval_only_ever_runs_noop(app, engine, plan,
+                                                                         steps_fail):
+    """Guard, gatekeeper (``noop_only``) and executor as the loop runs them, with recording
+    adapters: whatever the gate lets through on its own runs nothing but ``noop``."""
+    case_id = planning(app)
+    proposed = app.cases.transition(command(case_id, E.PLAN_READY, plan=plan), key())
+    if not proposed.ok:
+        event("refused by the guard")
+        assert proposed.status == 422 and parsed_or_none(plan) is None
+        return
+    Gatekeeper(app).handle(Delivery(Gatekeeper.name,
+                                    envelope_of(engine, case_id, Topic.GATE_EVAL)))
+    parsed = parsed_or_none(plan)
+    assert parsed is not None
+    if status(app, case_id) != S.EXECUTING:
+        event("waits for people")
+        assert status(app, case_id) == S.WAIT_GATE and not parsed.noop_only
+        return
+    event("approved by the gatekeeper")
+    ran: list[str] = []
+    executor = Executor(app)
+    executor.steps = StepRunner(app.gateway, app.cases, {
+        action.value: RecordingAdapter(action.value, ran, ok=not steps_fail)
+        for action in StepAction}, lease_s=30.0)
+    executor.handle(Delivery(Executor.name, envelope_of(engine, case_id, Topic.EXEC_RUN)))
+    assert ran and set(ran) == {"noop"}, (plan, ran)
+    assert status(app, case_id) == (S.PARKED if steps_fail else S.VERIFYING)

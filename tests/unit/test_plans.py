@@ -68,6 +68,9 @@ def test_valid_plan_has_no_problems():
         ({**VALID, "risk_score": 1.5}, "risk_score"),
         ({**VALID, "steps": [{**VALID["steps"][0], "action": "rm -rf"}]}, "action"),
         ({**VALID, "steps": [{**VALID["steps"][0], "timeout_s": 5}]}, "timeout_s"),
+        ({**VALID, "steps": [{**VALID["steps"][0], "timeout_s": 86401}]}, "timeout_s"),
+        ({**VALID, "title": "wipe\x00it"}, "plan.title: contains NUL"),
+        ({**VALID, "title": "\ud800"}, "plan.title: is not valid Unicode"),
         ({**VALID, "steps": [{**VALID["steps"][0], "retry": 4}]}, "retry"),
         ("not a plan", "not of type 'object'"),
     ],
@@ -220,6 +223,13 @@ def test_plan_hash_ignores_key_order(params):
     a = {**VALID, "steps": [{**VALID["steps"][0], "params": params}]}
     b = {**VALID, "steps": [{**VALID["steps"][0], "params": dict(reversed(list(params.items())))}]}
     assert plan_hash(a) == plan_hash(b)
+
+
+def test_the_plan_hash_is_the_same_for_numbers_as_a_store_gives_them_back():
+    stored = {**VALID, "steps": [{**VALID["steps"][0], "params": {"n": 10**16, "z": 0.0}}]}
+    sent = {**VALID, "steps": [{**VALID["steps"][0], "params": {"n": 1e16, "z": -0.0}}]}
+    assert plan_hash(sent) == plan_hash(stored)
+    assert plan_hash({**VALID, "risk_score": 0.5}) != plan_hash({**VALID, "risk_score": 0.4})
 
 
 def test_plan_hash_changes_with_the_plan():
