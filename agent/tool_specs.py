@@ -85,10 +85,11 @@ def _parameters(name: str) -> dict[str, Any]:
     schema = ARGS[name].model_json_schema()
     schema.pop("title", None)
     if name == "propose_plan":
-        plan = {k: v for k, v in plan_schema().items() if k not in ("$schema", "$id", "$defs")}
-        schema["properties"]["plan"] = plan
-        # The plan's "#/$defs/…" references resolve from the document root: its $defs go there.
-        schema.setdefault("$defs", {}).update(plan_schema()["$defs"])
+        contract = plan_schema()
+        schema["properties"]["plan"] = {k: v for k, v in contract.items()
+                                        if k not in ("$schema", "$id", "$defs")}
+        # its "#/$defs/…" references resolve against the root of the parameters
+        schema["$defs"] = {**schema.get("$defs", {}), **contract["$defs"]}
     return schema
 
 

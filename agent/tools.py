@@ -39,6 +39,7 @@ from core.domain.plans import plan_hash, plan_problems
 from core.errors import NotFound, OpsgateError, Unavailable
 from core.gateway import BusinessRefusal, CallResult, CallStatus, SessionRun, ToolCall
 from core.service import Reply
+from core.strict_json import non_finite_problems
 
 if TYPE_CHECKING:
     from core.bootstrap import App
@@ -135,6 +136,11 @@ class CaseTools:
             return self.refuse_unknown(name, args)
         if not isinstance(args, Mapping):
             return ToolReply.of(False, {"error": "arguments must be a JSON object"})
+        unreadable = non_finite_problems(args, "args")
+        if unreadable:  # the model's JSON was read by a parser that accepts NaN and Infinity
+            return ToolReply.of(False, {"error": "the arguments hold numbers JSON does not "
+                                        "allow; nothing ran", "problems": unreadable[:20]},
+                                invalid_plan=name == "propose_plan")
         try:
             parsed = ARGS[name].model_validate(dict(args))
         except ValidationError as exc:

@@ -12,13 +12,14 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from slack_bolt import App as Bolt
-from slack_bolt import BoltRequest
+from slack_bolt import BoltRequest, BoltResponse
 from slack_bolt.adapter.starlette.handler import to_bolt_request, to_starlette_response
 from slack_sdk import WebClient
 from slack_sdk.signature import SignatureVerifier
@@ -32,6 +33,7 @@ from bot.store import SlackStore
 from core.bootstrap import App
 from core.metrics import SLACK_ACK_SECONDS
 from core.settings import Settings
+from core.strict_json import non_finite_problems
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +78,7 @@ def build_bolt(app: App, *, agent: Agent | None = None, client: WebClient | None
     )
     cases = SlackCases(app, client, SlackStore(app.engine),
                        agent if agent is not None else configured_agent(app))
+    bolt.middleware(refuse_non_finite_numbers)
     for listeners in (events, commands, actions):
         listeners.register(bolt, cases)
 
@@ -84,6 +87,19 @@ def build_bolt(app: App, *, agent: Agent | None = None, client: WebClient | None
         report(error, dict(body), client)
 
     return bolt
+
+
+def refuse_non_finite_numbers(body: dict[str, Any], next_: Callable[[], None]
+                              ) -> BoltResponse | None:
+    """Slack never sends NaN or Infinity, which Python's JSON reader accepts and every numeric
+    check lets through: a payload holding one reaches no listener (HTTP and Socket Mode alike,
+    after the signature check)."""
+    problems = non_finite_problems(body, "payload")
+    if problems:
+        log.warning("refused a Slack payload: %s", problems[0])
+        return BoltResponse(status=HTTPStatus.BAD_REQUEST, body="malformed request")
+    next_()
+    return None
 
 
 class SlackEvents:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.ids import COMMAND, REASON_BLOCK, REASON_INPUT, Action, Subcommand, View
-from core.domain.policy import ApprovalPolicy, plan_risk, rollback_steps
+from core.domain.plans import PlanStep, parsed_or_none
+from core.domain.policy import ApprovalPolicy, PlanLike, plan_risk
 from core.library.render import evidence_text
 
 Block = dict[str, Any]
@@ -62,13 +63,11 @@ class Decision:
     needs: int = 0
 
 
-def _step_line(index: int, step: Mapping[str, Any]) -> str:
-    params = json.dumps(step.get("params") or {}, sort_keys=True, ensure_ascii=False)
+def _step_line(index: int, step: PlanStep) -> str:
+    params = json.dumps(step.params, sort_keys=True, ensure_ascii=False)
     if len(params) > 120:
         params = params[:117] + "…"
-    extra = f" (timeout {step.get('timeout_s')} s, retry {step.get('retry', 0)})" \
-        if "timeout_s" in step else ""
-    return f"{index}. `{step.get('action')}` {params}{extra}"
+    return f"{index}. `{step.action}` {params} (timeout {step.timeout_s} s, retry {step.retry})"
 
 
 def _verify_lines(verify: object) -> str:
@@ -80,23 +79,27 @@ def _verify_lines(verify: object) -> str:
     return f"`{json.dumps(verify, ensure_ascii=False)[:200]}`"
 
 
-def plan_message(case: Mapping[str, Any], plan: Mapping[str, Any], plan_hash: str,
+def plan_message(case: Mapping[str, Any], plan: PlanLike, plan_hash: str,
                  approval_id: str, requester: str, policy: ApprovalPolicy,
                  decision: Decision | None = None) -> Message:
     """The one message a proposed plan is: title, risk, steps, rollback, verify and, until it
-    is decided, the ``Approve`` and ``Reject`` buttons bound to ``approval_id``."""
-    risk, needed = plan_risk(plan), policy.required(plan)
-    title = str(plan.get("title") or "Change plan")
-    steps = "\n".join(_step_line(i, step) for i, step in enumerate(plan.get("steps") or [], 1))
-    rollback = "\n".join(_step_line(i, step) for i, step in enumerate(rollback_steps(plan), 1))
+    is decided, the ``Approve`` and ``Reject`` buttons bound to ``approval_id``. It shows the
+    parsed plan, the steps exactly as the executor would run them; a plan that does not meet
+    the contract gets no buttons."""
+    parsed = parsed_or_none(plan)
+    if parsed is None:
+        return _unreadable_plan(case, plan_hash)
+    risk, needed = plan_risk(parsed), policy.required(parsed)
+    steps = "\n".join(_step_line(i, step) for i, step in enumerate(parsed.steps, 1))
+    rollback = "\n".join(_step_line(i, step) for i, step in enumerate(parsed.rollback, 1))
     approvers = "two distinct approvers" if needed == 2 else "one approver"
     blocks: list[Block] = [
-        {"type": "header", "text": {"type": "plain_text", "text": f"Plan: {title}"[:150]}},
+        {"type": "header", "text": {"type": "plain_text", "text": f"Plan: {parsed.title}"[:150]}},
         section(f"*Case* `{short_id(case['case_id'])}` {case.get('title', '')}\n"
                 f"*Risk* {risk:g} — needs {approvers}; requested by {who(requester)}"),
-        section(f"*Steps*\n{steps or '—'}"),
-        section(f"*Rollback*\n{rollback or '—'}"),
-        section(f"*Verify*\n{_verify_lines(plan.get('verify'))}"),
+        section(f"*Steps*\n{steps}"),
+        section(f"*Rollback*\n{rollback or '— (nothing to undo)'}"),
+        section(f"*Verify*\n{_verify_lines(parsed.verify)}"),
         context(f"plan `{plan_hash[:12]}` · case version {case.get('version')} · "
                 f"approvers: {policy.describe_approvers()}"),
     ]
@@ -104,10 +107,15 @@ def plan_message(case: Mapping[str, Any], plan: Mapping[str, Any], plan_hash: st
         blocks.append(_buttons(approval_id))
     if decision is not None:
         blocks.append(_decided(decision))
-    text = f"Plan for case {short_id(case['case_id'])}: {title} (risk {risk:g})"
+    text = f"Plan for case {short_id(case['case_id'])}: {parsed.title} (risk {risk:g})"
     if decision is not None and decision.verdict != "pending":
         text = f"{text} — {decision.verdict} by {', '.join(decision.by)}"
     return text, blocks
+
+
+def _unreadable_plan(case: Mapping[str, Any], plan_hash: str) -> Message:
+    return plain(f"Plan `{plan_hash[:12]}` for case `{short_id(case['case_id'])}` does not meet "
+                 "the ChangePlan schema: it cannot be approved or run.")
 
 
 def _buttons(approval_id: str) -> Block:

@@ -1,8 +1,9 @@
 """The ``opsgate`` command: one subcommand per thing an operator runs (migrate, serve, demo, and
-the loop's relay, consume and outbox; the operator's trace, reconcile and export).
+the loop's relay, consume and outbox; the operator's trace, reconcile, export and token).
 
 Expected failures (database unreachable, schema behind, bad URL) print one line on stderr and
-exit non-zero; heavy imports happen inside the handlers so ``--help`` stays fast.
+exit non-zero; a settings mistake prints one line per problem and exits 2. Heavy imports happen
+inside the handlers so ``--help`` stays fast.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ STARTED = time.perf_counter()
 
 EXIT_FAILED = 1
 EXIT_SCHEMA_BEHIND = 2
+EXIT_BAD_SETTINGS = 2
 EXIT_INTERRUPTED = 130
 
 
@@ -61,11 +63,9 @@ def _database_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    from core.settings import Settings, load_settings
+    from core.settings import load_settings
 
-    if args.database_url:
-        return Settings(database_url=args.database_url)
-    return load_settings()
+    return load_settings(database_url=args.database_url or None)
 
 
 def _shown(url: str) -> str:
@@ -83,7 +83,12 @@ def _engine(settings: Settings) -> Engine:
     try:
         return make_engine(settings.database_url, pool_size=settings.db_pool_size)
     except (ArgumentError, NoSuchModuleError) as exc:
-        raise CliError(f"invalid database URL {settings.database_url!r}: {exc}") from exc
+        from core.redact import url_without_credentials
+
+        shown, why = url_without_credentials(settings.database_url), _first_line(exc)
+        raise CliError(f"invalid database URL {shown!r}: {url_without_credentials(why)}; "
+                       "expected a SQLAlchemy URL such as sqlite:///./opsgate.db or "
+                       "postgresql+psycopg://user@host/db", exit_code=EXIT_BAD_SETTINGS) from exc
 
 
 def _migrate(settings: Settings, engine: Engine) -> None:
@@ -161,10 +166,8 @@ def _run_serve(args: argparse.Namespace) -> int:
     loop = socket = None
     try:
         _require_schema(settings, app.engine)
-        writes = "need a bearer token" if settings.api_token else \
-            "are open (OPSGATE_API_TOKEN is not set)"
         print(f"opsgate API on http://{args.host}:{args.port} "
-              f"(database {_shown(settings.database_url)}; writes {writes})", flush=True)
+              f"(database {_shown(settings.database_url)}; {_access(app)})", flush=True)
         loop = _serve_loop(app, args.no_loop)
         socket = _serve_socket_mode(app) if args.socket_mode else None
         # uvicorn re-raises the SIGTERM it shut down on; without a handler of ours that would
@@ -178,6 +181,18 @@ def _run_serve(args: argparse.Namespace) -> int:
             loop.stop()
         app.close()
     return 0
+
+
+def _access(app: App) -> str:
+    """Who may call the API, in words, for the serve banner."""
+    from core.principals import tokens_configured
+
+    token = app.settings.api_token
+    if not tokens_configured(app.engine, None if token is None else token.get_secret_value()):
+        return "writes are open: no OPSGATE_API_TOKEN, no `opsgate token`; nobody approves over " \
+               "REST"
+    reads = "reads are open" if app.settings.api_reads == "open" else "reads need one too"
+    return f"writes need a bearer token, {reads}"
 
 
 def _serve_socket_mode(app: App) -> Connection:
@@ -454,17 +469,39 @@ def _run_ops(args: argparse.Namespace) -> int:
         app.close()
 
 
+# -- API principals: token create, list, revoke (core.ops.tokens) ---------------------------
+
+
+def _token_arguments(parser: argparse.ArgumentParser) -> None:
+    from core.ops.tokens import token_arguments
+
+    token_arguments(parser, _database_option)
+
+
+def _run_token(args: argparse.Namespace) -> int:
+    from contextlib import redirect_stdout
+
+    from core.ops.tokens import run_token
+
+    settings = _settings(args)
+    engine = _engine(settings)
+    try:
+        with redirect_stdout(sys.stderr):  # stdout is the new token alone: $(opsgate token …)
+            _require_schema(settings, engine)
+        return run_token(engine, args, sys.stdout, sys.stderr)
+    finally:
+        engine.dispose()
+
+
 def _configure_logging() -> None:
     """Structured logs when asked (OPSGATE_LOG_FORMAT=json, or OPSGATE_LOG_LEVEL set); otherwise
     Python's default, which people read."""
-    from pydantic import ValidationError
-
-    from core.settings import load_settings
+    from core.settings import InvalidSettings, load_settings
     from core.tracing import configure_logging
 
     try:
         settings = load_settings()
-    except ValidationError:
+    except InvalidSettings:
         return  # the subcommand reports the bad setting itself
     if settings.log_format == "json" or "log_level" in settings.model_fields_set:
         configure_logging(settings.log_format, settings.log_level)
@@ -482,8 +519,9 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         summary="serve the REST API over HTTP",
         description="Serve the REST API with uvicorn. On SQLite the schema is migrated first; "
                     "on PostgreSQL the command refuses to start unless the schema is at head "
-                    "(run `opsgate migrate`). Writes need 'Authorization: Bearer <token>' when "
-                    "OPSGATE_API_TOKEN is set; reads are open.",
+                    "(run `opsgate migrate`). Once OPSGATE_API_TOKEN is set or any `opsgate token` "
+                    "exists, writes need 'Authorization: Bearer <token>', and reads too unless "
+                    "OPSGATE_API_READS=open.",
         add_arguments=_serve_arguments,
         run=_run_serve,
     ),
@@ -558,6 +596,16 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         add_arguments=_ops_arguments("export"),
         run=_run_ops,
     ),
+    "token": Subcommand(
+        summary="create, list or revoke the API's principals (bearer tokens)",
+        description="REST callers are principals named by their bearer token, each a reader, "
+                    "operator or approver; an approver is a person linked to their Slack id. "
+                    "`opsgate token create NAME [--role R] [--slack-user U…]` prints a new "
+                    "token once (the database keeps only its SHA-256); `opsgate token list` "
+                    "shows principals, never tokens; `opsgate token revoke NAME` ends one.",
+        add_arguments=_token_arguments,
+        run=_run_token,
+    ),
 }
 
 
@@ -589,11 +637,16 @@ def main(argv: Sequence[str] | None = None, extensions: Extensions | None = None
     from sqlalchemy.exc import SQLAlchemyError
 
     from core.errors import OpsgateError
+    from core.settings import InvalidSettings
 
     try:
         return int(args.run(args))
     except CliError as failed:
         return _fail(str(failed), failed.exit_code)
+    except InvalidSettings as bad:
+        for problem in bad.problems:
+            _fail(problem)
+        return EXIT_BAD_SETTINGS
     except OpsgateError as error:
         return _fail(error.message)
     except SQLAlchemyError as exc:

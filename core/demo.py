@@ -5,8 +5,9 @@ executor, verifier); a person steps in only at the gate. ``opsgate demo`` withou
 runs the product with the Slack sandbox page instead (``bot/sandbox/demo.py``).
 
 On the way it shows what the case service promises: a replayed Idempotency-Key gets the same
-bytes, an illegal event is 409, a stale If-Match is 412, and a refused approval (the requester
-approving their own plan) is 422 with exactly one timeline row.
+bytes, an illegal event is 409, an approval sent as a transition is 403, a stale If-Match is 412,
+and a refused approval (the requester approving their own plan) is 422 with exactly one timeline
+row. The two people are API principals made for the run (``core.principals``), revoked at its end.
 """
 
 from __future__ import annotations
@@ -21,14 +22,16 @@ from typing import Any, TextIO
 
 import httpx
 
+from core import principals
 from core.api import create_api
 from core.bootstrap import App
 from core.loop import InProcessLoop
 from core.settings import Settings
 
-REQUESTER = "pagerduty"
-"""Who opens the case: the planner proposes plans on their behalf, so they may not approve."""
-APPROVER = "alice"
+REQUESTER = "U0RILEY"
+"""Who opens the case (a person, by their Slack id): the planner proposes plans on their behalf,
+so they may not approve."""
+APPROVER = "U0ALICE"
 WATCH_TIMEOUT_S = 30.0
 WATCH_EVERY_S = 0.01
 DEMO_VERIFY_TIME_SCALE = 0.01
@@ -61,7 +64,7 @@ class Walk:
 
     client: httpx.AsyncClient
     out: TextIO
-    auth: dict[str, str]
+    tokens: dict[str, str]  # the bearer token of each person, by Slack id
     run: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     requests: int = 0
     case_id: str = ""
@@ -70,9 +73,9 @@ class Walk:
 
     async def call(self, title: str, method: str, path: str, expect: int, *,
                    body: dict[str, Any] | None = None, key: str | None = None,
-                   if_match: int | None = None,
+                   if_match: int | None = None, by: str = REQUESTER,
                    describe: Callable[[httpx.Response], str] | None = None) -> httpx.Response:
-        headers = dict(self.auth)
+        headers = {"Authorization": f"Bearer {self.tokens[by]}"}
         if key is not None:
             # Unique per run: the demo's SQLite file keeps the keys of earlier runs.
             headers["Idempotency-Key"] = f"demo-{self.run}-{key}"
@@ -90,7 +93,8 @@ class Walk:
         return response
 
     async def timeline(self) -> list[dict[str, Any]]:
-        response = await self.client.get(f"/case/{self.case_id}/timeline")
+        response = await self.client.get(f"/case/{self.case_id}/timeline", headers={
+            "Authorization": f"Bearer {self.tokens[REQUESTER]}"})
         rows: list[dict[str, Any]] = response.json()["data"]
         return rows
 
@@ -145,13 +149,27 @@ def run_demo(app: App, out: TextIO) -> None:
 
 async def _walk(app: App, out: TextIO) -> None:
     started = time.perf_counter()
-    token = app.settings.api_token
-    auth = {"Authorization": f"Bearer {token.get_secret_value()}"} if token else {}
-    transport = httpx.ASGITransport(app=create_api(app))
-    async with httpx.AsyncClient(transport=transport, base_url="http://opsgate.demo") as client:
-        walk = Walk(client, out, auth)
+    run = uuid.uuid4().hex[:8]
+    people = {REQUESTER: f"demo-riley-{run}", APPROVER: f"demo-alice-{run}"}
+    tokens = {person: principals.create(app.engine, name, "approver", person)[1]
+              for person, name in people.items()}
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_api(app)),
+                               base_url="http://opsgate.demo")
+    try:
+        await _walk_as(Walk(client, out, tokens, run), started)
+    finally:
+        for name in people.values():
+            principals.revoke(app.engine, name)
+
+
+async def _walk_as(walk: Walk, started: float) -> None:
+    out = walk.out
+    async with walk.client:
         print(f"opsgate demo: one case through its whole life; the consumers move it, a person "
               f"approves (run {walk.run})", file=out, flush=True)
+        print(f"    API principals for this run (revoked at its end): demo-riley-{walk.run} "
+              f"(Slack {REQUESTER}) opens the case, demo-alice-{walk.run} (Slack {APPROVER}) "
+              "approves", file=out, flush=True)
         await _open(walk)
         await walk.watch(_at_the_gate, "bring the case to the gate")
         if _waiting_for_a_person(await walk.timeline()):
@@ -177,7 +195,7 @@ async def _walk(app: App, out: TextIO) -> None:
 
 
 async def _open(walk: Walk) -> None:
-    body = {"title": "checkout p95 latency over 2 s", "severity": "SEV2", "actor": REQUESTER}
+    body = {"title": "checkout p95 latency over 2 s", "severity": "SEV2"}
     first = await walk.call("open a case", "POST", "/case/create", 201, body=body, key="open")
     walk.case_id = first.json()["data"]["case_id"]
 
@@ -207,29 +225,32 @@ def _ended(rows: list[dict[str, Any]]) -> bool:
 
 
 async def _plan_hash(walk: Walk) -> str:
-    response = await walk.client.get(f"/case/{walk.case_id}/timeline")
-    for row in reversed(response.json()["data"]):
+    for row in reversed(await walk.timeline()):
         if row["event"] == "plan_ready" and "plan_hash" in row["meta"]:
             return str(row["meta"]["plan_hash"])
     raise DemoFailed("the planner's plan_ready row has no plan hash")
 
 
-async def _move(walk: Walk, title: str, event: str, actor: str, expect: int = 200,
-                **extra: Any) -> httpx.Response:
-    if_match = extra.pop("if_match", None)
+async def _move(walk: Walk, title: str, event: str, expect: int, **extra: Any
+                ) -> httpx.Response:
     return await walk.call(title, "PATCH", "/case/{id}/transition", expect,
-                           body={"event": event, "actor": actor, **extra},
-                           key=f"{event}-{walk.requests}", if_match=if_match)
+                           body={"event": event, **extra}, key=f"{event}-{walk.requests}")
+
+
+async def _decide(walk: Walk, title: str, by: str, expect: int = 200,
+                  if_match: int | None = None) -> httpx.Response:
+    return await walk.call(title, "POST", "/case/{id}/approve", expect,
+                           body={"plan_hash": await _plan_hash(walk)},
+                           key=f"approve-{walk.requests}", if_match=if_match, by=by)
 
 
 async def _refusals(walk: Walk) -> None:
-    plan_hash = await _plan_hash(walk)
-    await _move(walk, "illegal: exec_done while WAIT_GATE", "exec_done", "agent", expect=409)
-    await _move(walk, 'stale If-Match: "0"', "gate_approved", APPROVER, expect=412, if_match=0,
-                plan_hash=plan_hash)
+    await _move(walk, "illegal: exec_done while WAIT_GATE", "exec_done", expect=409)
+    await _move(walk, "gate_approved as a transition", "gate_approved", expect=403,
+                plan_hash=await _plan_hash(walk))
+    await _decide(walk, 'stale If-Match: "0"', APPROVER, expect=412, if_match=0)
     before = len(await walk.timeline())
-    await _move(walk, "the requester approves own plan", "gate_approved", REQUESTER,
-                expect=422, plan_hash=plan_hash)
+    await _decide(walk, "the requester approves own plan", REQUESTER, expect=422)
     after = await walk.timeline()
     if len(after) != before + 1 or after[-1]["meta"]["outcome"] != "refused":
         raise DemoFailed("a refused approval must add exactly one timeline row")
@@ -239,9 +260,7 @@ async def _refusals(walk: Walk) -> None:
 
 
 async def _approve(walk: Walk) -> None:
-    plan_hash = await _plan_hash(walk)
-    await _move(walk, f"{APPROVER} approves that exact plan", "gate_approved", APPROVER,
-                plan_hash=plan_hash, reason="noop plan; safe to run")
+    await _decide(walk, f"{APPROVER} approves that exact plan", APPROVER)
 
 
 def timeline_table(rows: list[dict[str, Any]]) -> str:
@@ -266,4 +285,4 @@ def _timeline_line(row: dict[str, Any]) -> tuple[str, str, str, str, str]:
         outcome += f" ({len(meta.get('problems', []))} problems)"
     if "plan_hash" in meta:
         outcome += f" (plan {str(meta['plan_hash'])[:12]})"
-    return moment, row["event"], move, row["actor"], outcome
+    return moment, row["event"], move, principals.shown_actor(row["actor"], meta), outcome

@@ -2,7 +2,8 @@
 
     OpsgateError
     ├── BadRequest (400)          missing Idempotency-Key, malformed input
-    ├── Unauthorized (401)        missing or wrong bearer token
+    ├── Unauthorized (401)        missing, unknown or revoked bearer token
+    ├── Forbidden (403)           a known caller whose role does not allow this (REST API)
     ├── NotFound (404)            unknown case, unknown plan
     ├── IllegalTransition (409)   the FSM has no such move from the current status
     ├── PreconditionFailed (412)
@@ -53,6 +54,11 @@ class BadRequest(OpsgateError):
 class Unauthorized(OpsgateError):
     code = "unauthorized"
     status = 401
+
+
+class Forbidden(OpsgateError):
+    code = "forbidden"
+    status = 403
 
 
 class NotFound(OpsgateError):
@@ -122,6 +128,7 @@ _BY_CODE: dict[str, type[OpsgateError]] = {
     for cls in (
         BadRequest,
         Unauthorized,
+        Forbidden,
         NotFound,
         IllegalTransition,
         PreconditionFailed,

@@ -350,7 +350,8 @@ class CaseService:
         writes.timeline = {
             "case_id": case_id, "event": "case_opened", "actor": cmd.actor, "reason": None,
             "correlation_id": correlation_id, "created_at": now,
-            "meta": {"outcome": "opened", "from": None, "to": str(INITIAL_STATUS), "version": 0},
+            "meta": {"outcome": "opened", "from": None, "to": str(INITIAL_STATUS), "version": 0,
+                     **cmd.attribution},
         }
         writes.outbox = [opened_message(case_id, cmd.title, cmd.severity, cmd.actor,
                                         correlation_id)]
@@ -490,14 +491,16 @@ class CaseService:
                            self._gate_row(case, "plan_approval", cmd.approver, verdict.reason,
                                           cmd.correlation_id, outcome="refused",
                                           extra={"plan_hash": digest,
-                                                 "problems": [f"approver: {verdict.reason}"]}))
+                                                 "problems": [f"approver: {verdict.reason}"],
+                                                 **cmd.attribution}))
         if fresh:
             writes.approval = decision_row(plan, cmd.approver, "approved", self.clock())
         state = approval_state(verdict, recorded=fresh)
         if isinstance(verdict, Satisfied):
             move = TransitionCase(cmd.case_id, CaseEvent.GATE_APPROVED, actor=cmd.approver,
                                   reason=verdict.reason, correlation_id=cmd.correlation_id,
-                                  plan_hash=digest, meta={"approvers": list(verdict.approvers)})
+                                  plan_hash=digest, meta={"approvers": list(verdict.approvers)},
+                                  attribution=cmd.attribution)
             return {**self._move(conn, case, move, writes), "approval": state}
         if fresh:
             self._record_pending(case, cmd, digest, state, writes)
@@ -508,7 +511,8 @@ class CaseService:
         """A yes that is not yet enough: one timeline row and one event for the chat thread."""
         facts = {"plan_hash": digest, "approvers": state["approvers"], "needs": state["needs"]}
         writes.timeline = self._gate_row(case, "plan_approval", cmd.approver, state["reason"],
-                                         cmd.correlation_id, outcome="note", extra=facts)
+                                         cmd.correlation_id, outcome="note",
+                                         extra={**facts, **cmd.attribution})
         payload = {"case_id": str(case["id"]), "version": case["version"],
                    "event": "plan_approval", "actor": cmd.approver, "reason": state["reason"],
                    "correlation_id": writes.timeline["correlation_id"], **facts}
@@ -520,7 +524,7 @@ class CaseService:
         plan = self._gate_plan(conn, case, cmd, "gate_rejected")
         move = TransitionCase(cmd.case_id, CaseEvent.GATE_REJECTED, actor=cmd.approver,
                               reason=cmd.reason, correlation_id=cmd.correlation_id,
-                              plan_hash=str(plan["plan_hash"]))
+                              plan_hash=str(plan["plan_hash"]), attribution=cmd.attribution)
         return self._move(conn, case, move, writes)
 
     def _gate_plan(self, conn: Connection, case: Row, cmd: ApprovePlan | RejectPlan,
@@ -544,7 +548,8 @@ class CaseService:
         except GuardFailed as refused:
             raise _Refusal(refused, self._gate_row(
                 case, event, cmd.approver, refused.message, cmd.correlation_id,
-                outcome="refused", extra={"problems": refused.details.get("problems", [])},
+                outcome="refused", extra={"problems": refused.details.get("problems", []),
+                                          **cmd.attribution},
             )) from None
 
     def _gate_row(self, case: Row, event: str, actor: str, reason: str,
@@ -563,7 +568,8 @@ class CaseService:
                       source: CaseStatus, target: CaseStatus | None, version: int,
                       extra: dict[str, Any], reason: str | None) -> dict[str, Any]:
         meta = {"outcome": outcome, "from": str(source),
-                "to": None if target is None else str(target), "version": version, **extra}
+                "to": None if target is None else str(target), "version": version, **extra,
+                **cmd.attribution}
         if cmd.meta:
             meta["context"] = cmd.meta
         return {"case_id": cmd.case_id, "event": str(cmd.event), "actor": cmd.actor,

@@ -1,19 +1,107 @@
 """Settings of every opsgate process, read from ``OPSGATE_*`` environment variables (and ``.env``).
 
 Secrets (API token, Slack and model keys) come only from the environment and are ``SecretStr``
-so they never print.
+so they never print. A list is JSON or comma-separated (``U1,U2``); an object is JSON. A mistake
+is an ``InvalidSettings`` whose problems each fit on one line: the variable, what is wrong, and
+what was expected (``core.settings_errors``); ``load_settings`` is the one place that reads.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import json
+import re
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    BeforeValidator,
+    Field,
+    SecretStr,
+    ValidationError,
+)
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
+
+from core.settings_errors import Expect, InvalidSettings, invalid_settings
+
+__all__ = ["InvalidSettings", "Settings", "load_settings"]
+
+
+def _list_from_text(value: Any) -> Any:
+    """A list setting from the environment: a JSON list, or names separated by commas."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("["):
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"not a JSON list ({exc})") from exc
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _object_from_text(value: Any) -> Any:
+    """An object setting from the environment: JSON."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        raise ValueError(f"not JSON ({exc})") from exc
+
+
+def _http_url(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        parts = urlsplit(value)
+    except ValueError as exc:
+        raise ValueError(f"not a URL ({exc})") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("not an absolute http:// or https:// URL")
+    return value
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
+# What no allow-list may admit: these change which code runs, not what it is told.
+_NEVER_NAMES = ("PATH", "IFS", "ENV", "BASH_ENV", "GCONV_PATH", "GLIBC_TUNABLES")
+_NEVER_PREFIXES = ("LD_", "DYLD_", "BASH_FUNC_")
+
+
+def _env_names(names: list[str]) -> list[str]:
+    for name in names:
+        if not _ENV_NAME.match(name):
+            raise ValueError(f"{name!r} is not a variable name (or a prefix ending in *)")
+        if _admits_loader_variables(name):
+            raise ValueError(f"{name} would let a plan change which code a script runs")
+    return names
+
+
+def _admits_loader_variables(entry: str) -> bool:
+    if not entry.endswith("*"):
+        return entry in _NEVER_NAMES or entry.startswith(_NEVER_PREFIXES)
+    prefix = entry[:-1]
+    return prefix.startswith(_NEVER_PREFIXES) or any(
+        never.startswith(prefix) for never in (*_NEVER_NAMES, *_NEVER_PREFIXES))
+
+
+Names = Annotated[list[str], NoDecode, BeforeValidator(_list_from_text),
+                  Expect("names separated by commas (a,b) or a JSON list ([\"a\", \"b\"])")]
+HttpUrl = Annotated[str, AfterValidator(_http_url), Expect("an http:// or https:// URL")]
+ObjectOfNumbers = Annotated[
+    dict[str, float], NoDecode, BeforeValidator(_object_from_text),
+    Expect('a JSON object of names and numbers, e.g. {"error_rate": 0.01}')]
+ObjectOfObjects = Annotated[
+    dict[str, dict[str, Any]], NoDecode, BeforeValidator(_object_from_text),
+    Expect('a JSON object of names and objects, e.g. {"m": {"query": "…", "kind": "level"}}')]
+EnvNames = Annotated[Names, AfterValidator(_env_names), Expect(
+    "variable names or prefixes ending in *, separated by commas (A,B_*) or a JSON list")]
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="OPSGATE_", env_file=".env", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="OPSGATE_", env_file=".env", extra="ignore",
+                                      allow_inf_nan=False)
 
     database_url: str = Field(
         default="sqlite:///./opsgate.db",
@@ -22,6 +110,12 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(default=None, description="Unset: no Redis (embedded default).")
     api_token: SecretStr | None = Field(
         default=None, description="When set, every REST write needs 'Authorization: Bearer …'."
+    )
+    api_reads: Literal["token", "open"] = Field(
+        default="token",
+        description="'token': once any token is configured (OPSGATE_API_TOKEN or a live "
+        "`opsgate token`), REST reads need one too (reader or above). 'open': reads stay open "
+        "(a laptop).",
     )
     tenant: str = Field(default="default", max_length=64)
     db_pool_size: int = Field(default=10, ge=1, le=200)
@@ -35,26 +129,31 @@ class Settings(BaseSettings):
     gateway_redis_timeout_s: float = Field(
         default=0.5, gt=0, description="Redis socket and connect timeout of the gateway."
     )
-    # Executor adapters (docs/executor.md). List settings are JSON in the environment, e.g.
-    # OPSGATE_SCRIPT_ALLOWLIST='["/usr/local/bin/restart-service", "echo"]'.
-    script_allowlist: list[str] = Field(
+    # Executor adapters (docs/executor.md). Lists are JSON or comma-separated, e.g.
+    # OPSGATE_SCRIPT_ALLOWLIST=/usr/local/bin/restart-service,echo.
+    script_allowlist: Names = Field(
         default_factory=list,
         description="Executables script.exec may run: absolute paths or names found on PATH "
         "at start. Empty: nothing may run.",
     )
-    http_allowlist: list[str] = Field(
+    script_env_allow: EnvNames = Field(
+        default_factory=list,
+        description="Environment variables a script.exec plan may set besides LANG, LC_* and "
+        "TZ: names, or prefixes ending in '*', e.g. 'DRAIN_SECONDS,SERVICE_*'.",
+    )
+    http_allowlist: Names = Field(
         default_factory=list,
         description="URL prefixes http.request and verify probes may call, e.g. "
         "'http://127.0.0.1:8081/'. Empty: nothing may be called.",
     )
     kubectl: str = Field(default="kubectl", description="kubectl for k8s.rollout: path or name.")
-    traffic_gateway_url: str | None = Field(
+    traffic_gateway_url: HttpUrl | None = Field(
         default=None, description="Admin URL gateway.flip POSTs to. Unset: gateway.flip refused."
     )
-    prometheus_url: str | None = Field(
+    prometheus_url: HttpUrl | None = Field(
         default=None, description="Prometheus base URL for verify metrics. Unset: static source."
     )
-    static_metrics: dict[str, float] = Field(
+    static_metrics: ObjectOfNumbers = Field(
         default_factory=lambda: {"http_5xx_ratio": 0.001, "error_rate": 0.001,
                                  "latency_p95_ms": 120.0, "standby_saturation": 0.3},
         description="Metric values the verifier reads when OPSGATE_PROMETHEUS_URL is unset "
@@ -81,10 +180,10 @@ class Settings(BaseSettings):
         description="Bytes of a step's output kept (head and tail) for the timeline.",
     )
     # The approval gate (docs/approvals.md).
-    approvers: list[str] = Field(
+    approvers: Names = Field(
         default_factory=list,
-        description="Who may approve plans: Slack user ids and/or user group ids, as a JSON "
-        "list, e.g. '[\"U012AB3CD\", \"S0614TZR7\"]'. Empty: anyone but the requester.",
+        description="Who may approve plans: Slack user ids and/or user group ids, e.g. "
+        "'U012AB3CD,S0614TZR7' (or a JSON list). Empty: anyone but the requester.",
     )
     auto_approve: Literal["off", "noop_only", "low_risk"] = Field(
         default="off",
@@ -132,7 +231,7 @@ class Settings(BaseSettings):
         default=None, validation_alias=AliasChoices("openai_api_key", "OPENAI_API_KEY"),
         description="Key for OpenAI or an OpenAI-compatible server (OPENAI_API_KEY).",
     )
-    openai_base_url: str | None = Field(
+    openai_base_url: HttpUrl | None = Field(
         default=None, validation_alias=AliasChoices("openai_base_url", "OPENAI_BASE_URL"),
         description="OpenAI-compatible endpoint (OPENAI_BASE_URL), e.g. vLLM, Ollama, llama.cpp.",
     )
@@ -164,7 +263,7 @@ class Settings(BaseSettings):
     )
     analysis_step_s: int = Field(default=60, ge=1, le=3600,
                                  description="Resolution of query_range.")
-    metric_catalog: dict[str, dict[str, Any]] = Field(
+    metric_catalog: ObjectOfObjects = Field(
         default_factory=dict,
         description="Extra or replaced analyst metrics (JSON): name → {\"query\", \"kind\": "
         "\"level\"|\"ratio\", \"words\": [...]}; see docs/evidence.md.",
@@ -183,7 +282,7 @@ class Settings(BaseSettings):
         default=None, validation_alias=AliasChoices("slack_app_token", "SLACK_APP_TOKEN"),
         description="App-level token (xapp-…) for `opsgate serve --socket-mode` (SLACK_APP_TOKEN).",
     )
-    slack_api_url: str = Field(
+    slack_api_url: HttpUrl = Field(
         default="https://slack.com/api/",
         description="Base URL of Slack's Web API, ending in '/' (a local sandbox or test server).",
     )
@@ -221,6 +320,10 @@ class Settings(BaseSettings):
     )
 
 
-def load_settings() -> Settings:
-    """Settings from the environment; the one place that reads it."""
-    return Settings()
+def load_settings(**overrides: Any) -> Settings:
+    """Settings from the environment (``overrides``: what the command line named); the one place
+    that reads it. A mistake raises ``InvalidSettings``, one readable line per problem."""
+    try:
+        return Settings(**{name: value for name, value in overrides.items() if value is not None})
+    except (ValidationError, SettingsError) as exc:
+        raise invalid_settings(Settings, exc) from None

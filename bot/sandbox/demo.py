@@ -238,6 +238,7 @@ def demo_settings(args: argparse.Namespace, sandbox: Sandbox) -> Settings:
         "incident_channel": CHANNEL_ID,
         "approvers": [APPROVER.id],
         "auto_approve": "off",
+        "api_reads": "open",  # the sandbox's case panel reads the API without a token
         "model": None,
         "openai_api_key": None,
         "series_dir": base.series_dir or str(RECORDED_DEMO),

@@ -18,6 +18,7 @@ import httpx
 
 from core.analysis.catalog import MetricSpec
 from core.executor.evidence import EvidenceMissing, prometheus_answer, prometheus_get
+from core.redact import url_without_credentials
 from core.settings import Settings
 
 Series = list[tuple[float, float]]
@@ -44,6 +45,7 @@ class PrometheusRangeSource:
                  now: Callable[[], datetime] | None = None) -> None:
         self._base = base_url.rstrip("/")
         self._endpoint = httpx.URL(self._base + "/api/v1/query_range")
+        self._shown_base = url_without_credentials(self._base)  # links reach people
         self.before_s, self.after_s, self.step_s = before_s, after_s, step_s
         self._timeout_s = timeout_s
         self._now = now or (lambda: datetime.now(UTC))
@@ -61,7 +63,7 @@ class PrometheusRangeSource:
         params = {"g0.expr": spec.query, "g0.tab": "0",
                   "g0.range_input": f"{int((end - start).total_seconds())}s",
                   "g0.end_input": end.strftime("%Y-%m-%d %H:%M:%S")}
-        return str(httpx.URL(self._base + "/graph").copy_merge_params(params))
+        return str(httpx.URL(self._shown_base + "/graph").copy_merge_params(params))
 
     def _window(self, incident_at: datetime) -> tuple[datetime, datetime]:
         start = incident_at - timedelta(seconds=self.before_s)

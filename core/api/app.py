@@ -7,14 +7,20 @@ from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import FastAPI
 
-from core.api import alerts, cases, health, ops, plans
+from core.api import alerts, approvals, cases, health, ops, plans
 from core.api.failures import install_error_handlers
+from core.api.finite_json import FiniteJsonBody
 from core.api.limits import MAX_BODY_BYTES, BodyLimit
 from core.api.ops_correlation import CorrelationId
 from core.bootstrap import App
 
-DESCRIPTION = """The case service over HTTP. Every write needs an `Idempotency-Key` header and,
-when the server has `OPSGATE_API_TOKEN` set, `Authorization: Bearer <token>`; reads are open.
+DESCRIPTION = """The case service over HTTP. Every write needs an `Idempotency-Key` header.
+Callers are principals named by their bearer token (`opsgate token create`, roles reader,
+operator, approver; `OPSGATE_API_TOKEN` is the service `api-token`, an operator). Once the server
+has any token, writes need an operator's and reads a reader's (unless `OPSGATE_API_READS=open`);
+the timeline records the principal as the actor, and a body's `actor` only as the stated actor.
+Plans are approved or rejected only through `POST /case/{id}/approve` and `/reject`, by an
+approver linked to a person, under the same policy as Slack buttons.
 Replies are `{"data": …}`; errors are `{"error": {"code", "message", "details"?}}`."""
 
 
@@ -22,9 +28,11 @@ def create_api(app: App) -> FastAPI:
     """The FastAPI application serving ``app``'s case service."""
     api = FastAPI(title="opsgate", version=_version(), description=DESCRIPTION, redoc_url=None)
     install_error_handlers(api)
+    api.add_middleware(FiniteJsonBody)  # inside BodyLimit: reads only a bounded body
     api.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     api.add_middleware(CorrelationId)  # outermost: even a refused body's reply names its id
-    for routes in (cases.router, plans.router, health.router, ops.router, alerts.router):
+    for routes in (cases.router, approvals.router, plans.router, health.router, ops.router,
+                   alerts.router):
         api.include_router(routes)
     api.state.opsgate = app  # what the endpoints' dependencies read (core.api.deps.opsgate)
     for mount in app.extensions.routes:  # what the outer layers serve (Slack events, …)

@@ -1,16 +1,37 @@
-"""The dependencies endpoints declare: the wired ``App`` and its case service, and the admission
-of a write (bearer token, then Idempotency-Key)."""
+"""The dependencies endpoints declare: the wired ``App`` and its case service, and who may do
+what: a read (any principal, or nobody while reads are open), a write (an operator, then the
+Idempotency-Key) and a decision at the gate (an approver who is a person)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials
 
-from core.api.headers import IdempotencyKeyHeader, bearer, check_bearer, check_idempotency_key
+from core.api.headers import IdempotencyKeyHeader, bearer, check_idempotency_key
 from core.bootstrap import App
+from core.errors import Forbidden, Unauthorized
+from core.principals import ANONYMOUS, Principal, authenticate, tokens_configured
 from core.service import CaseService
+
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+
+
+@dataclass(frozen=True)
+class Write:
+    """An admitted write: its Idempotency-Key and the principal it is made as."""
+
+    key: str
+    principal: Principal
+
+    @property
+    def actor(self) -> str:
+        return self.principal.actor
+
+    def attribution(self, stated_actor: str | None = None) -> dict[str, str]:
+        return self.principal.attribution(stated_actor)
 
 
 def opsgate(request: Request) -> App:
@@ -23,19 +44,61 @@ def case_service(request: Request) -> CaseService:
     return opsgate(request).cases
 
 
-def admit_write(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-    idempotency_key: IdempotencyKeyHeader = None,
-) -> str:
-    """Admit a write: the bearer token first (when the server has one), then the
-    Idempotency-Key, which it returns."""
-    token = opsgate(request).settings.api_token
-    expected = b"" if token is None else token.get_secret_value().encode("utf-8")
-    if expected:
-        check_bearer(credentials, expected)
-    return check_idempotency_key(idempotency_key)
+def caller(request: Request, credentials: HTTPAuthorizationCredentials | None
+           ) -> Principal | None:
+    """Whose bearer token this is (401 when unknown or revoked); ``ANONYMOUS`` when the server
+    has no token at all; None when it has some but the request sent none."""
+    app = opsgate(request)
+    api_token = None if app.settings.api_token is None else \
+        app.settings.api_token.get_secret_value()
+    if credentials is not None:
+        principal = authenticate(app.engine, credentials.credentials, api_token)
+        if principal is None:
+            raise Unauthorized("this bearer token is unknown or revoked")
+        return principal
+    return None if tokens_configured(app.engine, api_token) else ANONYMOUS
+
+
+def admit_read(request: Request, credentials: Credentials) -> None:
+    """A read needs a principal (any role) once the server has a token, unless
+    OPSGATE_API_READS=open."""
+    if credentials is None and opsgate(request).settings.api_reads == "open":
+        return
+    if caller(request, credentials) is None:
+        raise Unauthorized("reads need 'Authorization: Bearer <token>' (a reader or above)")
+
+
+def admit_write(request: Request, credentials: Credentials,
+                idempotency_key: IdempotencyKeyHeader = None) -> Write:
+    """A write: an operator's (or approver's) token, then the Idempotency-Key."""
+    principal = _writer(request, credentials)
+    return Write(check_idempotency_key(idempotency_key), principal)
+
+
+def admit_decision(request: Request, credentials: Credentials,
+                   idempotency_key: IdempotencyKeyHeader = None) -> Write:
+    """An approval or rejection: only an approver that is a person (linked to Slack) decides,
+    never a service token, whatever its role."""
+    principal = _writer(request, credentials)
+    if not principal.decides_at_the_gate:
+        why = ("is a service, and only people approve or reject" if principal.kind == "service"
+               else f"is a {principal.role}, not an approver")
+        raise Forbidden(f"{principal.name} {why}", principal=principal.name,
+                        role=principal.role, kind=principal.kind)
+    return Write(check_idempotency_key(idempotency_key), principal)
+
+
+def _writer(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Principal:
+    principal = caller(request, credentials)
+    if principal is None:
+        raise Unauthorized("this write needs 'Authorization: Bearer <token>'")
+    if not principal.may("operator"):
+        raise Forbidden(f"{principal.name} is a {principal.role}: writes need an operator or "
+                        "approver", principal=principal.name, role=principal.role)
+    return principal
 
 
 Cases = Annotated[CaseService, Depends(case_service)]
-WriteKey = Annotated[str, Depends(admit_write)]
+Writer = Annotated[Write, Depends(admit_write)]
+Decider = Annotated[Write, Depends(admit_decision)]
+Reader = Depends(admit_read)

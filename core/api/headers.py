@@ -1,23 +1,26 @@
-"""What the REST API reads from request headers, checked: the bearer token and Idempotency-Key
-of a write, ``If-Match`` (the case version a write expects) and ``X-Correlation-Id``."""
+"""What the REST API reads from request headers, checked: the bearer token (``core.api.deps``
+says whose it is), the Idempotency-Key of a write, ``If-Match`` (the case version a write
+expects) and ``X-Correlation-Id``."""
 
 from __future__ import annotations
 
-import hmac
 from typing import Annotated
 
 from fastapi import Header
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import HTTPBearer
 
-from core.errors import BadRequest, Unauthorized
+from core.errors import BadRequest
 
 KEY_MAX_LENGTH = 200
 CORRELATION_ID_MAX_LENGTH = 128
 
 bearer = HTTPBearer(
     auto_error=False,
-    description="OPSGATE_API_TOKEN. Required on every write when the server has a token set; "
-    "reads are open.",
+    description="A principal's token (`opsgate token create`) or OPSGATE_API_TOKEN. Once the "
+    "server has any token, every write needs one (operator or approver), and so does every read "
+    "(reader or above) unless OPSGATE_API_READS=open. Approvals and rejections need an approver "
+    "linked to a person. With no token configured at all, reads and writes are open and nobody "
+    "can approve over REST.",
 )
 
 IdempotencyKeyHeader = Annotated[
@@ -33,13 +36,6 @@ CorrelationIdHeader = Annotated[
     str | None,
     Header(alias="X-Correlation-Id", description="Becomes the correlation id of the write."),
 ]
-
-
-def check_bearer(credentials: HTTPAuthorizationCredentials | None, expected: bytes) -> None:
-    given = b"" if credentials is None else credentials.credentials.encode("utf-8")
-    # compare_digest: the time taken says nothing about how much of the token matched.
-    if not hmac.compare_digest(given, expected):
-        raise Unauthorized("this write needs 'Authorization: Bearer <OPSGATE_API_TOKEN>'")
 
 
 def check_idempotency_key(key: str | None) -> str:

@@ -11,7 +11,9 @@ from core.api.schemas import ErrorReply
 
 _MEANING = {
     400: "Missing or malformed Idempotency-Key, If-Match or X-Correlation-Id",
-    401: "Missing or wrong bearer token (only when OPSGATE_API_TOKEN is set)",
+    401: "Missing, unknown or revoked bearer token (once the server has any token)",
+    403: "The token's principal may not do this: a reader writing, a service or non-approver "
+         "deciding at the gate, or gate_approved/gate_rejected sent as a transition",
     404: "Unknown case, plan template or endpoint",
     409: "The FSM has no such move from the case's status",
     412: "If-Match / expected_version or the fence token is stale",

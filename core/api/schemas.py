@@ -32,6 +32,11 @@ PlanHash = Annotated[str, _text(64, min_length=1)]
 SessionId = Annotated[str, _text(200, min_length=1)]
 TemplateName = Annotated[str, _text(100, min_length=1)]
 Version = Annotated[StrictInt, Field(ge=0)]
+StatedActor = Annotated[
+    Actor | None,
+    Field(description="Who the caller says it acts for: kept in the timeline beside the token's "
+                      "principal (meta.stated_actor), never the actor itself; grants nothing."),
+]
 
 
 class _Body(BaseModel):
@@ -42,7 +47,7 @@ class CreateCaseBody(_Body):
     title: Title
     severity: Severity = "SEV3"
     tenant: Tenant | None = None
-    actor: Actor = "api"
+    actor: StatedActor = None
 
 
 class FenceBody(_Body):
@@ -54,8 +59,9 @@ class FenceBody(_Body):
 
 
 class TransitionBody(_Body):
-    event: CaseEvent
-    actor: Actor
+    event: CaseEvent = Field(description="Any FSM event but gate_approved and gate_rejected, "
+                                         "which are POST /case/{id}/approve and /reject.")
+    actor: StatedActor = None
     reason: Reason | None = None
     correlation_id: CorrelationId | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
@@ -79,7 +85,19 @@ class TransitionBody(_Body):
 class GeneratePlanBody(_Body):
     case_id: UUID
     template: TemplateName
-    actor: Actor = "api"
+    actor: StatedActor = None
+
+
+class ApproveBody(_Body):
+    plan_hash: PlanHash = Field(description="The plan the approver read: the case must wait on "
+                                            "exactly this plan.")
+    expected_version: Version | None = None
+
+
+class RejectBody(_Body):
+    plan_hash: PlanHash
+    reason: Annotated[str, _text(2000, min_length=1)]
+    expected_version: Version | None = None
 
 
 # -- reply shapes (documentation only: replies are sent as the service rendered them) ---------
@@ -119,6 +137,22 @@ class TimelineEntry(BaseModel):
 
 class CaseReply(BaseModel):
     data: CaseView
+
+
+class ApprovalState(BaseModel):
+    state: Literal["approved", "pending"]
+    approvers: list[str]
+    needs: int = Field(description="How many more distinct people must approve.")
+    recorded: bool = Field(description="False when this person had already approved.")
+    reason: str
+
+
+class ApprovalView(CaseView):
+    approval: ApprovalState
+
+
+class ApprovalReply(BaseModel):
+    data: ApprovalView
 
 
 class CaseListReply(BaseModel):

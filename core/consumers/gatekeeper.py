@@ -13,7 +13,7 @@ from core.consumers.runs import PlanRun, current_run
 from core.domain.commands import ApprovePlan, NoteCase
 from core.domain.fsm import CaseStatus
 from core.domain.messages import Topic
-from core.domain.policy import AUTO_APPROVER, ApprovalPolicy, plan_risk
+from core.domain.policy import AUTO_APPROVER, ApprovalPolicy, PlanLike, plan_risk
 from core.messaging.consumer import Delivery
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def waiting_note(policy: ApprovalPolicy, plan: dict[str, object], requester: str) -> str:
+def waiting_note(policy: ApprovalPolicy, plan: PlanLike, requester: str) -> str:
     """"Waiting for approval by …": who may approve, how many, and who may not."""
     needed = policy.required(plan)
     count = ("two distinct approvers (risk "

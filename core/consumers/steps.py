@@ -13,6 +13,7 @@ from typing import Any
 from core.consumers.runs import PlanRun
 from core.domain.commands import NoteCase
 from core.domain.messages import Topic
+from core.domain.plans import PlanStep
 from core.errors import Unavailable
 from core.executor.adapters import Adapter, StepContext, StepRefused
 from core.executor.capture import truncate
@@ -43,6 +44,11 @@ class Step:
     params: Mapping[str, Any]
     timeout_s: float
     retry: int
+
+    @classmethod
+    def of(cls, phase: str, index: int, step: PlanStep) -> Step:
+        """The parsed plan's step as the executor runs it (a copy of its params)."""
+        return cls(phase, index, str(step.action), dict(step.params), step.timeout_s, step.retry)
 
     @property
     def label(self) -> str:

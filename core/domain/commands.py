@@ -11,6 +11,11 @@ from core.domain.fsm import CaseEvent
 
 SEVERITIES = ("SEV1", "SEV2", "SEV3", "SEV4")
 
+Attribution = dict[str, str]
+"""What the timeline keeps beside a command's actor: the API principal that sent it and the
+actor its body stated (``{"principal": "svc-ci", "stated_actor": "sre@acme"}``). It grants
+nothing; empty for the Slack front end and the consumers."""
+
 
 @dataclass(frozen=True)
 class Fence:
@@ -27,11 +32,12 @@ class OpenCase:
     severity: str = "SEV3"
     tenant: str | None = None
     correlation_id: str | None = None
+    attribution: Attribution = field(default_factory=dict)
 
     def intent(self) -> dict[str, Any]:
         """What identifies the request for idempotency (not transport metadata)."""
         return {"op": "open_case", "title": self.title, "actor": self.actor,
-                "severity": self.severity, "tenant": self.tenant}
+                "severity": self.severity, "tenant": self.tenant, **_attributed(self)}
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,7 @@ class TransitionCase:
     plan_hash: str | None = None
     fence: Fence | None = None
     requester: str | None = None  # plan_ready: the human the plan is for (default: the actor)
+    attribution: Attribution = field(default_factory=dict)
 
     def intent(self) -> dict[str, Any]:
         """What identifies the request for idempotency: everything but the correlation id and
@@ -56,6 +63,8 @@ class TransitionCase:
         body.pop("fence")
         if self.requester is None:
             body.pop("requester")  # keeps the fingerprints of requests made before it existed
+        if not self.attribution:
+            body.pop("attribution")  # likewise
         body["case_id"] = str(self.case_id)
         body["event"] = str(self.event)
         return {"op": "transition", **body}
@@ -108,10 +117,12 @@ class ApprovePlan:
     approver: str
     correlation_id: str | None = None
     expected_version: int | None = None  # the case version the approver saw (a Slack button's)
+    attribution: Attribution = field(default_factory=dict)
 
     def intent(self) -> dict[str, Any]:
         return {"op": "approve_plan", "case_id": str(self.case_id), "plan_hash": self.plan_hash,
-                "approver": self.approver, "expected_version": self.expected_version}
+                "approver": self.approver, "expected_version": self.expected_version,
+                **_attributed(self)}
 
 
 @dataclass(frozen=True)
@@ -124,8 +135,15 @@ class RejectPlan:
     reason: str
     correlation_id: str | None = None
     expected_version: int | None = None
+    attribution: Attribution = field(default_factory=dict)
 
     def intent(self) -> dict[str, Any]:
         return {"op": "reject_plan", "case_id": str(self.case_id), "plan_hash": self.plan_hash,
                 "approver": self.approver, "reason": self.reason,
-                "expected_version": self.expected_version}
+                "expected_version": self.expected_version, **_attributed(self)}
+
+
+def _attributed(cmd: OpenCase | ApprovePlan | RejectPlan) -> dict[str, Any]:
+    """The attribution's part of an intent; none when empty, so fingerprints of requests made
+    before it existed stay the same."""
+    return {"attribution": dict(cmd.attribution)} if cmd.attribution else {}

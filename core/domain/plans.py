@@ -1,25 +1,43 @@
-"""ChangePlan: the JSON-Schema contract every proposed change must meet, and its stable hash.
+"""ChangePlan: the JSON-Schema contract every proposed change must meet, its one reading, and its
+stable hash.
 
-The schema file beside this module is the contract; the pydantic models mirror it for typed use
-(the ``verify`` block's in ``core/domain/verify.py``). ``plan_problems`` is what the
-``plan_ready`` guard and the agent's repair loop read.
+The schema file beside this module is the contract (the ``verify`` block's shapes are mirrored
+in ``core/domain/verify.py``). ``parse_plan`` is the one reading of a plan:
+the ``plan_ready`` guard, the approval policy, the Slack message and the executor all work from
+the ``ParsedPlan`` it returns, never from the raw JSON, so what a person approves, what the policy
+judges and what runs cannot differ. ``plan_problems`` is what the guard and the agent's repair
+loop read.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
 from enum import StrEnum
 from functools import cache
 from importlib import resources
 from typing import Any
 
 from jsonschema import Draft202012Validator
-from pydantic import BaseModel, ConfigDict, Field
+from jsonschema.exceptions import ValidationError as SchemaError
 
 from core.domain.verify import verify_problems
 from core.errors import InvalidPlan
+from core.strict_json import non_finite_problems, unstorable_text_problems, where
+
+ROLLBACK_TIMEOUT_S = 60  # a rollback step's timeout_s when the plan gives none
+ROLLBACK_RETRY = 0  # a rollback step's retry when the plan gives none
+UNSTATED_RISK = 1.0  # a plan that does not state its risk counts as the riskiest (fail closed)
+
+HEADER_VALUE_PATTERN = r"^(?:[\x21-\x7e](?:[\x20\x09\x21-\x7e]{0,4094}[\x21-\x7e])?)?$"
+"""An HTTP field value as RFC 9110 §5.5 allows it, restricted to ASCII: visible characters, with
+spaces and tabs only inside. ``http.request`` headers must match it (guard and adapter alike)."""
+_HEADER_VALUE = re.compile(HEADER_VALUE_PATTERN)
 
 
 class StepAction(StrEnum):
@@ -30,23 +48,37 @@ class StepAction(StrEnum):
     HTTP_REQUEST = "http.request"
 
 
-class PlanStep(BaseModel):
-    model_config = ConfigDict(frozen=True)
+@dataclass(frozen=True)
+class PlanStep:
+    """One step as it runs: a rollback step without ``timeout_s``/``retry`` has the defaults."""
 
     action: StepAction
-    params: dict[str, Any] = Field(default_factory=dict)
-    timeout_s: int = Field(ge=10)
-    retry: int = Field(ge=0, le=3)
+    params: Mapping[str, Any]
+    timeout_s: int
+    retry: int
 
 
-class ChangePlan(BaseModel):
-    model_config = ConfigDict(frozen=True)
+@dataclass(frozen=True)
+class ParsedPlan:
+    """A plan that met the schema, read once: everything the gate, the policy, the messages and
+    the executor need. ``risk`` is ``UNSTATED_RISK`` when the plan gives no ``risk_score``."""
 
-    title: str = Field(min_length=1, max_length=200)
-    risk_score: float | None = Field(default=None, ge=0, le=1)
-    steps: list[PlanStep] = Field(min_length=1, max_length=50)
-    rollback: dict[str, Any]
-    verify: dict[str, Any]
+    title: str
+    risk: float
+    steps: tuple[PlanStep, ...]
+    rollback: tuple[PlanStep, ...]
+    verify: Mapping[str, Any]
+    digest: str  # plan_hash of the JSON it was read from: what approvals are bound to
+
+    @property
+    def actions(self) -> frozenset[StepAction]:
+        """Every action the plan may run, its rollback included."""
+        return frozenset(step.action for step in (*self.steps, *self.rollback))
+
+    @property
+    def noop_only(self) -> bool:
+        """Whether every step and every rollback step is a ``noop``."""
+        return self.actions == {StepAction.NOOP}
 
 
 @cache
@@ -64,31 +96,129 @@ def _validator() -> Draft202012Validator:
     return Draft202012Validator(schema)
 
 
+def parse_plan(plan: Any) -> ParsedPlan:
+    """The one reading of a ChangePlan, or ``InvalidPlan`` listing every problem."""
+    parsed, problems = _read(plan)
+    if parsed is None:
+        raise InvalidPlan("the plan does not meet the ChangePlan schema", problems=problems)
+    return parsed
+
+
 def plan_problems(plan: Any) -> list[str]:
-    """Every way ``plan`` breaks the schema, as short readable lines; empty when it is valid.
-    The ``verify`` block's lines come from ``verify_problems``, which names the key at fault
-    where the schema would only say "not valid under any of the given schemas", and also
-    refuses a window longer than the block's own deadline, which a schema cannot say."""
+    """Every way ``plan`` breaks the contract, as short readable lines; empty when it is valid."""
+    return _read(plan)[1]
+
+
+def parsed_or_none(plan: ParsedPlan | Mapping[str, Any]) -> ParsedPlan | None:
+    """``plan`` read (a stored plan arrives as JSON); None when it does not meet the contract,
+    which every reader treats as the most cautious case."""
+    if isinstance(plan, ParsedPlan):
+        return plan
+    parsed, _problems = _read(plan)
+    return parsed
+
+
+def _read(plan: Any) -> tuple[ParsedPlan | None, list[str]]:
+    problems = [*non_finite_problems(plan, "plan"), *unstorable_text_problems(plan, "plan"),
+                *_schema_problems(plan)]
+    if problems:
+        return None, problems
+    parsed = _build(plan)
+    problems = [problem for where, step in _located(parsed, plan["rollback"])
+                for problem in _step_problems(where, step)]
+    return (None, problems) if problems else (parsed, [])
+
+
+# -- the checks ------------------------------------------------------------------------------
+
+
+def _schema_problems(plan: Any) -> list[str]:
+    """The schema's verdict. The ``verify`` block's lines come from ``verify_problems``, which
+    names the key at fault where the schema would only say "not valid under any of the given
+    schemas", and also refuses a window longer than the block's own deadline, which a schema
+    cannot say."""
     errors = sorted(_validator().iter_errors(plan), key=lambda e: list(e.absolute_path))
-    problems = [f"{_where(list(e.absolute_path))}: {e.message}" for e in errors
-                if list(e.absolute_path)[:1] != ["verify"]]
+    problems = [problem for error in errors if list(error.absolute_path)[:1] != ["verify"]
+                for problem in _describe(error)]
     if isinstance(plan, Mapping) and "verify" in plan:
-        schema_says = [f"{_where(list(e.absolute_path))}: {e.message}" for e in errors
-                       if list(e.absolute_path)[:1] == ["verify"]]
+        schema_says = [problem for error in errors
+                       if list(error.absolute_path)[:1] == ["verify"]
+                       for problem in _describe(error)]
         problems += [f"plan.{line}" for line in verify_problems(plan["verify"])] or schema_says
     return problems
 
 
-def _where(path: list[str | int]) -> str:
-    return "plan" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+def _describe(error: SchemaError) -> list[str]:
+    path = list(error.absolute_path)
+    if error.validator == "oneOf" and path == ["rollback"]:
+        return _rollback_problems(error)
+    return [f"{where(path, 'plan')}: {error.message}"]
 
 
-def parse_plan(plan: Any) -> ChangePlan:
-    """A validated ChangePlan, or ``InvalidPlan`` listing every problem."""
-    problems = plan_problems(plan)
-    if problems:
-        raise InvalidPlan("the plan does not meet the ChangePlan schema", problems=problems)
-    return ChangePlan.model_validate(plan)
+def _rollback_problems(error: SchemaError) -> list[str]:
+    """The rollback's two shapes, told apart by their keys so the problem names the shape meant."""
+    block = error.instance
+    shapes = 'one step {"action", "params"?, "timeout_s"?, "retry"?} or {"steps": [step, ...]}'
+    if not isinstance(block, Mapping):
+        return [f"plan.rollback: {type(block).__name__} is not an object: give {shapes}"]
+    if "action" in block and "steps" in block:
+        return [f'plan.rollback: has both "action" and "steps": give {shapes}, never both']
+    if "action" not in block and "steps" not in block:
+        return [f'plan.rollback: give {shapes} ({{"steps": []}} when nothing needs undoing)']
+    meant = 1 if "steps" in block else 0  # the index of the shape in the schema's oneOf
+    return [f"{where(['rollback', *sub.relative_path], 'plan')}: {sub.message}"
+            for sub in error.context or [] if sub.schema_path[0] == meant]
+
+
+def _step_problems(at: str, step: PlanStep) -> Iterator[str]:
+    """What the schema cannot say about one step's params, checked here so the guard refuses
+    it before anyone approves (the adapter checks the same again before it sends)."""
+    if step.action is StepAction.HTTP_REQUEST:
+        headers = step.params.get("headers")
+        if isinstance(headers, Mapping):
+            for name, value in headers.items():
+                if not isinstance(value, str) or not _HEADER_VALUE.match(value):
+                    yield (f"{at}.params.headers.{name}: {repr(value)[:60]} is not a header "
+                           "value (visible ASCII, spaces and tabs only inside, at most 4096)")
+
+
+# -- building the parsed plan (only from a plan that met the schema) -------------------------
+
+
+def _build(plan: Mapping[str, Any]) -> ParsedPlan:
+    risk = plan.get("risk_score")
+    return ParsedPlan(
+        title=str(plan["title"]),
+        risk=float(risk) if risk is not None else UNSTATED_RISK,
+        steps=tuple(_step(raw) for raw in plan["steps"]),
+        rollback=tuple(_step(raw, rollback=True) for raw in _rollback_list(plan["rollback"])),
+        verify=copy.deepcopy(dict(plan["verify"])),
+        digest=plan_hash(plan),
+    )
+
+
+def _rollback_list(block: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The schema's two shapes: ``{"steps": [...]}`` or one step (``action`` present)."""
+    return list(block["steps"]) if "steps" in block else [block]
+
+
+def _step(raw: Mapping[str, Any], *, rollback: bool = False) -> PlanStep:
+    return PlanStep(
+        action=StepAction(raw["action"]),
+        params=copy.deepcopy(dict(raw.get("params") or {})),
+        timeout_s=int(raw.get("timeout_s", ROLLBACK_TIMEOUT_S if rollback else 0)),
+        retry=int(raw.get("retry", ROLLBACK_RETRY if rollback else 0)),
+    )
+
+
+def _located(plan: ParsedPlan, rollback: Mapping[str, Any]) -> Iterator[tuple[str, PlanStep]]:
+    """Each step with where it stands in the JSON, for problems a person can find."""
+    yield from ((f"plan.steps[{n}]", step) for n, step in enumerate(plan.steps))
+    where = "plan.rollback.steps[{}]" if "steps" in rollback else "plan.rollback"
+    yield from ((where.format(n), step) for n, step in enumerate(plan.rollback))
+
+
+# -- identity ----------------------------------------------------------------------------------
 
 
 def canonical_json(value: Any) -> str:
@@ -97,5 +227,22 @@ def canonical_json(value: Any) -> str:
 
 
 def plan_hash(plan: Any) -> str:
-    """The hash an approval is bound to: sha256 of the plan's canonical JSON."""
-    return hashlib.sha256(canonical_json(plan).encode("utf-8")).hexdigest()
+    """The hash an approval is bound to: sha256 of the plan's canonical JSON, with numbers as
+    every store gives them back, so the stored plan hashes to its stored hash."""
+    return hashlib.sha256(canonical_json(_as_stored(plan)).encode("utf-8")).hexdigest()
+
+
+def _as_stored(value: Any) -> Any:
+    """``value`` with the two number spellings PostgreSQL's ``jsonb`` rewrites rewritten the
+    same way: a float Python writes with an exponent (``1e+16``) comes back as the exact
+    integer, and ``-0.0`` as ``0.0``. Any other JSON value comes back unchanged."""
+    if isinstance(value, float):
+        if value == 0:
+            return 0.0
+        text = repr(value)
+        return int(Decimal(text)) if "e+" in text else value
+    if isinstance(value, Mapping):
+        return {key: _as_stored(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_as_stored(item) for item in value]
+    return value

@@ -2,15 +2,19 @@
 
 Pure: ``evaluate`` judges a plan and the approvals recorded for it without I/O; the case service
 runs it inside the transaction that locks the case (docs/approvals.md says where each rule bites).
+The policy judges the ``ParsedPlan`` (a stored plan is read with ``parse_plan``, the executor's
+reading); a plan that does not meet the contract is judged the most cautious way: two approvers,
+never automatic.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from core.domain.plans import plan_hash
+from core.domain.plans import UNSTATED_RISK, ParsedPlan, parsed_or_none
 
 AutoApprove = Literal["off", "noop_only", "low_risk"]
 AUTO_APPROVE_MODES: tuple[AutoApprove, ...] = ("off", "noop_only", "low_risk")
@@ -62,6 +66,8 @@ class Refused:
 
 
 Verdict = Satisfied | Pending | Refused
+PlanLike = ParsedPlan | Mapping[str, Any]
+"""A parsed plan, or a stored plan's JSON, which the policy reads with ``parse_plan``."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +97,7 @@ class ApprovalPolicy:
             return True
         return any(user in self.members(group) for group in self.approvers)
 
-    def refusal(self, approver: str, requester: str, plan: Mapping[str, Any]) -> str | None:
+    def refusal(self, approver: str, requester: str, plan: PlanLike) -> str | None:
         """Why ``approver`` may not decide ``plan`` for ``requester``; None when they may."""
         if approver == AUTO_APPROVER:
             return None if self.auto_approves(plan) else self._no_auto_reason()
@@ -109,17 +115,19 @@ class ApprovalPolicy:
 
     # -- how many ---------------------------------------------------------------------------
 
-    def required(self, plan: Mapping[str, Any]) -> int:
+    def required(self, plan: PlanLike) -> int:
         """Distinct approvers ``plan`` needs: two from ``two_person_risk`` up, else one."""
         return 2 if plan_risk(plan) >= self.two_person_risk else 1
 
-    def auto_approves(self, plan: Mapping[str, Any]) -> bool:
-        """Whether the gatekeeper may approve ``plan`` without a human."""
-        if self.auto_approve == "off":
+    def auto_approves(self, plan: PlanLike) -> bool:
+        """Whether the gatekeeper may approve ``plan`` without a human: only a plan that meets
+        the contract, judged on exactly the steps and rollback steps the executor would run."""
+        parsed = parsed_or_none(plan)
+        if self.auto_approve == "off" or parsed is None:
             return False
-        if noop_only(plan):
+        if parsed.noop_only:
             return True
-        return self.auto_approve == "low_risk" and plan_risk(plan) < self.auto_approve_max_risk
+        return self.auto_approve == "low_risk" and plan_risk(parsed) < self.auto_approve_max_risk
 
     def _no_auto_reason(self) -> str:
         if self.auto_approve == "off":
@@ -131,60 +139,55 @@ class ApprovalPolicy:
 
     # -- the verdict ------------------------------------------------------------------------
 
-    def evaluate(self, plan: Mapping[str, Any], requester: str,
+    def evaluate(self, plan: PlanLike, requester: str,
                  approvals: Iterable[Approval]) -> Verdict:
         """Judge ``approvals`` of ``plan`` proposed for ``requester``.
 
         Approvals of another plan hash do not count; one approver counts once however often
-        they approved; any approval by someone who may not approve refuses the lot.
+        they approved; any approval by someone who may not approve refuses the lot; a plan that
+        does not meet the contract is never approved.
         """
-        digest = plan_hash(plan)
+        parsed = parsed_or_none(plan)
+        if parsed is None:
+            return Refused("the plan does not meet the ChangePlan schema; it cannot be approved")
+        digest = parsed.digest
         approvers: list[str] = []
         for approval in approvals:
             if approval.plan_hash != digest or approval.approver in approvers:
                 continue
-            refused = self.refusal(approval.approver, requester, plan)
+            refused = self.refusal(approval.approver, requester, parsed)
             if refused is not None:
                 return Refused(refused)
             approvers.append(approval.approver)
         if AUTO_APPROVER in approvers:
             return Satisfied(tuple(approvers), f"approved by {AUTO_APPROVER} "
                              f"(automatic approval policy: {self.auto_approve})")
-        needed = self.required(plan)
+        needed = self.required(parsed)
         if len(approvers) >= needed:
             return Satisfied(tuple(approvers), f"approved by {', '.join(approvers)}")
-        return Pending(needed - len(approvers), self._pending_reason(plan, approvers, needed),
+        return Pending(needed - len(approvers), self._pending_reason(parsed, approvers, needed),
                        tuple(approvers))
 
-    def _pending_reason(self, plan: Mapping[str, Any], approvers: list[str], needed: int) -> str:
+    def _pending_reason(self, plan: ParsedPlan, approvers: list[str], needed: int) -> str:
         why = (f"risk {plan_risk(plan):g} ≥ {self.two_person_risk:g} needs two distinct "
                "approvers" if needed == 2 else "needs one approver")
         have = f"; approved so far by {', '.join(approvers)}" if approvers else ""
         return f"{why}{have}"
 
 
-def plan_risk(plan: Mapping[str, Any]) -> float:
-    """The plan's risk score; a plan that does not say counts as the riskiest (fail closed)."""
-    risk = plan.get("risk_score")
-    return float(risk) if isinstance(risk, int | float) else 1.0
+def plan_risk(plan: PlanLike) -> float:
+    """The plan's risk, failing closed: a plan that does not say, does not meet the contract, or
+    says something that is not a number within 0..1 (NaN compares false with every bound)
+    counts as the riskiest."""
+    parsed = parsed_or_none(plan)
+    if parsed is None:
+        return UNSTATED_RISK
+    risk = parsed.risk
+    return risk if math.isfinite(risk) and 0 <= risk <= 1 else UNSTATED_RISK
 
 
-def noop_only(plan: Mapping[str, Any]) -> bool:
-    """Whether every step and every rollback step of ``plan`` is a ``noop``."""
-    steps = list(plan.get("steps") or [])
-    return bool(steps) and all(_is_noop(step) for step in (*steps, *rollback_steps(plan)))
-
-
-def rollback_steps(plan: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The rollback as a list of steps: ``{"steps": [...]}``, one step, or none (``{}``)."""
-    rollback = plan.get("rollback") or {}
-    if not isinstance(rollback, Mapping):
-        return [{"action": None}]  # an unreadable rollback is never "noop only"
-    if "steps" in rollback:
-        steps = rollback["steps"]
-        return list(steps) if isinstance(steps, list) else [{"action": None}]
-    return [rollback] if rollback else []
-
-
-def _is_noop(step: Any) -> bool:
-    return isinstance(step, Mapping) and step.get("action") == "noop"
+def noop_only(plan: PlanLike) -> bool:
+    """Whether every step and every rollback step of ``plan`` is a ``noop`` (a plan that does
+    not meet the contract is not)."""
+    parsed = parsed_or_none(plan)
+    return parsed is not None and parsed.noop_only

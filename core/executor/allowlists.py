@@ -1,13 +1,14 @@
 """The allow-lists every adapter checks before anything runs: which executables script.exec may
-start and which URLs http.request and verify probes may call. Both fail closed: empty allows
-nothing, and an entry that cannot be understood allows nothing."""
+start, which environment variables reach it, and which URLs http.request and verify probes may
+call. All fail closed: empty allows nothing, and an entry that cannot be understood allows
+nothing."""
 
 from __future__ import annotations
 
 import logging
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -55,6 +56,23 @@ class ExecutableAllowList:
 
     def __bool__(self) -> bool:
         return bool(self._by_name)
+
+
+class EnvAllowList:
+    """Environment variable names: exact (``TZ``) or a prefix ending in ``*`` (``LC_*``).
+    Names are case-sensitive, as the kernel passes them."""
+
+    def __init__(self, entries: Iterable[str]) -> None:
+        self.entries = tuple(entries)
+        self._names = frozenset(e for e in self.entries if not e.endswith("*"))
+        self._prefixes = tuple(e[:-1] for e in self.entries if e.endswith("*") and len(e) > 1)
+
+    def allows(self, name: str) -> bool:
+        return name in self._names or name.startswith(self._prefixes)
+
+    def pick(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """The allowed variables of ``environ``."""
+        return {name: value for name, value in environ.items() if self.allows(name)}
 
 
 @dataclass(frozen=True)

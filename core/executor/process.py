@@ -13,10 +13,12 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from core.executor.allowlists import EnvAllowList
 from core.executor.capture import BoundedBuffer
 
-# What a step's process inherits from ours; everything else (tokens, database URLs) stays here.
-BASE_ENV: tuple[str, ...] = ("PATH", "LANG", "LC_ALL", "TZ")
+# What a step's process inherits from ours; everything else (tokens, database URLs, proxies)
+# stays here. An allow-list: a variable nobody named never reaches a step.
+BASE_ENV: tuple[str, ...] = ("PATH", "HOME", "LANG", "LC_*", "TZ")
 _CHUNK = 65536
 _SLICE_S = 0.05  # how often the leader's exit is checked while its output is quiet
 _LINGER_S = 0.2  # how long output may stay open after the leader exited (a leftover holds it)
@@ -34,8 +36,9 @@ class ProcessResult:
 
 def minimal_env(extra: Mapping[str, str] | None = None, passthrough: Iterable[str] = BASE_ENV,
                 ) -> dict[str, str]:
-    """The environment a step's process gets: ``passthrough`` names from ours, then ``extra``."""
-    env = {name: os.environ[name] for name in passthrough if name in os.environ}
+    """The environment a step's process gets: ``passthrough`` names (``LC_*``: a prefix) from
+    ours, then ``extra`` (the caller checked its names)."""
+    env = EnvAllowList(passthrough).pick(os.environ)
     env.setdefault("PATH", os.defpath)
     return {**env, **(extra or {})}
 

@@ -14,6 +14,7 @@ from sqlalchemy import Engine, String, cast, func, select
 from core.adapters.case_store import as_utc
 from core.adapters.tables import case_timeline, ops_case, plan_approved, plan_proposed
 from core.errors import InvalidRequest, NotFound
+from core.principals import shown_actor
 
 MIN_PREFIX = 4
 Row = Mapping[Any, Any]
@@ -83,7 +84,8 @@ def _timeline(timeline: Sequence[Row]) -> str:
         move = (f"{meta.get('from') or '∅'} → {meta.get('to')}"
                 if outcome in ("opened", "accepted") else f"({outcome})")
         trace = f"`{row['correlation_id']}`" if row["correlation_id"] else "-"
-        rows.append((_when(as_utc(row["created_at"])), f"`{row['event']}`", row["actor"], move,
+        rows.append((_when(as_utc(row["created_at"])), f"`{row['event']}`",
+                     shown_actor(row["actor"], meta), move,
                      _text(row["reason"] or ""), trace))
     return ("## Timeline\n\nEach row's correlation id: `opsgate trace <id>` shows its whole "
             "path.\n\n" + _table(("When (UTC)", "Event", "Actor", "Move", "Reason",

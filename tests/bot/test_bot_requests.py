@@ -11,11 +11,22 @@ import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import Engine, func, select
 
+from bot.app import refuse_non_finite_numbers
+from bot.ids import Action
 from bot.store import slack_event
 from core.adapters.tables import ops_case
-from tests.bot.slack_support import SECRET, mention_event, running_bot, signed
+from tests.bot.slack_support import (
+    FORM,
+    SECRET,
+    action_body,
+    mention_event,
+    running_bot,
+    signed,
+)
 
 BODY = mention_event("<@U0BOT> drop the database", event_id="EvBad", ts="30.000100")
+NAN_CLICK = action_body(Action.APPROVE, "ap_x", user="U0BOB", message_ts="1.0").replace(
+    "%22action_ts%22%3A+%22", "%22risk%22%3A+NaN%2C+%22action_ts%22%3A+%22")
 BAD_HEADERS: dict[str, Callable[[str], dict[str, str]]] = {
     "bad signature": lambda body: signed(body, secret="not-the-secret"),
     "older than 5 min": lambda body: signed(body, timestamp=int(time.time()) - 301),
@@ -26,6 +37,9 @@ MALFORMED = {
     "broken json": ("{not json", "application/json"),
     "broken payload": ("payload=%7Bnot-json", "application/x-www-form-urlencoded"),
     "no event": ('{"type": "event_callback", "event_id": "EvX"}', "application/json"),
+    "NaN in an event": (BODY.replace('"event_time": ', '"event_time": NaN, "t": '),
+                        "application/json"),
+    "Infinity in a button's payload": (NAN_CLICK.replace("NaN", "Infinity"), FORM),
 }
 
 
@@ -68,3 +82,16 @@ def test_a_signed_request_within_five_minutes_is_accepted(sqlite_engine: Engine)
 
 def acks_observed() -> float:
     return REGISTRY.get_sample_value("slack_ack_seconds_count") or 0.0
+
+
+def test_a_payload_with_nan_or_infinity_reaches_no_listener() -> None:
+    """Bolt's middleware: HTTP and Socket Mode payloads alike, after the signature check."""
+    called: list[bool] = []
+    for number in (float("nan"), float("inf"), float("-inf")):
+        answer = refuse_non_finite_numbers({"actions": [{"value": "ap_1", "x": number}]},
+                                           lambda: called.append(True))
+        assert answer is not None and answer.status == 400
+    assert called == []
+    assert refuse_non_finite_numbers({"actions": [{"x": 1.5}]}, lambda: called.append(True)) \
+        is None
+    assert called == [True]

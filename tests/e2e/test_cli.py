@@ -6,6 +6,7 @@ there, and with no ``OPSGATE_*`` variable inherited from the caller.
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import sqlite3
@@ -84,7 +85,6 @@ def test_migrate_reads_the_database_url_from_the_environment(tmp_path):
     [
         ("postgresql://postgres@127.0.0.1:1/test", "opsgate: error: database error:"),
         ("sqlite:////nonexistent-dir/sub/opsgate.db", "opsgate: error: database error:"),
-        ("nosuchdb://x", "opsgate: error: invalid database URL"),
     ],
 )
 def test_an_expected_failure_is_one_line_and_a_non_zero_exit(tmp_path, url, says):
@@ -93,6 +93,101 @@ def test_an_expected_failure_is_one_line_and_a_non_zero_exit(tmp_path, url, says
     assert result.stderr.startswith(says), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert "Traceback" not in result.stderr
+
+
+# -- settings mistakes: one line each, exit 2, no traceback -----------------------------------
+
+SETTINGS_MISTAKES = [
+    # (variable, value, the line after "opsgate: error: ")
+    ("OPSGATE_ANALYSIS_BEFORE_S", "120", "OPSGATE_ANALYSIS_BEFORE_S=120: out of range; expected "
+     "a whole number of seconds from 300 to 604800"),
+    ("OPSGATE_SLACK_WORKERS", "many", "OPSGATE_SLACK_WORKERS=many: not a whole number; "
+     "expected a whole number from 1 to 512"),
+    ("OPSGATE_TWO_PERSON_RISK", "1.5", "OPSGATE_TWO_PERSON_RISK=1.5: out of range; expected a "
+     "number from 0 to 1"),
+    ("OPSGATE_TWO_PERSON_RISK", "NaN", "OPSGATE_TWO_PERSON_RISK=NaN: not a finite number; "
+     "expected a number from 0 to 1"),
+    ("OPSGATE_AUTO_APPROVE", "always", "OPSGATE_AUTO_APPROVE=always: not one of the choices; "
+     "expected one of off, noop_only, low_risk"),
+    ("OPSGATE_APPROVERS", '["U0APP1",', 'OPSGATE_APPROVERS=["U0APP1",: not a JSON list ('),
+    ("OPSGATE_STATIC_METRICS", "error_rate=0.1", "OPSGATE_STATIC_METRICS=error_rate=0.1: not "
+     "JSON ("),
+    ("OPSGATE_PROMETHEUS_URL", "prometheus:9090", "OPSGATE_PROMETHEUS_URL=prometheus:9090: not "
+     "an absolute http:// or https:// URL; expected an http:// or https:// URL (or unset)"),
+    ("OPSGATE_PROMETHEUS_URL", "ftp://reader:s3cret@prom/", "OPSGATE_PROMETHEUS_URL=ftp://prom/: "
+     "not an absolute http:// or https:// URL"),
+    ("OPSGATE_SCRIPT_ENV_ALLOW", "DRAIN_SECONDS,LD_PRELOAD", "OPSGATE_SCRIPT_ENV_ALLOW="
+     "DRAIN_SECONDS,LD_PRELOAD: LD_PRELOAD would let a plan change which code a script runs; "
+     "expected variable names"),
+]
+
+
+@pytest.mark.parametrize("subcommand", ["migrate", "serve"])
+@pytest.mark.parametrize(("variable", "value", "line"), SETTINGS_MISTAKES)
+def test_a_settings_mistake_is_one_line_naming_the_variable_and_the_form(
+        tmp_path, monkeypatch, capsys, subcommand, variable, value, line):
+    from core.cli import main
+
+    monkeypatch.chdir(tmp_path)  # no .env of the caller's
+    for name in [name for name in os.environ if name.startswith("OPSGATE_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv(variable, value)
+    assert main([subcommand]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"opsgate: error: {line}"), err
+    assert len(err.strip().splitlines()) == 1 and "expected" in err
+    assert "s3cret" not in err
+    assert not (tmp_path / "opsgate.db").exists(), "nothing may start on a bad setting"
+
+
+def test_every_mistake_gets_its_own_line(tmp_path, monkeypatch, capsys):
+    from core.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPSGATE_ANALYSIS_BEFORE_S", "120")
+    monkeypatch.setenv("OPSGATE_AUTO_APPROVE", "sometimes")
+    assert main(["migrate"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert sorted(line.split("=", 1)[0] for line in lines) == [
+        "opsgate: error: OPSGATE_ANALYSIS_BEFORE_S", "opsgate: error: OPSGATE_AUTO_APPROVE"]
+
+
+@pytest.mark.parametrize("args", [("migrate",), ("serve", "--port", "1")])
+def test_the_red_teams_settings_stop_the_real_command_in_one_line(tmp_path, args):
+    result = opsgate(tmp_path, *args, OPSGATE_ANALYSIS_BEFORE_S="120")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == ("opsgate: error: OPSGATE_ANALYSIS_BEFORE_S=120: out of "
+                                     "range; expected a whole number of seconds from 300 to "
+                                     "604800")
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_a_comma_separated_approver_list_is_read_as_a_list(tmp_path):
+    result = opsgate(tmp_path, "migrate", OPSGATE_APPROVERS="U0APP1,U0APP2",
+                     OPSGATE_SCRIPT_ENV_ALLOW="DRAIN_SECONDS,SERVICE_*")
+    assert result.returncode == 0, result.stderr
+    assert "opsgate: error" not in result.stderr
+
+
+@pytest.mark.parametrize(("text", "names"), [
+    ("U0APP1,U0APP2", ["U0APP1", "U0APP2"]), (" U0APP1 , U0APP2, ", ["U0APP1", "U0APP2"]),
+    ('["U0APP1", "S0GROUP"]', ["U0APP1", "S0GROUP"]), ("U0APP1", ["U0APP1"]), ("", []),
+])
+def test_list_settings_take_commas_or_json(monkeypatch, text, names):
+    from core.settings import load_settings
+
+    monkeypatch.setenv("OPSGATE_APPROVERS", text)
+    monkeypatch.setenv("OPSGATE_HTTP_ALLOWLIST", text)
+    settings = load_settings(_env_file=None)
+    assert settings.approvers == names and settings.http_allowlist == names
+
+
+def test_an_unusable_database_url_is_a_settings_mistake_shown_without_its_password(tmp_path):
+    result = opsgate(tmp_path, "migrate", "--database-url", "nosuchdb://admin:s3cret@db/x")
+    assert result.returncode == 2
+    assert result.stderr.startswith("opsgate: error: invalid database URL 'nosuchdb://db/x': ")
+    assert "expected a SQLAlchemy URL" in result.stderr and "s3cret" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 # -- demo -----------------------------------------------------------------------------------
@@ -104,7 +199,8 @@ def test_demo_walks_a_case_to_closed_and_prints_its_timeline(tmp_path):
     out = result.stdout
     for shown in ("upgraded from an empty schema to head", "replayed: the same",
                   "loop: intake", "loop: agent", "waiting for approval by",
-                  "409  illegal_transition", "412  version_conflict", "422  approval_refused",
+                  "409  illegal_transition", "403  forbidden", "412  version_conflict",
+                  "422  approval_refused", "API principals for this run",
                   "the refusal added one timeline row", "EXECUTING v4", "CLOSED v6",
                   'ETag "6"', "5 moves by the consumers", "demo done in"):
         assert shown in out, f"{shown!r} missing from:\n{out}"
@@ -117,10 +213,11 @@ def test_demo_walks_a_case_to_closed_and_prints_its_timeline(tmp_path):
     rows = [line.split()[1:] for line in lines]
     assert [row[0] for row in rows] == [
         "case_opened", "start_analysis", "analysis_done", "plan_ready", "agent_usage",
-        "awaiting_approval", "gate_approved", "gate_approved", "step_result", "exec_done",
+        "awaiting_approval", "plan_approval", "gate_approved", "step_result", "exec_done",
         "verify_result", "verify_pass"]
-    actors = ["pagerduty", "intake", "analyst", "agent", "agent", "gatekeeper", "pagerduty",
-              "alice", "executor", "executor", "verifier", "verifier"]
+    # The people are API principals linked to Slack ids; approvals are POST /case/{id}/approve.
+    actors = ["U0RILEY", "intake", "analyst", "agent", "agent", "gatekeeper", "U0RILEY",
+              "U0ALICE", "executor", "executor", "verifier", "verifier"]
     for line, actor in zip(lines, actors, strict=True):
         assert f"  {actor}  " in line, line
     assert "refused (" in lines[6] and "VERIFYING -> CLOSED" in lines[11]
@@ -187,7 +284,8 @@ def test_serve_answers_over_real_http_and_stops_on_sigterm(tmp_path):
                             headers={"Idempotency-Key": uuid.uuid4().hex, "If-Match": '"0"',
                                      "Authorization": f"Bearer {token}"})
         assert (moved.status_code, moved.json()["data"]["status"]) == (200, "ANALYZING")
-        read = httpx.get(f"{base}/case/{case_id}")
+        assert httpx.get(f"{base}/case/{case_id}").status_code == 401  # reads need it too
+        read = httpx.get(f"{base}/case/{case_id}", headers={"Authorization": f"Bearer {token}"})
         assert read.headers["etag"] == '"1"'
     finally:
         server.terminate()

@@ -13,7 +13,7 @@ from core.executor.adapters import StepContext, StepRefused, adapters_from_setti
 from core.executor.adapters.gateway_flip import GatewayFlipAdapter
 from core.executor.adapters.http import HttpRequestAdapter
 from core.executor.allowlists import UrlAllowList
-from core.settings import Settings
+from core.settings import InvalidSettings, Settings
 from tests.integration.local_http import Reply, local_server
 
 
@@ -159,3 +159,43 @@ def test_gateway_flip_failures_and_redirects():
         gateway.routes["/flip"] = Reply(307, b"", {"Location": elsewhere.url("/flip")})
         assert not flip.run({"route": "default", "to": "standby"}, ctx()).ok
         assert elsewhere.seen == []
+
+
+# -- what a step shows: never credentials, never an unexpected exception --------------------
+
+
+def test_a_redirect_carrying_credentials_is_refused_and_shown_without_them(server):
+    with local_server({"/steal": Reply(200, b"gotcha")}) as elsewhere:
+        target = elsewhere.url("/steal").replace("http://", "http://admin:s3cret@")
+        server.routes["/away"] = Reply(302, b"", {"Location": target})
+        outcome = http_adapter(server.url("/")).run(
+            {"method": "GET", "url": server.url("/away")}, ctx())
+        assert not outcome.ok and "refused" in outcome.summary
+        assert "s3cret" not in json.dumps([outcome.summary, outcome.detail])
+        assert outcome.detail["refused_redirect"] == elsewhere.url("/steal")
+        assert elsewhere.seen == []
+
+
+def test_a_url_with_credentials_is_refused_without_repeating_them(server):
+    url = server.url("/orders").replace("http://", "http://admin:s3cret@")
+    with pytest.raises(StepRefused) as refused:
+        http_adapter(server.url("/")).run({"method": "GET", "url": url}, ctx())
+    assert "credentials in the URL are not allowed" in refused.value.message
+    assert "s3cret" not in json.dumps([refused.value.message, refused.value.details])
+    assert server.seen == []
+
+
+def test_a_traffic_gateway_url_with_credentials_stops_the_start_in_one_line():
+    with pytest.raises(InvalidSettings) as bad:
+        GatewayFlipAdapter("http://admin:s3cret@127.0.0.1:9/flip", 4096)
+    [line] = bad.value.problems
+    assert line.startswith("OPSGATE_TRAFFIC_GATEWAY_URL=http://127.0.0.1:9/flip: ")
+    assert "s3cret" not in line and "expected" in line
+
+
+@pytest.mark.parametrize("value", ["a\u0085b", "x\x0by"])
+def test_a_header_value_that_cannot_be_sent_is_a_refusal_and_nothing_is_sent(server, value):
+    with pytest.raises(StepRefused, match=r"headers\.X-Note"):
+        http_adapter(server.url("/")).run({"method": "POST", "url": server.url("/orders"),
+                                           "headers": {"X-Note": value}}, ctx())
+    assert server.seen == []

@@ -84,16 +84,32 @@ def test_output_is_truncated_with_a_marker_keeping_head_and_tail(tmp_path):
     assert outcome.detail["output_bytes"] == 200_012
 
 
-def test_the_environment_is_minimal_plus_the_plans_variables(monkeypatch):
-    monkeypatch.setenv("OPSGATE_API_TOKEN", "s3cret-token")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cret-key")
-    outcome = adapter("env").run({"argv": ["env"], "env": {"DRAIN_SECONDS": "30"}}, ctx())
+def test_the_environment_is_an_allow_list_plus_the_plans_allowed_variables(monkeypatch):
+    for name, value in (("OPSGATE_API_TOKEN", "s3cret-token"),
+                        ("AWS_SECRET_ACCESS_KEY", "s3cret-key"),
+                        ("HTTPS_PROXY", "http://s3cret@proxy:3128"), ("KUBECONFIG", "/s3cret"),
+                        ("GIT_SSH_COMMAND", "s3cret"), ("PYTHONUSERBASE", "/s3cret"),
+                        ("GLIBC_TUNABLES", "s3cret"), ("LC_TIME", "C"), ("HOME", "/home/ops")):
+        monkeypatch.setenv(name, value)
+    runner = ScriptAdapter(ExecutableAllowList(["env"]), 4096, env_allow=("DRAIN_SECONDS",))
+    outcome = runner.run({"argv": ["env"], "env": {"DRAIN_SECONDS": "30", "TZ": "UTC"}}, ctx())
     assert outcome.ok
-    names = {line.split("=", 1)[0] for line in outcome.output.splitlines()}
+    lines = outcome.output.splitlines()
+    names = {line.split("=", 1)[0] for line in lines}
     assert "s3cret" not in outcome.output
-    assert "DRAIN_SECONDS=30" in outcome.output.splitlines()
-    assert names <= {"PATH", "LANG", "LC_ALL", "TZ", "DRAIN_SECONDS"}
+    assert {"DRAIN_SECONDS=30", "TZ=UTC", "LC_TIME=C", "HOME=/home/ops"} <= set(lines)
+    assert names <= {"PATH", "HOME", "LANG", "TZ", "DRAIN_SECONDS"} | {
+        name for name in names if name.startswith("LC_")}
     assert "PATH" in names
+
+
+def test_a_variable_off_the_allow_list_refuses_the_step_and_nothing_runs(tmp_path):
+    marker = tmp_path / "ran"
+    touch = script(tmp_path, "touch.sh", f'touch "{marker}"\n')
+    with pytest.raises(StepRefused, match="HTTPS_PROXY: not on the environment allow-list"):
+        adapter(touch).run({"argv": [touch], "env": {"HTTPS_PROXY": "http://evil:3128"}},
+                           ctx())
+    assert not marker.exists()
 
 
 def test_cwd_is_where_the_process_runs_and_a_missing_one_fails_the_step(tmp_path):

@@ -6,6 +6,7 @@ twice; with no metric source the case goes on at once, as before."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -169,6 +170,31 @@ def test_prometheus_query_range_is_read_around_the_case_start(engine):
     assert finding["statistic"] == "error_ratio" and finding["current"] > 0.05
     assert finding["link"].startswith(prometheus.base + "/graph?g0.expr=")
     assert status(app, case_id) == CaseStatus.PLANNING
+
+
+def test_prometheus_credentials_are_sent_but_never_shown(engine):
+    recorded = json.loads((SERIES / "error_spike" / "http_5xx_ratio.json").read_text())
+
+    def query_range(seen: Seen) -> Reply:
+        origin = float(seen.query["start"][0]) + 3600
+        return Reply(200, matrix([(origin + t, v) for t, v in recorded["points"]]))
+
+    with local_server({"/api/v1/query_range": query_range}) as prometheus:
+        secret_url = prometheus.base.replace("http://", "http://reader:s3cret@")
+        app = make_app(engine, prometheus_url=secret_url)
+        case_id = analyzing_case(app, "HighErrorRate on checkout")
+        assert analyse(app, case_id) == "done"
+
+    [seen] = prometheus.seen
+    assert seen.headers["authorization"] == "Basic " + base64.b64encode(b"reader:s3cret").decode()
+    [note] = notes(app, case_id, "analysis_findings")
+    [finding] = note["context"]["findings"]
+    assert finding["link"].startswith(prometheus.base + "/graph?g0.expr=")
+    with engine.connect() as conn:
+        links = [dict(row) for row in conn.execute(select(evidence_link)).mappings()]
+    shown = json.dumps([app.cases.timeline(case_id), findings_events(engine, case_id), links],
+                       default=str)
+    assert "s3cret" not in shown and "reader" not in shown
 
 
 def test_an_unreachable_prometheus_is_noted_and_the_case_still_plans(engine):

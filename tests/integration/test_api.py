@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select
 
+from core import principals
 from core.adapters.tables import case_timeline, idempotency, ops_case, outbox
 from core.api import create_api
 from core.api.limits import MAX_BODY_BYTES
@@ -116,9 +117,23 @@ def rows(engine: Engine, table: Any) -> int:
         return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
 
 
-def timeline(client: TestClient, case_id: str) -> list[dict[str, Any]]:
-    result: list[dict[str, Any]] = data(client.get(f"/case/{case_id}/timeline"))
+def timeline(client: TestClient, case_id: str,
+             headers: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = data(client.get(f"/case/{case_id}/timeline", headers=headers))
     return result
+
+
+def bearer(engine: Engine, name: str = "lead", slack_user: str | None = "U0LEAD",
+           role: principals.Role = "approver") -> dict[str, str]:
+    """The Authorization header of a new principal (by default a person who approves)."""
+    _, token = principals.create(engine, name, role, slack_user)
+    return {"Authorization": f"Bearer {token}"}
+
+
+def approve(client: TestClient, case_id: str, digest: str, headers: dict[str, str],
+            **extra: Any) -> Any:
+    return client.post(f"/case/{case_id}/approve", json={"plan_hash": digest},
+                       headers={"Idempotency-Key": new_key(), **headers, **extra})
 
 
 # -- POST /case/create ----------------------------------------------------------------------
@@ -133,13 +148,18 @@ def test_create_opens_a_case_in_new_at_version_0(client):
                                                                  "p95 spike on checkout")
     assert response.headers["etag"] == '"0"'
     assert response.headers["location"] == f"/case/{case['case_id']}"
-    assert [row["actor"] for row in timeline(client, case["case_id"])] == ["pagerduty"]
+    # No token configured: the write is anonymous's; the body's actor is only stated.
+    [opened] = timeline(client, case["case_id"])
+    assert opened["actor"] == "anonymous"
+    assert (opened["meta"]["principal"], opened["meta"]["stated_actor"]) == ("anonymous",
+                                                                             "pagerduty")
 
 
 def test_create_defaults_severity_tenant_and_actor(client):
     case = data(create(client), 201)
     assert (case["severity"], case["tenant"]) == ("SEV3", "default")
-    assert timeline(client, case["case_id"])[0]["actor"] == "api"
+    [opened] = timeline(client, case["case_id"])
+    assert opened["actor"] == "anonymous" and "stated_actor" not in opened["meta"]
 
 
 def test_a_replayed_create_returns_the_same_bytes_and_writes_nothing(client, engine):
@@ -177,7 +197,7 @@ def test_every_domain_severity_is_accepted(client, severity):
         ({"title": "x", "severity": "SEV9"}, "body.severity"),
         ({"title": "x", "tenant": "t" * 65}, "body.tenant"),
         ({"title": "x", "actor": "a" * 129}, "body.actor"),
-        ({"title": "x", "actor": None}, "body.actor"),
+        ({"title": "x", "actor": 42}, "body.actor"),
     ],
 )
 def test_an_invalid_create_body_is_422_naming_the_field(client, engine, body, where):
@@ -245,14 +265,17 @@ def test_with_a_token_set_a_write_without_the_right_bearer_is_401(locked_client,
     assert rows(engine, ops_case) == 0
 
 
-def test_with_a_token_set_the_right_bearer_writes_and_reads_stay_open(locked_client):
-    response = locked_client.post(
-        "/case/create", json={"title": "x"},
-        headers={"Idempotency-Key": new_key(), "Authorization": f"Bearer {TOKEN}"})
+def test_with_a_token_set_the_right_bearer_writes_and_reads(locked_client):
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    response = locked_client.post("/case/create", json={"title": "x"},
+                                  headers={"Idempotency-Key": new_key(), **auth})
     case_id = data(response, 201)["case_id"]
-    assert data(locked_client.get(f"/case/{case_id}"))["case_id"] == case_id
-    assert len(data(locked_client.get(f"/case/{case_id}/timeline"))) == 1
-    assert len(data(locked_client.get("/case"))) == 1
+    assert data(locked_client.get(f"/case/{case_id}", headers=auth))["case_id"] == case_id
+    assert len(data(locked_client.get(f"/case/{case_id}/timeline", headers=auth))) == 1
+    assert len(data(locked_client.get("/case", headers=auth))) == 1
+    # Reads need the token too now (OPSGATE_API_READS=open keeps them open: see
+    # test_api_principals.py); health stays open for probes.
+    assert_error(locked_client.get(f"/case/{case_id}"), 401, "unauthorized")
     assert locked_client.get("/healthz").status_code == 200
 
 
@@ -374,10 +397,17 @@ def test_openapi_describes_every_endpoint_and_the_error_shape(client):
     spec = client.get("/openapi.json").json()
     assert set(spec["paths"]) == {"/case/create", "/case", "/case/{case_id}",
                                   "/case/{case_id}/timeline", "/case/{case_id}/transition",
+                                  "/case/{case_id}/approve", "/case/{case_id}/reject",
                                   "/plan/generate", "/healthz", "/readyz",
                                   "/alerts/alertmanager"}
     transition = spec["paths"]["/case/{case_id}/transition"]["patch"]
-    assert {"200", "400", "401", "404", "409", "412", "413", "422"} <= set(transition["responses"])
+    assert {"200", "400", "401", "403", "404", "409", "412", "413", "422"} <= set(
+        transition["responses"])
+    approve_op = spec["paths"]["/case/{case_id}/approve"]["post"]
+    assert {"403", "412", "422"} <= set(approve_op["responses"])
+    assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    assert {"HTTPBearer": []} in approve_op["security"]
+    assert {"HTTPBearer": []} in spec["paths"]["/case/{case_id}"]["get"]["security"]
     assert "ErrorReply" in spec["components"]["schemas"]
     assert "Idempotency-Key" in {param["name"] for param in transition["parameters"]}
 
@@ -650,24 +680,31 @@ def test_a_replayed_generate_returns_the_same_bytes(client):
     assert (again.status_code, again.content) == (200, first.content)
 
 
-def test_approval_must_name_the_generated_plan(client):
+# Approvals used to be gate_approved transitions naming the approver in the body; they are now
+# POST /case/{id}/approve by an approver principal (test_api_principals.py has the rules).
+
+
+def test_approval_must_name_the_generated_plan(client, engine):
     case_id = planning_case(client)
     digest = data(generate(client, case_id))["plan_hash"]
-    assert_error(move(client, case_id, "gate_approved", plan_hash="0" * 64), 422, "stale_plan")
-    approved = data(move(client, case_id, "gate_approved", plan_hash=digest))
+    lead = bearer(engine)
+    assert_error(approve(client, case_id, "0" * 64, lead), 422, "stale_plan")
+    approved = data(approve(client, case_id, digest, lead))
     assert (approved["status"], approved["plan_hash"]) == ("EXECUTING", digest)
+    assert approved["approval"]["approvers"] == ["U0LEAD"]
 
 
-def test_a_case_lives_its_whole_life_through_the_api(client):
+def test_a_case_lives_its_whole_life_through_the_api(client, engine):
     case_id = planning_case(client)
     digest = data(generate(client, case_id, "script.restart"))["plan_hash"]
-    for event, extra in [("gate_approved", {"plan_hash": digest}), ("exec_done", {}),
-                         ("verify_pass", {})]:
-        version = data(client.get(f"/case/{case_id}"))["version"]
-        assert move(client, case_id, event, headers={"If-Match": f'"{version}"'},
-                    **extra).status_code == 200
-    case = data(client.get(f"/case/{case_id}"))
+    lead = bearer(engine)
+    assert data(approve(client, case_id, digest, lead, **{"If-Match": '"3"'}))["version"] == 4
+    for event in ("exec_done", "verify_pass"):
+        version = data(client.get(f"/case/{case_id}", headers=lead))["version"]
+        assert move(client, case_id, event,
+                    headers={"If-Match": f'"{version}"', **lead}).status_code == 200
+    case = data(client.get(f"/case/{case_id}", headers=lead))
     assert (case["status"], case["version"]) == ("CLOSED", 6)
-    assert [row["meta"]["to"] for row in timeline(client, case_id)] == [
+    assert [row["meta"]["to"] for row in timeline(client, case_id, lead)] == [
         "NEW", "ANALYZING", "PLANNING", "WAIT_GATE", "EXECUTING", "VERIFYING", "CLOSED"]
-    assert_error(move(client, case_id, "resume"), 409, "illegal_transition")
+    assert_error(move(client, case_id, "resume", headers=lead), 409, "illegal_transition")

@@ -94,9 +94,8 @@ def test_noop_echoes_its_params():
         noop.run({"rm": "-rf"}, StepContext.for_step("c", "h", 0, 1, 10))
 
 
-def test_a_comma_separated_list_setting_is_an_error_not_a_different_list(monkeypatch):
-    from pydantic_settings import SettingsError
-
-    monkeypatch.setenv("OPSGATE_SCRIPT_ALLOWLIST", "/bin/echo,/bin/true")
-    with pytest.raises(SettingsError, match="script_allowlist"):
-        Settings(_env_file=None)
+@pytest.mark.parametrize("text", ["/bin/echo,/bin/true", " /bin/echo , /bin/true,",
+                                  '["/bin/echo", "/bin/true"]'])
+def test_a_list_setting_is_comma_separated_or_json(monkeypatch, text):
+    monkeypatch.setenv("OPSGATE_SCRIPT_ALLOWLIST", text)
+    assert Settings(_env_file=None).script_allowlist == ["/bin/echo", "/bin/true"]

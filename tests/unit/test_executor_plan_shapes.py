@@ -1,48 +1,249 @@
-"""Pure parts of the executor: which rollback shapes it accepts, and the lease of a step."""
+"""The executor against every plan shape a model could produce: it runs only what the parser read
+(the reading the approval policy judged), so whatever the automatic approval lets through can
+only ever run ``noop``, in steps and rollback alike. Also the lease of a step."""
 
 from __future__ import annotations
 
+import math
+from typing import Any
+from uuid import uuid4
+
 import pytest
+from hypothesis import HealthCheck, example, find, given, settings
+from hypothesis import strategies as st
 
-from core.consumers.executor import ROLLBACK_RETRY, ROLLBACK_TIMEOUT_S, rollback_steps
-from core.consumers.steps import step_lease_s
+from core.consumers.executor import Executed, execute
+from core.consumers.runs import PlanRun
+from core.consumers.steps import Attempt, Step, StepResult, step_lease_s
+from core.domain.fsm import CaseEvent
+from core.domain.plans import ROLLBACK_RETRY, ROLLBACK_TIMEOUT_S, parsed_or_none, plan_hash
+from core.domain.policy import ApprovalPolicy
 
-UNDO = {"action": "noop", "params": {"note": "undo"}}
-
-
-def test_one_step_object_is_one_rollback_step_with_defaults():
-    steps, problem = rollback_steps(UNDO)
-    assert problem is None
-    [step] = steps
-    assert (step.phase, step.index, step.action) == ("rollback", 0, "noop")
-    assert (step.timeout_s, step.retry) == (ROLLBACK_TIMEOUT_S, ROLLBACK_RETRY)
-    assert step.params == {"note": "undo"}
+NOOP = {"action": "noop", "params": {"note": "undo"}}
+POLICIES = [ApprovalPolicy(auto_approve="noop_only"),
+            ApprovalPolicy(auto_approve="low_risk", auto_approve_max_risk=0.3)]
 
 
-@pytest.mark.parametrize("block", [{"steps": [UNDO, {**UNDO, "timeout_s": 30, "retry": 2}]},
-                                   [UNDO, {**UNDO, "timeout_s": 30, "retry": 2}]])
-def test_a_list_of_steps_keeps_its_order_and_own_limits(block):
-    steps, problem = rollback_steps(block)
-    assert problem is None
-    assert [(s.index, s.timeout_s, s.retry) for s in steps] == [
+class RecordingRunner:
+    """Stands where the gateway and the adapters are: records each step the executor hands
+    over. Plan steps fail when ``fail_steps`` (so the rollback runs); rollback steps succeed."""
+
+    def __init__(self, fail_steps: bool) -> None:
+        self.fail_steps = fail_steps
+        self.ran: list[Step] = []
+
+    def run(self, run: PlanRun, step: Step) -> StepResult:
+        self.ran.append(step)
+        ok = step.phase == "rollback" or not self.fail_steps
+        return StepResult(ok, 1, Attempt(ok, "recorded"))
+
+
+def run_of(plan: Any) -> PlanRun:
+    return PlanRun("executor", uuid4(), 4, plan_hash(plan), plan)
+
+
+def everything_the_executor_would_run(plan: Any) -> list[Step]:
+    """Each step the executor hands on: all plan steps when they succeed, and the rollback
+    steps after a failing first step."""
+    ran: list[Step] = []
+    for fail_steps in (False, True):
+        runner = RecordingRunner(fail_steps)
+        execute(run_of(plan), runner)
+        ran += runner.ran
+    return ran
+
+
+# -- shapes a model could produce ----------------------------------------------------------
+
+ACTIONS = st.sampled_from(["noop", "noop", "noop", "noop", "noop", "script.exec",
+                           "k8s.rollout", "gateway.flip", "http.request"])
+BAD_ACTIONS = st.one_of(st.sampled_from(["shell.exec", "NOOP", " noop", "", "noop\x00"]),
+                        st.text(max_size=8))
+NUMBERS = st.one_of(st.integers(-5, 700), st.floats(allow_nan=True, allow_infinity=True),
+                    st.sampled_from([math.nan, math.inf, -math.inf, 0.0, 0.29, 1.0, 10, 60]))
+LEAVES = st.one_of(st.none(), st.booleans(), NUMBERS, st.text(max_size=8))
+
+JSONISH = st.recursive(LEAVES, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+    max_leaves=8)
+SCRIPT_PARAMS = st.just({"argv": ["touch", "/tmp/opsgate-red-team"]})
+PARAMS = st.one_of(st.just({}), SCRIPT_PARAMS, st.dictionaries(st.text(max_size=6), JSONISH,
+                                                             max_size=3))
+
+
+def mostly(draw: st.DrawFn, good: st.SearchStrategy[Any], bad: st.SearchStrategy[Any],
+           odds: int = 8) -> Any:
+    """``good``, and one time in ``odds`` ``bad``: shapes stay near what a model writes."""
+    return draw(bad) if draw(st.integers(0, odds - 1)) == odds - 1 else draw(good)
+
+
+@st.composite
+def step_shapes(draw: st.DrawFn, rollback: bool = False) -> Any:
+    """Mostly a well-formed step (so plans reach the gate), sometimes one gone wrong."""
+    step: dict[str, Any] = {"action": mostly(draw, ACTIONS, BAD_ACTIONS)}
+    if draw(st.booleans()):
+        step["params"] = mostly(draw, PARAMS, JSONISH)
+    for name, fine in (("timeout_s", st.integers(10, 600)), ("retry", st.integers(0, 3))):
+        if not rollback or draw(st.booleans()):
+            step[name] = mostly(draw, fine, st.one_of(NUMBERS, st.text(max_size=3)))
+    if draw(st.integers(0, 9)) == 9:  # a key the schema does not name, maybe a smuggled step
+        step[draw(st.sampled_from(["steps", "rollback", "then", "ação"]))] = draw(st.one_of(
+            st.lists(st.just({"action": "script.exec", "params": {"argv": ["id"]}}),
+                     min_size=1, max_size=2), JSONISH))
+    if draw(st.integers(0, 19)) == 19:
+        return draw(st.one_of(JSONISH, st.just(step["action"])))  # not even an object
+    return step
+
+
+@st.composite
+def rollback_shapes(draw: st.DrawFn) -> Any:
+    one, many = draw(step_shapes(rollback=True)), draw(st.lists(step_shapes(rollback=True),
+                                                                max_size=3))
+    shape = mostly(draw, st.sampled_from(["one", "many"]), st.sampled_from(
+        ["both", "both", "list", "nested", "empty", "extra", "junk"]), odds=3)
+    if shape == "one":
+        return one
+    if shape == "many":
+        return {"steps": many}
+    if shape == "both":  # the red team's shape
+        return {**(one if isinstance(one, dict) else {}), "steps": many}
+    if shape == "list":
+        return many
+    if shape == "nested":
+        return {"steps": [{"steps": many}]}
+    if shape == "empty":
+        return {}
+    if shape == "extra":
+        return {"steps": many, draw(st.text(max_size=5)): draw(JSONISH)}
+    return draw(JSONISH)
+
+
+@st.composite
+def plan_shapes(draw: st.DrawFn) -> Any:
+    plan: dict[str, Any] = {
+        "title": draw(st.one_of(st.just("Restart"), st.text(min_size=1, max_size=20))),
+        "steps": draw(st.lists(step_shapes(), min_size=1, max_size=3)),
+        "rollback": draw(rollback_shapes()),
+        "verify": {"metric": "error_rate", "below": 0.01},
+    }
+    if draw(st.booleans()):
+        plan["risk_score"] = mostly(draw, st.floats(0, 1), st.one_of(
+            NUMBERS, st.text(max_size=3), st.booleans()), odds=4)
+    mutation = draw(st.integers(0, 15))  # 0..11: none
+    if mutation == 12:
+        del plan[draw(st.sampled_from(["title", "steps", "rollback", "verify"]))]
+    elif mutation == 13:
+        plan[draw(st.text(max_size=6))] = draw(JSONISH)
+    elif mutation == 14:
+        plan["steps"] = draw(st.one_of(st.just([]), JSONISH))
+    elif mutation == 15:
+        plan["verify"] = draw(JSONISH)
+    return plan
+
+
+RED_TEAM = {
+    "title": "Observe", "risk_score": 0.0,
+    "steps": [{"action": "noop", "params": {"bogus": 1}, "timeout_s": 10, "retry": 0}],
+    "rollback": {"steps": [{"action": "noop"}], "action": "script.exec",
+                 "params": {"argv": ["touch", "/tmp/opsgate-red-team"]}},
+    "verify": {"metric": "error_rate", "below": 0.01},
+}
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plan_shapes())
+@example(RED_TEAM)
+@example({**RED_TEAM, "rollback": NOOP, "risk_score": math.nan,
+          "steps": [{**RED_TEAM["steps"][0], "action": "script.exec"}]})
+def test_whatever_is_approved_automatically_can_only_ever_run_noop(plan: Any) -> None:
+    ran = everything_the_executor_would_run(plan)
+    parsed = parsed_or_none(plan) if isinstance(plan, dict) else None
+    if parsed is None:
+        assert ran == [], "a plan the parser refuses runs nothing, its rollback included"
+        assert not any(policy.auto_approves(plan) for policy in POLICIES)
+        return
+    assert {step.action for step in ran} <= {str(action) for action in parsed.actions}
+    for policy in POLICIES:
+        if policy.auto_approves(plan) and policy.auto_approve == "noop_only":
+            assert {step.action for step in ran} <= {"noop"}, (plan, ran)
+        if policy.auto_approves(plan):
+            assert parsed.noop_only or parsed.risk < 0.3
+
+
+def test_the_shapes_reach_plans_the_policy_approves_and_plans_it_refuses() -> None:
+    """The property above is not vacuous: the generator reaches both sides of the gate."""
+    noop_only = POLICIES[0]
+    budget = settings(max_examples=2000, database=None)
+    approved = find(plan_shapes(), noop_only.auto_approves, settings=budget)
+    refused = find(plan_shapes(), lambda p: parsed_or_none(p) is not None
+                   and not noop_only.auto_approves(p), settings=budget)
+    assert everything_the_executor_would_run(approved)
+    assert {s.action for s in everything_the_executor_would_run(refused)} - {"noop"}
+
+
+def test_the_red_team_plan_runs_nothing_at_all() -> None:
+    for fail_steps in (False, True):
+        runner = RecordingRunner(fail_steps)
+        done = execute(run_of(RED_TEAM), runner)
+        assert runner.ran == []
+        assert done.event is CaseEvent.EXEC_FAILED and "nothing ran" in done.reason
+        assert 'has both "action" and "steps"' in done.reason
+
+
+# -- what the executor hands on, and what it says ---------------------------------------------
+
+
+def plan_with(rollback: Any) -> dict[str, Any]:
+    return {"title": "t", "risk_score": 0.1, "verify": {"metric": "m", "below": 1},
+            "steps": [{"action": "script.exec", "params": {"argv": ["x"]}, "timeout_s": 20,
+                       "retry": 1}], "rollback": rollback}
+
+
+def test_one_rollback_step_object_runs_once_with_the_defaults() -> None:
+    runner = RecordingRunner(fail_steps=True)
+    done = execute(run_of(plan_with(NOOP)), runner)
+    step, undo = runner.ran
+    assert (step.phase, step.action, step.timeout_s, step.retry) == ("step", "script.exec", 20, 1)
+    assert (undo.phase, undo.index, undo.action) == ("rollback", 0, "noop")
+    assert (undo.timeout_s, undo.retry, dict(undo.params)) == (
+        ROLLBACK_TIMEOUT_S, ROLLBACK_RETRY, {"note": "undo"})
+    assert done == Executed(CaseEvent.EXEC_FAILED, "step 1 (script.exec) failed after 1 attempt: "
+                            "recorded; rolled back", {"steps": 1, "failed_step": 0,
+                                                      "attempts": 1})
+
+
+def test_a_rollback_list_runs_in_order_with_its_own_limits() -> None:
+    runner = RecordingRunner(fail_steps=True)
+    block = {"steps": [NOOP, {**NOOP, "timeout_s": 30, "retry": 2}]}
+    done = execute(run_of(plan_with(block)), runner)
+    assert [(s.index, s.timeout_s, s.retry) for s in runner.ran[1:]] == [
         (0, ROLLBACK_TIMEOUT_S, ROLLBACK_RETRY), (1, 30, 2)]
+    assert done.reason.endswith("rolled back (2 steps)")
 
 
-def test_an_empty_rollback_has_nothing_to_undo():
-    assert rollback_steps({}) == ([], None)
+def test_an_empty_rollback_list_has_nothing_to_undo() -> None:
+    runner = RecordingRunner(fail_steps=True)
+    done = execute(run_of(plan_with({"steps": []})), runner)
+    assert len(runner.ran) == 1 and done.reason.endswith("the plan has no rollback steps")
 
 
-@pytest.mark.parametrize(("block", "says"), [
-    ({"undo": "everything"}, "not a step or a list of steps"),
-    ({"action": "rm -rf"}, "rollback step 1 is invalid: action"),
-    ({"steps": [UNDO, {**UNDO, "retry": 9}]}, "rollback step 2 is invalid: retry"),
-    ({"steps": ["noop"]}, "rollback step 1 is not an object"),
-    (None, "not a step or a list of steps"),
-])
-def test_a_rollback_it_cannot_read_is_a_problem_not_an_exception(block, says):
-    steps, problem = rollback_steps(block)
-    assert steps == []
-    assert problem is not None and says in problem
+def test_all_steps_succeeding_is_exec_done() -> None:
+    runner = RecordingRunner(fail_steps=False)
+    assert execute(run_of(plan_with(NOOP)), runner).event is CaseEvent.EXEC_DONE
+    assert [s.phase for s in runner.ran] == ["step"]
+
+
+def test_a_plan_that_is_not_stored_runs_nothing() -> None:
+    runner = RecordingRunner(fail_steps=False)
+    done = execute(PlanRun("executor", uuid4(), 4, "abc", None), runner)
+    assert runner.ran == [] and done.meta == {"ran": 0} and "not stored" in done.reason
+
+
+@pytest.mark.parametrize("rollback", [{}, [NOOP], {"steps": [NOOP], **NOOP}])
+def test_a_rollback_the_parser_refuses_means_no_step_runs_either(rollback: Any) -> None:
+    runner = RecordingRunner(fail_steps=True)
+    done = execute(run_of(plan_with(rollback)), runner)
+    assert runner.ran == [] and "the approved plan is invalid" in done.reason
 
 
 def test_a_step_lease_covers_twice_its_timeout_and_never_less_than_configured():

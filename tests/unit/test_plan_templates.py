@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.domain.plan_templates import load_template, template_names
-from core.domain.plans import ChangePlan, parse_plan, plan_hash, plan_problems
+from core.domain.plans import ParsedPlan, parse_plan, plan_hash, plan_problems
 from core.errors import NotFound
 
 EXPECTED = {"k8s.rollout.canary", "script.restart", "gateway.flip.failover", "noop"}
@@ -20,7 +20,7 @@ def test_the_catalog_offers_the_four_templates():
 def test_every_template_meets_the_change_plan_schema(name):
     plan = load_template(name)
     assert plan_problems(plan) == []
-    assert isinstance(parse_plan(plan), ChangePlan)
+    assert isinstance(parse_plan(plan), ParsedPlan)
     assert plan["rollback"] and plan["verify"], "the guard needs both; templates must carry them"
 
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from core.consumers.executor import rollback_steps
 from core.domain.plan_templates import load_template, template_names
+from core.domain.plans import parse_plan
 from core.executor.adapters.base import StepContext, StepRefused, parse_params
 from core.executor.adapters.gateway_flip import FlipParams
 from core.executor.adapters.http import HttpParams
@@ -29,12 +29,10 @@ PARAMS: dict[str, type[BaseModel]] = {
 
 def every_step(name: str) -> list[tuple[str, str, dict[str, Any]]]:
     """(where, action, params) of each step and rollback step of template ``name``."""
-    plan = load_template(name)
-    found = [(f"steps[{n}]", s["action"], s.get("params", {}))
-             for n, s in enumerate(plan["steps"])]
-    steps, problem = rollback_steps(plan["rollback"])
-    assert problem is None, f"{name}: the executor cannot read the rollback: {problem}"
-    found += [(f"rollback[{s.index}]", s.action, dict(s.params)) for s in steps]
+    plan = parse_plan(load_template(name))
+    found = [(f"steps[{n}]", str(s.action), dict(s.params)) for n, s in enumerate(plan.steps)]
+    found += [(f"rollback[{n}]", str(s.action), dict(s.params))
+              for n, s in enumerate(plan.rollback)]
     return found
 
 

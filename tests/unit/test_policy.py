@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any
 
 import pytest
 
-from core.domain.plans import plan_hash
+from core.domain.plans import parse_plan, plan_hash
 from core.domain.policy import (
     AUTO_APPROVER,
     Approval,
@@ -113,6 +115,34 @@ def test_a_plan_without_a_risk_score_counts_as_the_riskiest():
     assert ApprovalPolicy().required(p) == 2
 
 
+@pytest.mark.parametrize("risk", [math.nan, math.inf, -math.inf, -0.5, 7.0])
+def test_a_risk_that_is_no_number_within_bounds_counts_as_the_riskiest(risk):
+    parsed = dataclasses.replace(parse_plan(LOW), risk=risk)  # past the parser, in defence
+    policy = ApprovalPolicy()
+    assert plan_risk(parsed) == 1.0 and policy.required(parsed) == 2
+    verdict = policy.evaluate(parsed, "alice", [Approval("bob", parsed.digest)])
+    assert isinstance(verdict, Pending) and verdict.needs == 1
+    assert not ApprovalPolicy(auto_approve="low_risk").auto_approves(parsed)
+
+
+def test_a_nan_risk_in_the_json_is_a_plan_no_one_can_approve():
+    p = plan(math.nan)
+    policy = ApprovalPolicy()
+    assert policy.required(p) == 2
+    assert isinstance(policy.evaluate(p, "alice", yes(p, "bob", "carol")), Refused)
+
+
+def test_a_plan_that_does_not_meet_the_contract_is_refused_and_never_automatic():
+    broken = plan(0.0, action="noop", rollback={"steps": [{"action": "noop"}],
+                                                 "action": "script.exec",
+                                                 "params": {"argv": ["touch", "/tmp/x"]}})
+    for mode in ("noop_only", "low_risk"):
+        policy = ApprovalPolicy(auto_approve=mode)  # type: ignore[arg-type]
+        assert not policy.auto_approves(broken) and not noop_only(broken)
+        verdict = policy.evaluate(broken, "alice", yes(broken, AUTO_APPROVER))
+        assert isinstance(verdict, Refused) and "ChangePlan schema" in verdict.reason
+
+
 def test_approvals_of_another_plan_hash_do_not_count():
     other = Approval("bob", plan_hash(HIGH))
     verdict = ApprovalPolicy().evaluate(LOW, "alice", [other])
@@ -135,7 +165,7 @@ def test_noop_only_means_every_step_and_every_rollback_step():
     assert not noop_only(plan(0.0, action="noop", rollback={"action": "gateway.flip"}))
     assert not noop_only(plan(0.0, action="noop", rollback={"steps": [{"action": "noop"},
                                                                       {"action": "k8s.rollout"}]}))
-    assert noop_only(plan(0.0, action="noop", rollback={}))
+    assert noop_only(plan(0.0, action="noop", rollback={"steps": []}))
     assert not noop_only(plan(0.0, action="script.exec"))
 
 

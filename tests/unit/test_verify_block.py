@@ -22,7 +22,7 @@ from core.domain.verify import (
 )
 from core.errors import InvalidPlan
 
-PLAN = {"title": "Restart checkout", "rollback": {},
+PLAN = {"title": "Restart checkout", "rollback": {"steps": []},
         "steps": [{"action": "noop", "params": {}, "timeout_s": 10, "retry": 0}]}
 NEVER_IN_TIME = "could never hold for its window before the deadline"
 

@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from core.executor.adapters.base import StepContext, StepOutcome, StepRefused, parse_params
 from core.executor.adapters.http import HttpCall, parse_url
 from core.executor.allowlists import Origin
+from core.redact import url_without_credentials
+from core.settings_errors import InvalidSettings
 
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
 
@@ -29,7 +31,9 @@ def _admin_url(text: str) -> httpx.URL:
     try:
         return parse_url(text, "gateway.flip")
     except StepRefused as exc:  # a configuration error: fail at start, not per step
-        raise ValueError(f"OPSGATE_TRAFFIC_GATEWAY_URL: {exc.message}") from exc
+        shown = url_without_credentials(text)
+        raise InvalidSettings([f"OPSGATE_TRAFFIC_GATEWAY_URL={shown}: {exc.message}; expected "
+                               "a plain http:// or https:// URL (no credentials)"]) from None
 
 
 class GatewayFlipAdapter:

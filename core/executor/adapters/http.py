@@ -11,10 +11,12 @@ from typing import Annotated, Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, field_validator
 
+from core.domain.plans import HEADER_VALUE_PATTERN
 from core.executor.adapters.base import StepContext, StepOutcome, StepRefused, parse_params
 from core.executor.allowlists import UrlAllowList, url_problem
 from core.executor.capture import truncate
 from core.executor.http_client import RedirectRefused, is_expected, send
+from core.redact import url_without_credentials
 
 BODY_LIMIT = 65536
 _JSON_LIMIT = 262144
@@ -25,7 +27,8 @@ _HEADERS_REFUSED = frozenset({
 })
 
 HeaderName = Annotated[str, StringConstraints(pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")]
-HeaderValue = Annotated[str, StringConstraints(pattern=r"^[^\r\n\x00]{0,4096}$")]
+# Visible ASCII with inner spaces and tabs (RFC 9110 field-value): the guard checks the same.
+HeaderValue = Annotated[str, StringConstraints(pattern=HEADER_VALUE_PATTERN)]
 StatusCode = Annotated[int, Field(ge=100, le=599)]
 
 
@@ -56,13 +59,14 @@ class HttpParams(BaseModel):
 
 def parse_url(text: str, action: str) -> httpx.URL:
     """``text`` as a plain absolute http(s) URL, or ``StepRefused`` saying why not."""
+    shown = url_without_credentials(text)
     try:
         url = httpx.URL(text)
     except httpx.InvalidURL as exc:
-        raise StepRefused(f"{action}: {text!r} is not a URL: {exc}", action=action) from exc
+        raise StepRefused(f"{action}: {shown!r} is not a URL", action=action) from exc
     problem = url_problem(url)
     if problem:
-        raise StepRefused(f"{action}: {text!r} refused: {problem}", action=action, url=text)
+        raise StepRefused(f"{action}: {shown!r} refused: {problem}", action=action, url=shown)
     return url
 
 
@@ -79,24 +83,28 @@ class HttpCall:
 
     def run(self, method: str, url: httpx.URL, ctx: StepContext, *, headers: Mapping[str, str],
             expect: Sequence[int] | None, **body: Any) -> StepOutcome:
-        what = f"{self._label}: {method} {url}"
+        what = f"{self._label}: {method} {url_without_credentials(str(url))}"
         sent = {**headers, "Idempotency-Key": ctx.idempotency_key}
         try:
             reply = send(method, url, allowed=self._allowed, timeout_s=ctx.timeout_s,
                          body_limit=self._body_limit, headers=sent, **body)
         except RedirectRefused as exc:
-            return StepOutcome(False, f"{what}: {exc}", detail={"refused_redirect": exc.location})
+            location = url_without_credentials(exc.location)
+            return StepOutcome(False, f"{what}: {url_without_credentials(str(exc))}",
+                               detail={"refused_redirect": location})
         except httpx.TimeoutException:
             return StepOutcome(False, f"{what}: timed out after {ctx.timeout_s:g}s",
                                detail={"timed_out": True})
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, UnicodeError) as exc:
+            # UnicodeError: a header value that cannot be sent (the params check stops it first)
             return StepOutcome(False, f"{what}: {type(exc).__name__}: {exc}",
                                detail={"error": type(exc).__name__})
         ok = is_expected(reply.status, expect)
         return StepOutcome(
             ok=ok, summary=f"{what} → {reply.status}{'' if ok else ' (not expected)'}",
             output=truncate(reply.text(), self._output_limit),
-            detail={"status": reply.status, "url": reply.url, "duration_s": reply.duration_s,
+            detail={"status": reply.status, "url": url_without_credentials(reply.url),
+                    "duration_s": reply.duration_s,
                     "body_truncated": reply.truncated,
                     "idempotency_key": ctx.idempotency_key},
         )

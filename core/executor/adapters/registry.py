@@ -17,7 +17,8 @@ def adapters_from_settings(settings: Settings) -> dict[str, Adapter]:
     limit = settings.step_output_limit
     adapters: list[Adapter] = [
         NoopAdapter(),
-        ScriptAdapter(ExecutableAllowList(settings.script_allowlist), limit),
+        ScriptAdapter(ExecutableAllowList(settings.script_allowlist), limit,
+                      env_allow=tuple(settings.script_env_allow)),
         HttpRequestAdapter(UrlAllowList(settings.http_allowlist), limit),
         K8sRolloutAdapter(settings.kubectl, limit),
         GatewayFlipAdapter(settings.traffic_gateway_url, limit),

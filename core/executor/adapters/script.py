@@ -1,5 +1,9 @@
 """``script.exec``: run an allow-listed executable with an argv (never a shell), a minimal
-environment, bounded output, and the whole process group killed at the step's timeout."""
+environment, bounded output, and the whole process group killed at the step's timeout.
+
+A plan may set only environment variables on an allow-list: the locale and time zone, and what
+the operator names in ``OPSGATE_SCRIPT_ENV_ALLOW``. Anything else (proxies, loader and
+interpreter start-up variables, tool configuration) could change what runs or where it talks."""
 
 from __future__ import annotations
 
@@ -11,17 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from core.executor.adapters.base import StepContext, StepOutcome, StepRefused, parse_params
 from core.executor.adapters.process_step import command_line, process_outcome, start_failure
-from core.executor.allowlists import ExecutableAllowList
+from core.executor.allowlists import EnvAllowList, ExecutableAllowList
 from core.executor.process import minimal_env, run_process
 
-# Variables that would let a plan change *what* runs (loader preloads, interpreter start-up
-# files, PATH) rather than what it is told: the allow-list would mean nothing with them.
-_ENV_REFUSED = frozenset({
-    "PATH", "IFS", "ENV", "BASH_ENV", "SHELLOPTS", "BASHOPTS", "PS4", "GCONV_PATH",
-    "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PERL5LIB", "PERL5OPT", "PERLLIB", "RUBYLIB",
-    "RUBYOPT", "NODE_OPTIONS", "NODE_PATH", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS",
-})
-_ENV_REFUSED_PREFIXES = ("LD_", "DYLD_", "BASH_FUNC_")
+PLAN_ENV: tuple[str, ...] = ("LANG", "LC_*", "TZ")
+"""Variables any plan may set; ``OPSGATE_SCRIPT_ENV_ALLOW`` adds the operator's."""
 
 Arg = Annotated[str, StringConstraints(max_length=4096)]
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
@@ -53,31 +51,30 @@ class ScriptParams(BaseModel):
 
     @field_validator("env")
     @classmethod
-    def _harmless_env(cls, env: dict[str, str]) -> dict[str, str]:
-        refused = sorted(name for name in env if _env_refused(name))
-        if refused:
-            raise ValueError(f"these variables may not be set by a plan: {', '.join(refused)}")
+    def _plain_env(cls, env: dict[str, str]) -> dict[str, str]:
         if any("\x00" in value for value in env.values()):
             raise ValueError("values may not contain NUL bytes")
         return env
-
-
-def _env_refused(name: str) -> bool:
-    upper = name.upper()
-    return upper in _ENV_REFUSED or upper.startswith(_ENV_REFUSED_PREFIXES)
 
 
 class ScriptAdapter:
     action = "script.exec"
 
     def __init__(self, allowlist: ExecutableAllowList, output_limit: int,
-                 grace_s: float = 2.0) -> None:
+                 grace_s: float = 2.0, env_allow: tuple[str, ...] = ()) -> None:
         self._allowlist = allowlist
         self._output_limit = output_limit
         self._grace_s = grace_s
+        self._env_allow = EnvAllowList((*PLAN_ENV, *env_allow))
 
     def run(self, params: Mapping[str, Any], ctx: StepContext) -> StepOutcome:
         parsed = parse_params(ScriptParams, params, self.action)
+        refused = sorted(name for name in parsed.env if not self._env_allow.allows(name))
+        if refused:
+            raise StepRefused(
+                f"{self.action}: a plan may not set {', '.join(refused)}: not on the environment "
+                f"allow-list ({', '.join(self._env_allow.entries)}; OPSGATE_SCRIPT_ENV_ALLOW "
+                "adds names)", action=self.action, variables=refused)
         executable = self._allowlist.resolve(parsed.argv[0])
         if executable is None:
             raise StepRefused(

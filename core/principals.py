@@ -1,0 +1,194 @@
+"""Who a REST caller is: named API tokens (``opsgate token``), kept only as SHA-256 hashes, each
+with a role and, for a person, the Slack user id that makes them one person whatever the channel.
+
+    reader    reads cases
+    operator  reads, opens cases, moves them, proposes plans (never through the gate)
+    approver  an operator who may also approve or reject plans, if a person (linked to Slack)
+
+A person's actor (the identity the timeline and the approval policy see) is their Slack id, the
+same a Slack click records; a service's is its name. ``OPSGATE_API_TOKEN`` is the service
+``api-token``; with no token configured at all, writes are made by the service ``anonymous``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal, get_args
+from uuid import uuid4
+
+from sqlalchemy import Engine, insert, select, update
+
+from core.adapters.database import connection, transaction
+from core.adapters.tables import api_principal
+from core.domain.policy import AUTO_APPROVER
+from core.errors import InvalidRequest, NotFound
+
+Role = Literal["reader", "operator", "approver"]
+ROLES: tuple[Role, ...] = get_args(Role)
+Kind = Literal["person", "service"]
+_ROLE_NAMED: dict[str, Role] = {role: role for role in ROLES}
+
+TOKEN_PREFIX = "og_"  # noqa: S105 (a prefix that makes leaked tokens recognisable)
+NAME_PATTERN = re.compile(r"[a-z][a-z0-9._-]{0,63}")
+"""Lower case, so a principal's name can never be mistaken for a Slack id (``U012AB3CD``)."""
+SLACK_USER_PATTERN = re.compile(r"[UW][A-Z0-9]{2,20}")
+RESERVED_NAMES = frozenset({"api-token", "anonymous", "api", AUTO_APPROVER, "intake", "analyst",
+                            "planner", "executor", "verifier", "notifier", "agent", "slack-bot"})
+"""Actors opsgate itself writes as: a token named like them would blur the timeline."""
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated caller: its name, role and, for a person, their Slack user id."""
+
+    name: str
+    role: Role
+    slack_user: str | None = None
+
+    @property
+    def kind(self) -> Kind:
+        return "person" if self.slack_user else "service"
+
+    @property
+    def actor(self) -> str:
+        """Who the timeline and the approval policy see: a person's Slack id, else the name."""
+        return self.slack_user or self.name
+
+    def may(self, role: Role) -> bool:
+        """Whether this principal's role includes ``role``."""
+        return ROLES.index(self.role) >= ROLES.index(role)
+
+    @property
+    def decides_at_the_gate(self) -> bool:
+        """Only people approve or reject: an approver that is a person."""
+        return self.role == "approver" and self.kind == "person"
+
+    def attribution(self, stated_actor: str | None = None) -> dict[str, str]:
+        """What the timeline keeps beside the actor: the principal's name and the actor a
+        request body stated (which grants nothing)."""
+        facts = {"principal": self.name}
+        if stated_actor is not None and stated_actor != self.actor:
+            facts["stated_actor"] = stated_actor
+        return facts
+
+
+API_TOKEN = Principal("api-token", "operator")
+"""The holder of ``OPSGATE_API_TOKEN``: a shared service credential, never an approver."""
+ANONYMOUS = Principal("anonymous", "operator")
+"""The caller of a server with no token configured (a laptop): writes, never approves."""
+
+
+@dataclass(frozen=True)
+class PrincipalRecord:
+    """One row of ``opsgate token list``: never the token, never its hash."""
+
+    principal: Principal
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def create(engine: Engine, name: str, role: Role = "operator", slack_user: str | None = None,
+           *, now: datetime | None = None) -> tuple[Principal, str]:
+    """A new principal and its token, which is returned once and stored only as a hash."""
+    principal = Principal(name, role, slack_user)
+    _check(principal)
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    with transaction(engine) as conn:
+        if conn.execute(select(api_principal.c.id)
+                        .where(api_principal.c.name == name)).first() is not None:
+            raise InvalidRequest(f"a principal named {name} exists (names are never reused, "
+                                 "even revoked ones)", name=name)
+        conn.execute(insert(api_principal).values(
+            id=uuid4(), name=name, role=role, slack_user=slack_user,
+            token_hash=token_hash(token), created_at=now or datetime.now(UTC)))
+    return principal, token
+
+
+def _check(principal: Principal) -> None:
+    if not NAME_PATTERN.fullmatch(principal.name):
+        raise InvalidRequest(f"{principal.name!r} is not a principal name: 1..64 of a-z, 0-9, "
+                             "'.', '_', '-', starting with a letter", name=principal.name)
+    if principal.name in RESERVED_NAMES:
+        raise InvalidRequest(f"{principal.name} is an actor opsgate itself writes as",
+                             name=principal.name)
+    if principal.role not in ROLES:
+        raise InvalidRequest(f"role must be one of {', '.join(ROLES)}", role=principal.role)
+    slack_user = principal.slack_user
+    if slack_user is not None and not SLACK_USER_PATTERN.fullmatch(slack_user):
+        raise InvalidRequest(f"{slack_user!r} is not a Slack user id (e.g. U012AB3CD)",
+                             slack_user=slack_user)
+    if principal.role == "approver" and slack_user is None:
+        raise InvalidRequest("an approver is a person: link their Slack user id "
+                             "(--slack-user U…), the identity their approvals count under")
+
+
+def records(engine: Engine) -> list[PrincipalRecord]:
+    """Every principal, oldest first, revoked ones included."""
+    columns = (api_principal.c.name, api_principal.c.role, api_principal.c.slack_user,
+               api_principal.c.created_at, api_principal.c.revoked_at)
+    with connection(engine) as conn:
+        rows = conn.execute(select(*columns).order_by(api_principal.c.created_at,
+                                                      api_principal.c.name)).mappings().all()
+    return [PrincipalRecord(_principal(row), row["created_at"], row["revoked_at"])
+            for row in rows]
+
+
+def revoke(engine: Engine, name: str, *, now: datetime | None = None) -> bool:
+    """Revoke ``name``'s token from now on; False when it was already revoked."""
+    with transaction(engine) as conn:
+        found = conn.execute(select(api_principal.c.revoked_at)
+                             .where(api_principal.c.name == name)).first()
+        if found is None:
+            raise NotFound(f"no principal named {name} (`opsgate token list` shows them)",
+                           name=name)
+        if found.revoked_at is not None:
+            return False
+        conn.execute(update(api_principal).where(api_principal.c.name == name)
+                     .values(revoked_at=now or datetime.now(UTC)))
+    return True
+
+
+def authenticate(engine: Engine, token: str, api_token: str | None) -> Principal | None:
+    """The principal ``token`` names: ``OPSGATE_API_TOKEN``'s service, or a live principal;
+    None for an unknown or revoked token."""
+    if api_token and hmac.compare_digest(token.encode("utf-8"), api_token.encode("utf-8")):
+        return API_TOKEN
+    with connection(engine) as conn:
+        row = conn.execute(
+            select(api_principal.c.name, api_principal.c.role, api_principal.c.slack_user)
+            .where(api_principal.c.token_hash == token_hash(token),
+                   api_principal.c.revoked_at.is_(None))).mappings().first()
+    return None if row is None else _principal(row)
+
+
+def tokens_configured(engine: Engine, api_token: str | None) -> bool:
+    """Whether the server has any token (then every write, and reads unless opened, need one)."""
+    if api_token:
+        return True
+    with connection(engine) as conn:
+        return conn.execute(select(api_principal.c.id)
+                            .where(api_principal.c.revoked_at.is_(None)).limit(1)).first() \
+            is not None
+
+
+def _principal(row: Mapping[Any, Any]) -> Principal:
+    # A row edited by hand to an unknown role reads as the least it could mean.
+    role = _ROLE_NAMED.get(str(row["role"]), "reader")
+    return Principal(str(row["name"]), role, row["slack_user"])
+
+
+def shown_actor(actor: str, meta: Mapping[str, Any]) -> str:
+    """A timeline row's actor as people read it: ``svc-ci for sre@acme`` when the request
+    stated another actor than the principal that made it."""
+    stated = meta.get("stated_actor")
+    return f"{actor} for {stated}" if stated else actor

@@ -1,0 +1,84 @@
+"""JSON as RFC 8259 has it: numbers are finite. Python's ``json`` reads ``NaN``, ``Infinity`` and
+``-Infinity`` (and pydantic's floats allow them), and every comparison with NaN is false, so a
+bound such as ``risk_score <= 1`` lets one through. Wherever JSON enters — the REST API, Slack
+payloads, the model's tool arguments, a ChangePlan — such numbers are refused with this module.
+
+Text a document must be storable as (I-JSON, RFC 7493, and PostgreSQL's ``jsonb``): no lone
+surrogates, no NUL character."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+Path = list[str | int]
+
+
+class NonFiniteNumber(ValueError):
+    """A document holds NaN or ±Infinity."""
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads`` that refuses NaN and ±Infinity (``NonFiniteNumber``)."""
+    return json.loads(text, parse_constant=_refuse)
+
+
+def _refuse(constant: str) -> Any:
+    raise NonFiniteNumber(f"{constant} is not a number JSON allows")
+
+
+def non_finite(value: Any) -> Iterator[tuple[Path, float]]:
+    """Where ``value`` (parsed JSON) holds NaN or ±Infinity, and what; iterative, so a deeply
+    nested document cannot exhaust the interpreter's stack."""
+    stack: list[tuple[Path, Any]] = [([], value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            yield path, item
+        elif isinstance(item, Mapping):
+            stack.extend(([*path, str(key)], inner) for key, inner in item.items())
+        elif isinstance(item, list | tuple):
+            stack.extend(([*path, n], inner) for n, inner in enumerate(item))
+
+
+def unstorable_text(value: Any) -> Iterator[tuple[Path, str]]:
+    """Where ``value`` holds a string or key that is not valid Unicode or contains NUL, and
+    why."""
+    stack: list[tuple[Path, Any]] = [([], value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str):
+            yield from ((path, why) for why in _text_flaws(item))
+        elif isinstance(item, Mapping):
+            for key, inner in item.items():
+                yield from ((path, f"key {key!r}: {why}") for why in _text_flaws(str(key)))
+                stack.append(([*path, str(key)], inner))
+        elif isinstance(item, list | tuple):
+            stack.extend(([*path, n], inner) for n, inner in enumerate(item))
+
+
+def _text_flaws(text: str) -> list[str]:
+    flaws = []
+    if "\x00" in text:
+        flaws.append("contains NUL (\\u0000), which cannot be stored")
+    if any("\ud800" <= char <= "\udfff" for char in text):
+        flaws.append("is not valid Unicode (a lone surrogate)")
+    return flaws
+
+
+def where(path: Path, root: str) -> str:
+    """``path`` as people read it: ``plan.steps[0].params``."""
+    return root + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in path)
+
+
+def unstorable_text_problems(value: Any, root: str) -> list[str]:
+    """One line for each string in ``value`` that cannot be stored."""
+    return [f"{where(path, root)}: {why}" for path, why in unstorable_text(value)]
+
+
+def non_finite_problems(value: Any, root: str) -> list[str]:
+    """One line for each NaN or ±Infinity in ``value``."""
+    return [f"{where(path, root)}: {number!r} is not a number JSON allows (NaN and Infinity are "
+            "refused)" for path, number in non_finite(value)]
