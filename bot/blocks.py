@@ -225,6 +225,8 @@ def help_message(note: str | None = None) -> Message:
         f"`{COMMAND} {Subcommand.LIST} [status]` latest cases, optionally in one status",
         f"`{COMMAND} {Subcommand.SIMILAR} <id>` similar past cases (what resolved them) and "
         "relevant runbooks",
+        f"`{COMMAND} {Subcommand.CATCHUP} <id>` catch up on a case: where it stands, what it "
+        "waits on, the last events, who approved what",
         f"`{COMMAND} {Subcommand.HELP}` this help",
         "Mention me in a channel to open a case for that thread, or in a case's thread "
         "to continue it.",

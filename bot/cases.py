@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
 from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
 from sqlalchemy import String, cast, select
 
 from bot.agent import Agent
-from bot.blocks import short_id
+from bot.blocks import short_id, who
+from bot.card import CaseState
+from bot.card_keeper import CardKeeper
 from bot.store import ApprovalRef, SlackStore
 from core.adapters.database import connection
 from core.adapters.tables import ops_case
@@ -36,6 +41,7 @@ OPEN_WAIT_S = 10.0  # a duplicate delivery waits this long for the first one's c
 _MENTION = re.compile(r"<@[A-Z0-9]+(\|[^>]*)?>")
 _PREFIX = re.compile(r"^[0-9a-f-]{4,36}$")
 TITLE_MAX = 200
+THREAD_STATUS = "is working on it…"  # Slack's assistant status: "opsgate is working on it…"
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,8 @@ class SlackCases:
         self.client = client
         self.store = store
         self.agent = agent
+        self.cards = CardKeeper(app)
+        self.thread_status = True  # whether assistant.threads.setStatus works for this app
 
     # -- conversations ----------------------------------------------------------------------
 
@@ -97,16 +105,49 @@ class SlackCases:
     def converse(self, case_id: UUID, where: SlackThread, text: str, *, user: str,
                  opened: bool, event_id: str) -> str:
         """Hand ``text`` to the agent (or, without one, acknowledge) and reply in the thread,
-        once per Slack event."""
-        if self.agent is not None:
-            reply = self.agent.converse(case_id, text, user=user, correlation_id=event_id)
-        elif opened:
+        once per Slack event; the thread shows the agent working until the reply is posted."""
+        if self.agent is None:
             reply = (f"Opened case `{short_id(case_id)}` for this thread. Its analysis, the "
-                     "proposed plan and the approval buttons will appear here.")
-        else:
-            reply = f"Noted on case `{short_id(case_id)}`."
-        self.say(where, reply, business_key=f"reply:{event_id}")
+                     "proposed plan and the approval buttons will appear here.") if opened \
+                else f"Noted on case `{short_id(case_id)}`."
+            self.say(where, reply, business_key=f"reply:{event_id}")
+            return reply
+        with self.working(case_id, where, user):
+            reply = self.agent.converse(case_id, text, user=user, correlation_id=event_id)
+            self.say(where, reply, business_key=f"reply:{event_id}")
         return reply
+
+    @contextmanager
+    def working(self, case_id: UUID, where: SlackThread, user: str) -> Iterator[None]:
+        """While the agent works on ``user``'s message: Slack's own status in the thread
+        (``assistant.threads.setStatus``) where the app has it, else a context line on the case
+        card; either clears when the turn ends."""
+        if self._set_thread_status(where, THREAD_STATUS):
+            try:
+                yield
+            finally:
+                self._set_thread_status(where, "")
+            return
+        self.cards.working(case_id, f"opsgate is working on {who(user)}'s message…")
+        try:
+            yield
+        finally:
+            self.cards.working(case_id, None)
+
+    def _set_thread_status(self, where: SlackThread, status: str) -> bool:
+        """Whether Slack took the thread status; an app without it (not an AI app, an older
+        workspace, a sandbox) is asked once, then the card shows the working line instead."""
+        if not self.thread_status:
+            return False
+        try:
+            self.client.assistant_threads_setStatus(channel_id=where.channel,
+                                                    thread_ts=where.thread_ts, status=status)
+            return True
+        except SlackApiError as refused:
+            self.thread_status = False
+            log.info("assistant.threads.setStatus refused (%s): the case card shows when the "
+                     "agent works", refused.response.get("error"))
+            return False
 
     def say(self, where: SlackThread, text: str, *, business_key: str,
             blocks: list[dict[str, Any]] | None = None) -> None:
@@ -147,6 +188,11 @@ class SlackCases:
         cases (top 3, with what resolved them), relevant runbooks and the best plan."""
         case = self.find_case(prefix)
         return Library(self.app.engine).evidence_for(UUID(str(case["case_id"])))
+
+    def catchup(self, prefix: str) -> CaseState:
+        """The case ``prefix`` names, as the card and the catch-up show it."""
+        case_id = UUID(str(self.find_case(prefix)["case_id"]))
+        return self.cards.state(case_id, self.cards.store.card(case_id))
 
     def _ids_starting_with(self, prefix: str) -> list[UUID]:
         engine = self.app.engine

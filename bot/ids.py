@@ -15,6 +15,7 @@ class Subcommand(StrEnum):
     TIMELINE = "timeline"
     LIST = "list"
     SIMILAR = "similar"
+    CATCHUP = "catchup"
     HELP = "help"
 
 

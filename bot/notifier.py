@@ -1,11 +1,13 @@
-"""The notifier as Slack shows it: a proposed plan becomes one Block Kit message with ``Approve``
-and ``Reject`` buttons bound to an approval id; when the gate decides (or records a first yes
-of two), that message is replaced in place (``chat.update``). The analyst's findings are a short
-Block Kit summary (``core.analysis.render.findings_blocks``). Every other fact is the core's
-text line in the case's thread.
+"""The notifier as Slack shows it: one case card per case, kept current in place, and a quiet
+thread. The card (``bot.card``, kept by ``bot.card_keeper``) is posted when the case opens and
+updated on every fact about the case; the thread gets only what asks for a human or records a
+decision: the plan message with ``Approve`` and ``Reject`` (replaced in place, ``chat.update``,
+when the gate decides or records a first yes of two), PARKED with why, CLOSED.
 
 It replaces the core notifier by name (``Extensions.consumers["notifier"]``); posts and updates
-go through the gateway like the core's, so a redelivered event never posts twice.
+go through the gateway like the core's, so a redelivered event never posts twice. Besides the
+core's topics it follows pins (``evt.chat.pinned.v1``) and each verification reading's command
+(``cmd.verify.run``, due when the next reading is: the card shows the previous reading).
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from bot.blocks import Decision, plan_message
+from bot.card import outcome_post
+from bot.card_keeper import CardKeeper
 from bot.ids import Action
 from bot.store import SlackStore
-from core.analysis.findings import FINDINGS_TOPIC
-from core.analysis.render import findings_blocks, findings_text
-from core.chat import Blocks
+from core.chat import PINNED_TOPIC, Blocks
 from core.consumers.notifier import Notifier, Payload
 from core.domain.messages import Topic
 from core.gateway import ToolCall
@@ -36,28 +38,37 @@ _DECISIONS = {Topic.PLAN_APPROVED: "gate_approved", Topic.PLAN_REJECTED: "gate_r
 
 
 class SlackNotifier(Notifier):
-    """The core notifier plus the plan message and its in-place updates."""
+    """The case card, the plan message and its in-place updates, and the thread's few posts."""
+
+    topics: tuple[str, ...] = (*Notifier.topics, PINNED_TOPIC, Topic.VERIFY_RUN)
 
     def __init__(self, app: App, store: SlackStore | None = None) -> None:
         super().__init__(app)
         self.cases = app.cases
         self.policy = app.cases.policy
         self.store = store or SlackStore(app.engine)
+        self.cards = CardKeeper(app, sink=self.sink)
 
     def message(self, topic: str, payload: Payload) -> tuple[str, Blocks | None] | None:
+        """What the thread is told: the plan with its buttons, PARKED with why, CLOSED; every
+        other fact is on the card only."""
         if topic == Topic.PLAN_PROPOSED:
-            plan = self._plan_message(payload)
-            if plan is not None:
-                return plan
-        if topic == FINDINGS_TOPIC:
-            return findings_text(payload), findings_blocks(payload)
-        return super().message(topic, payload)
+            return self._plan_message(payload) or super().message(topic, payload)
+        if topic == Topic.CASE_TRANSITION:
+            text = outcome_post(payload)
+            return None if text is None else (text, None)
+        return None
 
     def handle(self, delivery: Delivery) -> None:
-        super().handle(delivery)
         envelope = delivery.envelope
+        case_id = UUID(str(envelope.payload.get("case_id", envelope.key)))
+        if envelope.topic == Topic.CASE_OPENED:
+            self.cards.post(case_id)
+            return
+        super().handle(delivery)
         if envelope.topic in _DECISIONS:
             self._update_plan_message(envelope.message_id, envelope.topic, envelope.payload)
+        self.cards.refresh(case_id)
 
     def _post(self, args: Mapping[str, Any]) -> dict[str, Any]:
         posted = super()._post(args)

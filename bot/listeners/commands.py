@@ -1,4 +1,4 @@
-"""``/case new|status|timeline|list|similar|help``: answered in the ack, ephemeral (only the
+"""``/case new|status|timeline|list|similar|catchup|help``: answered in the ack, ephemeral (only the
 asker needs it); ``new`` starts the case's thread in the channel right after the ack. Unknown
 subcommands get the help."""
 
@@ -21,6 +21,7 @@ from bot.blocks import (
     short_id,
     who,
 )
+from bot.card import catchup_message
 from bot.cases import SlackCases, SlackThread, title_of
 from bot.failures import correlation_id, failure_text
 from bot.ids import COMMAND, Subcommand
@@ -65,6 +66,10 @@ def answer_for(cases: SlackCases, subcommand: str, rest: str) -> Message:
         if not rest:
             return help_message(f"`{COMMAND} similar` needs a case id (or its start).")
         return case_similar(cases.evidence(rest.split()[0]))
+    if subcommand == Subcommand.CATCHUP:
+        if not rest:
+            return help_message(f"`{COMMAND} catchup` needs a case id (or its start).")
+        return catchup_message(cases.catchup(rest.split()[0]))
     if subcommand == Subcommand.LIST:
         status = rest.split()[0] if rest else None
         return case_list(cases.list_cases(status), status.upper() if status else None)

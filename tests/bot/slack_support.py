@@ -42,12 +42,83 @@ GROUPS = {"S0ONCALL": [APPROVER]}  # the user groups the fake Slack knows
 # -- Slack's Web API, played locally ----------------------------------------------------------
 
 
+MAX_BLOCKS = 50  # a message's blocks (docs.slack.dev/reference/block-kit/blocks)
+LIMITS = {("section", "text"): 3000, ("header", "text"): 150, ("context", "elements"): 10,
+          ("actions", "elements"): 25, ("section", "fields"): 10}
+FIELD_TEXT = 2000  # each of a section's fields
+BLOCK_ID, ACTION_ID, BUTTON_TEXT, BUTTON_VALUE, URL = 255, 255, 75, 2000, 3000
+
+
+def block_kit_problems(blocks: object) -> list[str]:
+    """What Slack would refuse in a message's ``blocks`` (its documented Block Kit limits), each
+    problem as Slack words it, with a JSON pointer; empty when Slack takes them."""
+    if blocks is None:
+        return []
+    if not isinstance(blocks, list):
+        return ["must be an array [json-pointer:/blocks]"]
+    problems = [f"must provide at most {MAX_BLOCKS} items [json-pointer:/blocks]"] \
+        if len(blocks) > MAX_BLOCKS else []
+    for n, block in enumerate(blocks):
+        problems += [f"{problem} [json-pointer:/blocks/{n}{where}]"
+                     for problem, where in _block_problems(block)]
+    return problems
+
+
+def _block_problems(block: Any) -> list[tuple[str, str]]:
+    kind = block.get("type")
+    found: list[tuple[str, str]] = []
+    if len(str(block.get("block_id", ""))) > BLOCK_ID:
+        found.append((f"must be less than {BLOCK_ID + 1} characters", "/block_id"))
+    text = (block.get("text") or {}).get("text") if isinstance(block.get("text"), dict) else None
+    limit = LIMITS.get((kind, "text"))
+    if text is not None and limit is not None and not 0 < len(text) <= limit:
+        found.append((f"must be between 1 and {limit} characters", "/text/text"))
+    if kind == "header" and (block.get("text") or {}).get("type") != "plain_text":
+        found.append(("must be a plain_text object", "/text"))
+    for name in ("elements", "fields"):
+        items = block.get(name) or []
+        limit = LIMITS.get((kind, name))
+        if limit is not None and len(items) > limit:
+            found.append((f"must provide at most {limit} items", f"/{name}"))
+    for n, item in enumerate(block.get("fields") or []):
+        if len(str(item.get("text", ""))) > FIELD_TEXT:
+            found.append((f"must be less than {FIELD_TEXT + 1} characters", f"/fields/{n}/text"))
+    elements = [(f"/elements/{n}", e) for n, e in enumerate(block.get("elements") or [])]
+    if isinstance(block.get("accessory"), dict):
+        elements.append(("/accessory", block["accessory"]))
+    for where, element in elements:
+        found += [(problem, f"{where}{at}") for problem, at in _element_problems(element)]
+    return found
+
+
+def _element_problems(element: Any) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    if element.get("type") in ("mrkdwn", "plain_text") and not 0 < len(
+            str(element.get("text", ""))) <= 3000:
+        found.append(("must be between 1 and 3000 characters", "/text"))
+    if element.get("type") != "button":
+        return found
+    for name, limit, at in (("action_id", ACTION_ID, "/action_id"),
+                            ("value", BUTTON_VALUE, "/value"), ("url", URL, "/url")):
+        if len(str(element.get(name, ""))) > limit:
+            found.append((f"must be less than {limit + 1} characters", at))
+    if len(str((element.get("text") or {}).get("text", ""))) > BUTTON_TEXT:
+        found.append((f"must be less than {BUTTON_TEXT + 1} characters", "/text/text"))
+    return found
+
+
 @dataclass
 class FakeSlack:
-    """A recording Web API: every call is kept; messages get increasing ``ts``."""
+    """A recording Web API: every call is kept; messages get increasing ``ts``; blocks beyond
+    Slack's Block Kit limits are refused as Slack does (``invalid_blocks``). ``said`` holds
+    what people wrote (``conversations.replies`` reads it with the bot's posts); with
+    ``assistant`` off, ``assistant.threads.setStatus`` is refused as for an app without the
+    AI-app feature."""
 
     server: LocalServer
     messages: list[dict[str, Any]] = field(default_factory=list)
+    said: list[dict[str, Any]] = field(default_factory=list)
+    assistant: bool = False
     _ts: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -73,6 +144,18 @@ class FakeSlack:
     def texts(self) -> list[str]:
         return [str(post.get("text")) for post in self.posts()]
 
+    def say(self, user: str, text: str, ts: str, thread_ts: str | None = None) -> None:
+        """A person's message in the channel, as ``conversations.replies`` will show it."""
+        message = {"type": "message", "user": user, "text": text, "ts": ts, "team": TEAM}
+        if thread_ts is not None:
+            message["thread_ts"] = thread_ts
+        with self._lock:
+            self.said.append(message)
+
+    def updates_of(self, ts: str) -> list[dict[str, Any]]:
+        """Every ``chat.update`` of the message ``ts``, in order."""
+        return [call for call in self.calls("chat.update") if call.get("ts") == ts]
+
     def wait_for(self, done: Callable[[], bool], timeout_s: float = 20.0,
                  what: str = "the condition") -> None:
         deadline = time.monotonic() + timeout_s
@@ -90,30 +173,83 @@ def args_of(seen: Seen) -> dict[str, Any]:
     return {name: values[0] for name, values in parse_qs(body).items()}
 
 
+class Refused(Exception):
+    """A Web API call Slack answers with ``{"ok": false, "error": …}`` (HTTP 200)."""
+
+    def __init__(self, error: str, **details: Any) -> None:
+        super().__init__(error)
+        self.answer = {"ok": False, "error": error, **details}
+
+
 def _web_api(slack: FakeSlack) -> dict[str, Any]:
     def answer(extra: Callable[[Seen], dict[str, Any]]) -> Callable[[Seen], Reply]:
         def route(seen: Seen) -> Reply:
-            return Reply(200, json.dumps({"ok": True, **extra(seen)}).encode(),
-                         {"Content-Type": "application/json"})
+            try:
+                body = {"ok": True, **extra(seen)}
+            except Refused as refused:
+                body = refused.answer
+            return Reply(200, json.dumps(body).encode(), {"Content-Type": "application/json"})
         return route
 
-    def posted(seen: Seen) -> dict[str, Any]:
+    def checked(seen: Seen) -> dict[str, Any]:
         args = args_of(seen)
+        blocks = args.get("blocks")
+        problems = block_kit_problems(json.loads(blocks) if isinstance(blocks, str) else blocks)
+        if problems:
+            raise Refused("invalid_blocks", errors=problems)
+        return args
+
+    def posted(seen: Seen) -> dict[str, Any]:
+        args = checked(seen)
         ts = slack.next_ts()
         with slack._lock:
             slack.messages.append({**args, "ts": ts})
         return {"ts": ts, "channel": args.get("channel"), "message": args}
 
     def updated(seen: Seen) -> dict[str, Any]:
-        args = args_of(seen)
+        args = checked(seen)
         return {"ts": args.get("ts"), "channel": args.get("channel")}
+
+    def ephemeral(seen: Seen) -> dict[str, Any]:
+        checked(seen)
+        return {"message_ts": slack.next_ts()}
+
+    def thread_status(_seen: Seen) -> dict[str, Any]:
+        if not slack.assistant:
+            raise Refused("method_not_supported_for_channel_type")
+        return {}
+
+    def replies(seen: Seen) -> dict[str, Any]:
+        args = args_of(seen)
+        with slack._lock:
+            every = [*slack.said, *({"type": "message", "user": BOT_USER, "bot_id": "B0BOT",
+                                     **{k: m[k] for k in ("text", "ts", "thread_ts") if k in m}}
+                                    for m in slack.messages)]
+        wanted = str(args.get("ts"))
+        found = next((m for m in every if m["ts"] == wanted), None)
+        if found is None:
+            raise Refused("thread_not_found")
+        root = str(found.get("thread_ts") or found["ts"])
+        thread = sorted((m for m in every if m["ts"] == root or m.get("thread_ts") == root),
+                        key=lambda m: float(m["ts"]))
+        return {"messages": thread, "has_more": False}
+
+    def permalink(seen: Seen) -> dict[str, Any]:
+        args = args_of(seen)
+        ts = str(args.get("message_ts"))
+        return {"channel": args.get("channel"),
+                "permalink": f"https://t.slack.com/archives/{args.get('channel')}/"
+                             f"p{ts.replace('.', '')}"}
 
     return {
         "/api/auth.test": answer(lambda _s: {"team_id": TEAM, "user_id": BOT_USER,
                                              "bot_id": "B0BOT", "url": "https://t.slack.com/"}),
         "/api/chat.postMessage": answer(posted),
         "/api/chat.update": answer(updated),
-        "/api/chat.postEphemeral": answer(lambda _s: {"message_ts": slack.next_ts()}),
+        "/api/chat.postEphemeral": answer(ephemeral),
+        "/api/assistant.threads.setStatus": answer(thread_status),
+        "/api/conversations.replies": answer(replies),
+        "/api/chat.getPermalink": answer(permalink),
         "/api/views.open": answer(lambda _s: {"view": {"id": "V0001"}}),
         "/api/usergroups.users.list": answer(
             lambda seen: {"users": GROUPS.get(str(args_of(seen).get("usergroup")), [])}),
@@ -121,9 +257,9 @@ def _web_api(slack: FakeSlack) -> dict[str, Any]:
 
 
 @contextmanager
-def fake_slack() -> Iterator[FakeSlack]:
+def fake_slack(*, assistant: bool = False) -> Iterator[FakeSlack]:
     with local_server() as server:
-        slack = FakeSlack(server)
+        slack = FakeSlack(server, assistant=assistant)
         server.routes.update(_web_api(slack))
         yield slack
 
@@ -274,9 +410,11 @@ def settings_for(slack: FakeSlack, **overrides: Any) -> Settings:
 
 @contextmanager
 def running_bot(engine: Engine, *, agent: Agent | None = None, loop: bool = True,
-                real_agent: bool = False, **overrides: Any) -> Iterator[Stack]:
+                real_agent: bool = False, assistant: bool = False,
+                **overrides: Any) -> Iterator[Stack]:
     """The bot serving ``POST /slack/events`` on 127.0.0.1 with the in-process loop; with
-    ``real_agent`` the agent package (converse and its planner) instead of a scripted agent."""
+    ``real_agent`` the agent package (converse and its planner) instead of a scripted agent;
+    with ``assistant`` an app that may set the thread's status."""
     consumers: dict[str, Any] = {"notifier": SlackNotifier}
     if real_agent:
         import agent as agent_package
@@ -285,7 +423,7 @@ def running_bot(engine: Engine, *, agent: Agent | None = None, loop: bool = True
     else:
         agent = agent or ScriptedAgent()
     served: list[SlackEvents] = []
-    with fake_slack() as slack:
+    with fake_slack(assistant=assistant) as slack:
         def mount(app: App, api: Any) -> None:
             served.append(SlackEvents(build_bolt(app, agent=agent), SECRET))
             mount_slack_events(app, api, served[-1])

@@ -1,7 +1,8 @@
-"""The evidence in Slack: the analyst's findings are a Block Kit summary in the case thread (a
-finding's Query button is acknowledged), and ``/case similar <id>`` answers, ephemerally, with
-the case's similar past cases (what resolved them) and relevant runbooks, on SQLite and
-PostgreSQL; ``opsgate demo`` reads the recorded demo series unless ``OPSGATE_SERIES_DIR`` is set."""
+"""The evidence in Slack: the analyst's findings are on the case card, one line each with a link
+to its graph (a Query button of an older findings message is acknowledged), and ``/case similar
+<id>`` answers, ephemerally, with the case's similar past cases (what resolved them) and relevant
+runbooks, on SQLite and PostgreSQL; ``opsgate demo`` reads the recorded demo series unless
+``OPSGATE_SERIES_DIR`` is set."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from uuid import UUID
 import pytest
 from sqlalchemy import Engine
 
+from bot.card import CaseState, card_message
 from bot.notifier import SlackNotifier
 from core.analysis.findings import FINDINGS_TOPIC
-from core.analysis.render import findings_blocks, findings_text
 from core.analysis.sources import RECORDED_DEMO
 from core.library import Library
 from tests.bot.slack_support import APPROVER, Stack, running_bot
@@ -40,39 +41,50 @@ def findings_posts(bot: Stack) -> list[dict[str, Any]]:
             if "Analysis:" in json.dumps(blocks_of(post))]
 
 
-def test_findings_are_a_block_kit_summary_in_the_case_thread(sqlite_engine: Engine) -> None:
+def happening(update: dict[str, Any]) -> str:
+    """The card's "What is happening" section in one of its updates."""
+    return next(str(b["text"]["text"]) for b in blocks_of(update)
+                if b.get("block_id") == "case_card_happening")
+
+
+def test_findings_are_on_the_case_card_not_in_the_thread(sqlite_engine: Engine) -> None:
     with running_bot(sqlite_engine, series_dir=str(RECORDED_DEMO)) as bot:
         assert bot.mention("<@U0OPSGATE> checkout latency up since the deploy",
                            event_id="Ev0FIND", ts="1700000100.000100").status_code == 200
-        bot.slack.wait_for(lambda: bool(findings_posts(bot)), what="the findings summary")
-        [post] = findings_posts(bot)
-        assert post["thread_ts"] == "1700000100.000100"
-        assert post["text"].startswith("Analysis: 1 finding(s) in latency_p95_ms")
-        blocks = blocks_of(post)
-        assert blocks[0]["text"]["text"] == "*Analysis: 1 finding(s) in latency_p95_ms*"
-        finding = blocks[1]["text"]["text"]
-        assert "latency_p95_ms stepped up" in finding and "_confidence 99%_" in finding
-        assert "accessory" not in blocks[1]  # recorded series: no Prometheus graph to link to
+        bot.slack.wait_for(lambda: bool(bot.plan_messages()), what="the plan message")
+        card = next(p for p in bot.slack.posts() if p["text"].startswith("🔎 Case"))
+        assert card["thread_ts"] == "1700000100.000100"
+        bot.slack.wait_for(lambda: any("stepped up" in happening(u)
+                                       for u in bot.slack.updates_of(card["ts"])),
+                           what="the findings on the card")
+        shown = next(happening(u) for u in bot.slack.updates_of(card["ts"])
+                     if "stepped up" in happening(u))
+        assert shown.startswith("*What is happening*\n• latency_p95_ms stepped up")
+        assert "_(99%)_" in shown and "|graph>" not in shown  # recorded series: no graph
+        assert findings_posts(bot) == []  # the thread is not told
 
 
-def test_the_slack_notifier_renders_the_findings_fact(sqlite_engine: Engine) -> None:
+def test_the_card_links_each_finding_to_its_graph(sqlite_engine: Engine) -> None:
     payload = {"case_id": str(UUID(int=7)), "checked": ["http_5xx_ratio"], "missing": [],
                "findings": [{"metric": "http_5xx_ratio", "statistic": "error_ratio",
                              "summary": "http_5xx_ratio 9% vs 0.2% before", "confidence": 0.97,
                              "link": "http://prometheus:9090/graph?g0.expr=x"}],
                "similar_cases": [{"title": "payments 502", "resolved_by": "Fail over"}],
                "runbooks": [{"title": "Errors after a deploy"}]}
+    row = {"event": "analysis_findings", "actor": "analyst", "reason": "1 finding",
+           "created_at": "2026-11-23T07:00:00+00:00",
+           "meta": {"outcome": "note", "context": payload}}
+    _, blocks = card_message(CaseState({"case_id": str(UUID(int=7)), "title": "5xx",
+                                        "severity": "SEV2", "status": "ANALYZING"}, [row]))
+    shown = happening({"blocks": blocks})
+    assert "• http_5xx_ratio 9% vs 0.2% before _(97%)_ " \
+           "<http://prometheus:9090/graph?g0.expr=x|graph>" in shown
     with running_bot(sqlite_engine, loop=False) as bot:
-        message = SlackNotifier(bot.app).message(FINDINGS_TOPIC, payload)
-        assert message == (findings_text(payload), findings_blocks(payload))
-        text, blocks = message
-        assert "Similar: payments 502 (resolved by Fail over)" in text
-        assert blocks is not None and blocks[-1]["type"] == "context"
-        button = blocks[1]["accessory"]
-        assert button["url"] == "http://prometheus:9090/graph?g0.expr=x"
-
-        # Slack reports a link button's click too: the bot acknowledges it and does nothing.
-        click = bot.click(button["action_id"], "", user=APPROVER, message_ts="1700000200.0001")
+        assert SlackNotifier(bot.app).message(FINDINGS_TOPIC, payload) is None
+        # A findings message of an older release carried Query buttons: Slack still reports
+        # their clicks, and the bot acknowledges them and does nothing.
+        click = bot.click("finding_link_http_5xx_ratio", "", user=APPROVER,
+                          message_ts="1700000200.0001")
         assert click.status_code == 200 and not bot.slack.posts()
 
 

@@ -145,8 +145,12 @@ def test_a_risky_plan_needs_two_distinct_approvers(pg_engine: Engine) -> None:
         bot.slack.wait_for(lambda: any(u.get("ts") == plan["ts"]
                                        for u in bot.slack.calls("chat.update")),
                            what="the pending update")
-        pending = json.dumps(bot.slack.calls("chat.update")[-1]["blocks"])
+        pending = json.dumps(bot.slack.updates_of(plan["ts"])[-1]["blocks"])
         assert "1 more approval" in pending and "plan_approve" in pending  # buttons stay
+        card = next(p for p in bot.slack.posts() if p["text"].startswith("🔎 Case"))
+        bot.slack.wait_for(lambda: any("approvals 1 of 2: <@U0BOB>" in json.dumps(
+            u["blocks"], ensure_ascii=False) for u in bot.slack.updates_of(card["ts"])),
+                           what="the quorum's progress on the card")
         bot.click(Action.APPROVE, approval_id, user=APPROVER, message_ts=plan["ts"])  # again
         assert "already recorded" in wait_ephemeral(bot, APPROVER, 2)[1]
         assert bot.app.cases.get_case(case_id)["status"] == "WAIT_GATE"

@@ -139,7 +139,7 @@ def test_mention_then_approval_closes_the_case(page):
     expect(page.locator("#case-status")).to_have_text("CLOSED")
     thread = page.locator("#thread")
     expect(thread).to_contain_text("Approved")
-    expect(thread).to_contain_text("VERIFYING → CLOSED")
+    expect(thread).to_contain_text("is CLOSED: all 2 checks passed")
     expect(thread.get_by_role("button", name="Approve")).to_have_count(0)
     expect(page.locator("#timeline [data-event=verify_pass]")).to_have_count(1)
     shot(page, "sandbox-closed")
@@ -206,7 +206,7 @@ def test_with_chaos_on_nothing_happens_twice(page, demo):
     assert events["plan_ready"] == 1 and events["gate_approved"] == 1, events
     assert events["verify_pass"] == 1, events
     thread = page.locator("#thread")
-    expect(thread.locator(".message", has_text="Case opened by")).to_have_count(1)
+    expect(thread.locator(".message", has_text="to catch up")).to_have_count(1)  # one card
     expect(thread.locator(".bk-header", has_text="Plan:")).to_have_count(1)
 
 

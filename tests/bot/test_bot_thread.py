@@ -1,0 +1,165 @@
+"""The incident thread people want to read, through Slack: a case that runs to CLOSED leaves its
+card, the plan with its buttons, CLOSED and the agent's own reply — nothing else — while the card
+follows every stage in place; the thread shows the agent working; ``/case catchup`` tells a
+latecomer where the case stands, at the gate and once closed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import Engine
+
+from bot.ids import Action
+from tests.bot.slack_support import (
+    APPROVER,
+    FakeSlack,
+    ScriptedAgent,
+    Stack,
+    approval_of,
+    block_kit_problems,
+    running_bot,
+)
+
+ORDER = ["NEW", "ANALYZING", "PLANNING", "WAIT_GATE", "EXECUTING", "VERIFYING", "CLOSED"]
+POSTS_BEFORE = 11
+"""Thread posts of this story before the card (measured on b01ccfc, the commit before it): the
+agent's reply, "Case opened", three transitions, the plan, "waiting for approval", "approved",
+the step, "Verifying … waiting for", "VERIFYING → CLOSED"."""
+
+
+def card_of(slack: FakeSlack) -> dict[str, Any]:
+    return next(p for p in slack.posts() if str(p.get("text")).startswith("🔎 Case"))
+
+
+def texts(update: dict[str, Any]) -> str:
+    blocks = update["blocks"]
+    blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
+    return "\n".join(b["text"]["text"] if isinstance(b.get("text"), dict) else
+                     " ".join(e["text"] for e in b.get("elements") or []) for b in blocks)
+
+
+def status(update: dict[str, Any]) -> str:
+    return texts(update).split(" ")[1]
+
+
+def to_the_gate(bot: Stack, ts: str, title: str = "checkout returns 500s"
+                ) -> tuple[UUID, dict[str, Any]]:
+    bot.mention(f"<@U0BOT> {title}", event_id=f"Ev{ts}", ts=ts)
+    bot.slack.wait_for(lambda: bool(bot.plan_messages()), what="the plan message")
+    case_id = bot.case_of_thread(ts)
+    assert case_id is not None
+    return case_id, bot.plan_messages()[0]
+
+
+def approve_and_close(bot: Stack, case_id: UUID, plan: dict[str, Any]) -> None:
+    bot.click(Action.APPROVE, approval_of(plan) or "", user=APPROVER, message_ts=plan["ts"],
+              thread_ts=plan["thread_ts"])
+    bot.slack.wait_for(lambda: bot.app.cases.get_case(case_id)["status"] == "CLOSED",
+                       what="the case to close")
+    bot.slack.wait_for(lambda: any("CLOSED" in str(p["text"]) for p in bot.slack.posts()),
+                       what="CLOSED in the thread")
+
+
+def test_a_closed_case_leaves_four_posts_and_a_card_that_followed_every_stage(
+        engine: Engine) -> None:
+    with running_bot(engine) as bot:
+        case_id, plan = to_the_gate(bot, "1.000100")
+        approve_and_close(bot, case_id, plan)
+        card = card_of(bot.slack)
+        bot.slack.wait_for(lambda: status(bot.slack.updates_of(card["ts"])[-1]) == "CLOSED",
+                           what="the card to say CLOSED")
+
+        thread = [p for p in bot.slack.posts() if p.get("thread_ts") == "1.000100"]
+        assert len(thread) == 4 < POSTS_BEFORE, [p["text"] for p in thread]
+        kinds = sorted(("card" if p is card or p["ts"] == card["ts"] else
+                        "plan" if approval_of(p) else
+                        "closed" if str(p["text"]).startswith("✅ Case") else
+                        "agent" if p["text"] == ScriptedAgent.reply else p["text"])
+                       for p in thread)
+        assert kinds == ["agent", "card", "closed", "plan"]
+        assert "the check passed" in next(p["text"] for p in thread
+                                          if str(p["text"]).startswith("✅ Case"))
+
+        updates = bot.slack.updates_of(card["ts"])
+        stages = [status(u) for u in updates]
+        assert [ORDER.index(s) for s in stages] == sorted(ORDER.index(s) for s in stages), \
+            stages  # never back a stage
+        assert {"WAIT_GATE", "CLOSED"} <= set(stages)
+        shown = [texts(u) for u in updates]
+        assert any("Waiting at the gate* — approvals 0 of 1" in s for s in shown)
+        last = shown[-1]
+        for part in ("✅ CLOSED · SEV3 · checkout returns 500s", "Approved by <@U0BOB>",
+                     "✓ step 1 (noop): noop: observe only", "✅ Held: the check passed",
+                     "✅ *CLOSED* at", "/case catchup"):
+            assert part in last, (part, last)
+        for call in (*bot.slack.calls("chat.postMessage"), *bot.slack.calls("chat.update")):
+            assert block_kit_problems(call.get("blocks")) == []
+
+
+def test_while_the_agent_works_the_card_says_so_then_clears(sqlite_engine: Engine) -> None:
+    agent = ScriptedAgent()
+    with running_bot(sqlite_engine, agent=agent) as bot:
+        to_the_gate(bot, "2.000100")
+        card = card_of(bot.slack)
+        agent.delay_s = 1.0
+        bot.mention("<@U0BOT> is it the last deploy?", event_id="EvAsk", ts="2.000300",
+                    thread_ts="2.000100")
+        working = "⏳ opsgate is working on <@U0ALICE>'s message…"
+        bot.slack.wait_for(lambda: any(working in texts(u)
+                                       for u in bot.slack.updates_of(card["ts"])),
+                           what="the working line on the card")
+        bot.slack.wait_for(lambda: len(agent.runs) == 2 and working not in texts(
+            bot.slack.updates_of(card["ts"])[-1]), what="the working line to clear")
+        replies = [p for p in bot.slack.posts() if p["text"] == agent.reply]
+        assert len(replies) == 2  # the agent's answers stay thread replies
+        assert [c["status"] for c in bot.slack.calls("assistant.threads.setStatus")] == \
+            ["is working on it…"]  # asked once; refused: this app has no assistant status
+
+
+def test_an_app_with_the_assistant_status_shows_it_in_the_thread(sqlite_engine: Engine) -> None:
+    agent = ScriptedAgent()
+    with running_bot(sqlite_engine, agent=agent, assistant=True) as bot:
+        to_the_gate(bot, "3.000100")
+        bot.mention("<@U0BOT> anything else?", event_id="EvMore", ts="3.000300",
+                    thread_ts="3.000100")
+        bot.slack.wait_for(lambda: len(bot.slack.calls("assistant.threads.setStatus")) == 4,
+                           what="the thread status set and cleared twice")
+        calls = bot.slack.calls("assistant.threads.setStatus")
+        assert [c["status"] for c in calls] == ["is working on it…", "", "is working on it…", ""]
+        assert all(c["channel_id"] == "C0INCIDENT" and c["thread_ts"] == "3.000100"
+                   for c in calls)
+        card = card_of(bot.slack)
+        assert not any("⏳" in texts(u) for u in bot.slack.updates_of(card["ts"]))
+
+
+def catchup(bot: Stack, case_id: UUID) -> tuple[str, str]:
+    answer = bot.command(f"catchup {str(case_id)[:8]}").json()
+    assert answer["response_type"] == "ephemeral"
+    return answer["text"], texts(answer)
+
+
+def test_catchup_at_the_gate_and_once_closed(engine: Engine) -> None:
+    with running_bot(engine, two_person_risk=0.0) as bot:
+        case_id, plan = to_the_gate(bot, "4.000100")
+        bot.click(Action.APPROVE, approval_of(plan) or "", user=APPROVER, message_ts=plan["ts"])
+        bot.slack.wait_for(lambda: any(r["event"] == "plan_approval" for r in
+                                       bot.app.cases.timeline(case_id)), what="the first yes")
+        text, shown = catchup(bot, case_id)
+        assert text == f"Catch-up on case {str(case_id)[:8]}: WAIT_GATE"
+        assert "*Waiting on* *people*: 1 more approval(s) of plan “Take no action" in shown
+        assert "from U0BOB, U0CAROL (not <@U0ALICE>, who requested it)" in shown
+        assert "*Last 5 event(s)*" in shown and shown.count("\n`") == 5
+        assert f"👍 <@{APPROVER}> approved plan `" in shown and "(1 more needed then)" in shown
+
+        bot.click(Action.APPROVE, approval_of(plan) or "", user="U0CAROL", message_ts=plan["ts"])
+        bot.slack.wait_for(lambda: bot.app.cases.get_case(case_id)["status"] == "CLOSED",
+                           what="the case to close")
+        text, shown = catchup(bot, case_id)
+        assert text.endswith(": CLOSED")
+        assert "*Waiting on* nothing: the case is closed" in shown
+        assert "*verify_pass* VERIFYING → CLOSED by verifier" in shown
+        assert "✅ <@U0CAROL> approved plan `" in shown
+        assert "approved by <@U0BOB>, <@U0CAROL>" in shown
+        assert "needs a case id" in texts(bot.command("catchup").json())
