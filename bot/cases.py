@@ -75,6 +75,7 @@ class SlackCases:
         self.agent = agent
         self.cards = CardKeeper(app)
         self.thread_status = True  # whether assistant.threads.setStatus works for this app
+        self._workspace_url: str | None = None
 
     # -- conversations ----------------------------------------------------------------------
 
@@ -165,6 +166,13 @@ class SlackCases:
         result = self.app.gateway.run(call, post, wait_s=5.0)
         if not result.ok:
             raise RuntimeError(f"reply in thread {where.key}: {result.status} {result.error}")
+
+    def workspace_url(self) -> str:
+        """The workspace's URL (``auth.test``, once), ending in ``/``."""
+        if self._workspace_url is None:
+            url = str(self.client.auth_test().get("url") or "https://slack.com/")
+            self._workspace_url = url if url.endswith("/") else f"{url}/"
+        return self._workspace_url
 
     # -- /case ------------------------------------------------------------------------------
 

@@ -294,6 +294,11 @@ class Settings(BaseSettings):
         default=16, ge=1, le=512,
         description="Threads that run the slow part of Slack requests (the agent) after the ack.",
     )
+    pin_reaction: str = Field(
+        default="pushpin", pattern=r"^:?[a-z0-9_+'-]+:?$",
+        description="The reaction (emoji name, e.g. pushpin or :pushpin:) that pins a message of "
+        "a case's thread to the case's timeline.",
+    )
     # Operations (docs/operations.md): logs, readiness, alert intake, reconciliation.
     log_format: Literal["text", "json"] = Field(
         default="text",

@@ -1,6 +1,7 @@
 """Events: an ``@opsgate`` mention opens (or continues) the case of its thread and hands the text
-to the agent; a message in a case's thread continues that case. The ack is immediate; the work
-runs after it, once per Slack message however often Slack delivers it."""
+to the agent; a message in a case's thread continues that case; the pin reaction on a message of
+a case's thread pins it to the case (``bot.pins``). The ack is immediate; the work runs after it,
+once per Slack message however often Slack delivers it."""
 
 from __future__ import annotations
 
@@ -10,14 +11,16 @@ from slack_bolt import App as Bolt
 
 from bot.cases import SlackCases, SlackThread, title_of
 from bot.listeners import Body, acknowledge, lazy
+from bot.pins import pin, pin_name, reaction_of
 from core.tracing import bound
 
 log = logging.getLogger(__name__)
 
 
-EVENTS = ("app_mention", "message")
+EVENTS = ("app_mention", "message", "reaction_added")
 """The Events API types the bot subscribes to (``manifest.yml``: ``message.channels`` and
-``message.groups`` are the ``message`` events of public and private channels)."""
+``message.groups`` are the ``message`` events of public and private channels). Not
+``reaction_removed``: removing a pin erases no history."""
 
 
 PEOPLE_SAYING = (None, "thread_broadcast")
@@ -30,6 +33,8 @@ def register(bolt: Bolt, cases: SlackCases) -> None:
                               lazy=[lazy(lambda body: on_mention(cases, body), cases.client)])
     bolt.event("message")(ack=acknowledge,
                           lazy=[lazy(lambda body: on_message(cases, body), cases.client)])
+    bolt.event("reaction_added")(ack=acknowledge,
+                                 lazy=[lazy(lambda body: on_reaction(cases, body), cases.client)])
 
 
 def thread_of(body: Body) -> SlackThread:
@@ -53,6 +58,17 @@ def on_message(cases: SlackCases, body: Body) -> None:
     if cases.store.case_of_thread(where.team, where.channel, where.thread_ts) is None:
         return
     take(cases, body, where)
+
+
+def on_reaction(cases: SlackCases, body: Body) -> None:
+    """The pin reaction on a message: the message is pinned to its case, once; any other
+    reaction is not ours."""
+    reaction = reaction_of(body)
+    if reaction is None or reaction.name != pin_name(cases.app.settings.pin_reaction):
+        return
+    with bound(reaction.event_id):
+        outcome = pin(cases, reaction)
+    log.info("pin of %s by %s: %s", reaction.key, reaction.user, outcome)
 
 
 def take(cases: SlackCases, body: Body, where: SlackThread) -> None:

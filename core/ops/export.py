@@ -1,5 +1,6 @@
-"""``opsgate export <case>``: a case's postmortem in Markdown (summary, timeline, plans,
-approvals, step results, verification, model usage) to paste into a docs tool. Read-only."""
+"""``opsgate export <case>``: a case's postmortem in Markdown (summary, timeline — pinned chat
+messages included —, plans, approvals, step results, verification, model usage) to paste into a
+docs tool. Read-only."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from sqlalchemy import Engine, String, cast, func, select
 
 from core.adapters.case_store import as_utc
 from core.adapters.tables import case_timeline, ops_case, plan_approved, plan_proposed
+from core.chat import PINNED_EVENT
 from core.errors import InvalidRequest, NotFound
 from core.principals import shown_actor
 
@@ -85,11 +87,20 @@ def _timeline(timeline: Sequence[Row]) -> str:
                 if outcome in ("opened", "accepted") else f"({outcome})")
         trace = f"`{row['correlation_id']}`" if row["correlation_id"] else "-"
         rows.append((_when(as_utc(row["created_at"])), f"`{row['event']}`",
-                     shown_actor(row["actor"], meta), move,
-                     _text(row["reason"] or ""), trace))
+                     shown_actor(row["actor"], meta), move, _reason(row), trace))
     return ("## Timeline\n\nEach row's correlation id: `opsgate trace <id>` shows its whole "
             "path.\n\n" + _table(("When (UTC)", "Event", "Actor", "Move", "Reason",
                                   "Correlation id"), rows))
+
+
+def _reason(row: Row) -> str:
+    """A row's reason; a pinned chat message as its author, its words and its link."""
+    if row["event"] != PINNED_EVENT:
+        return _text(row["reason"] or "")
+    facts = row["meta"].get("context") or {}
+    link = str(facts.get("permalink") or "")
+    shown = f" ([message]({link}))" if link.startswith("https://") else ""
+    return f"📌 pinned: {facts.get('author', '?')} said “{_text(row['reason'] or '')}”{shown}"
 
 
 def _plans(plans: Sequence[Row]) -> str:

@@ -119,6 +119,7 @@ class FakeSlack:
     messages: list[dict[str, Any]] = field(default_factory=list)
     said: list[dict[str, Any]] = field(default_factory=list)
     assistant: bool = False
+    refused: set[str] = field(default_factory=set)  # methods answering an internal_error
     _ts: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -185,6 +186,8 @@ def _web_api(slack: FakeSlack) -> dict[str, Any]:
     def answer(extra: Callable[[Seen], dict[str, Any]]) -> Callable[[Seen], Reply]:
         def route(seen: Seen) -> Reply:
             try:
+                if seen.path.removeprefix("/api/") in slack.refused:
+                    raise Refused("internal_error")
                 body = {"ok": True, **extra(seen)}
             except Refused as refused:
                 body = refused.answer
@@ -293,6 +296,19 @@ def mention_event(text: str, *, event_id: str, ts: str, user: str = REQUESTER,
                                            "is_bot": True}]})
 
 
+def reaction_event(name: str, *, user: str, ts: str, event_id: str,
+                   channel: str = CHANNEL, item_user: str = REQUESTER) -> str:
+    """A ``reaction_added`` callback: ``user`` reacted ``:name:`` to the message ``ts``."""
+    event = {"type": "reaction_added", "user": user, "reaction": name, "item_user": item_user,
+             "item": {"type": "message", "channel": channel, "ts": ts},
+             "event_ts": f"{time.time():.6f}"}
+    return json.dumps({"token": "verification-token", "team_id": TEAM, "api_app_id": "A0APP",
+                       "event": event, "type": "event_callback", "event_id": event_id,
+                       "event_time": int(time.time()),
+                       "authorizations": [{"team_id": TEAM, "user_id": BOT_USER,
+                                           "is_bot": True}]})
+
+
 def command_body(text: str, *, user: str = REQUESTER) -> str:
     return urlencode({"token": "verification-token", "team_id": TEAM, "team_domain": "acme",
                       "channel_id": CHANNEL, "channel_name": "incidents", "user_id": user,
@@ -367,6 +383,11 @@ class Stack:
     def mention(self, text: str, *, event_id: str, ts: str, retry: int | None = None,
                 **kwargs: Any) -> httpx.Response:
         return self.send(mention_event(text, event_id=event_id, ts=ts, **kwargs), retry=retry)
+
+    def react(self, name: str, *, user: str, ts: str, event_id: str,
+              retry: int | None = None) -> httpx.Response:
+        return self.send(reaction_event(name, user=user, ts=ts, event_id=event_id),
+                         retry=retry)
 
     def command(self, text: str, *, user: str = REQUESTER) -> httpx.Response:
         return self.send(command_body(text, user=user), FORM)

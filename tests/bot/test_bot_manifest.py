@@ -34,6 +34,10 @@ def test_manifest_subscribes_to_every_event_the_code_handles() -> None:
         assert event in bot_events or f"{event}.channels" in bot_events
     assert settings["event_subscriptions"]["request_url"].endswith(EVENTS_PATH)
     assert settings["socket_mode_enabled"] is True
+    # pins: reading reactions needs its scope; a removed pin erases nothing, so no
+    # reaction_removed
+    assert "reaction_added" in bot_events and "reaction_removed" not in bot_events
+    assert "reactions:read" in manifest()["oauth_config"]["scopes"]["bot"]
 
 
 def test_manifest_enables_interactivity_for_the_buttons_and_the_modal() -> None:

@@ -13,6 +13,7 @@ from sqlalchemy import insert
 
 from core.adapters.tables import ops_case
 from core.bootstrap import bootstrap
+from core.chat import PINNED_EVENT
 from core.domain.commands import NoteCase, TransitionCase
 from core.errors import InvalidRequest, NotFound
 from core.ops.commands import run_export
@@ -64,6 +65,16 @@ def test_the_postmortem_has_every_section_with_the_case_facts(service, engine):
     assert "passed — error_rate 0.001 < 0.01 (observed 0.001)" in markdown
     assert "`verify_pass` → CLOSED" in markdown
     assert "| `gpt-4o-mini` | 3 | 1700 | 380 |" in markdown
+
+
+def test_pinned_messages_are_in_the_timeline(service, engine):
+    case_id = case_in(service, S.WAIT_GATE)
+    link = "https://acme.slack.com/archives/C0INC/p1700000000000200?thread_ts=1.1&cid=C0INC"
+    service.note(NoteCase(case_id, PINNED_EVENT, "U0BOB", reason="the WAL | disk is full",
+                          meta={"author": "U0ALICE", "permalink": link}), key()).data()
+    markdown = export_case(engine, case_id)
+    assert (f"| `{PINNED_EVENT}` | U0BOB | (note) | 📌 pinned: U0ALICE said “the WAL \\| disk "
+            f"is full” ([message]({link})) |") in markdown
 
 
 def test_a_case_without_plan_or_usage_says_so(service, engine):
