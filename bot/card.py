@@ -277,7 +277,7 @@ def _pins(state: CaseState) -> list[str]:
 
 def _pin_line(row: Row) -> str:
     facts = _facts(row)
-    said = _cut(escape(row.get("reason") or ""), 160)
+    said = _cut(row.get("reason") or "", 160)  # Slack's own text: mrkdwn, escaped already
     link = str(facts.get("permalink") or "")
     where = f" <{link}|open>" if link.startswith("https://") else ""
     return f"• {who(facts.get('author') or 'someone')}: “{said}”{where}"

@@ -1,7 +1,9 @@
 """What the sandbox sends the bot, exactly as Slack does: signed HTTP requests (v0 HMAC-SHA256
 over ``v0:{timestamp}:{body}``) carrying Events API callbacks (``app_mention``, thread
 ``message``), slash commands (a form, with a ``response_url``) and interactivity payloads
-(``block_actions``, ``view_submission``: a form whose ``payload`` field is JSON).
+(``block_actions``, ``view_submission``: a form whose ``payload`` field is JSON); a reaction
+added to a message is a ``reaction_added`` event (removing one sends nothing: opsgate does not
+subscribe to ``reaction_removed``).
 
 With chaos on, every event is delivered again three times (``X-Slack-Retry-Num`` 1-3, some while
 the first is still being handled) and every click is sent twice at once.
@@ -121,6 +123,18 @@ class SlackSender:
             self._event(user, self._message_event("app_mention", message))
         self._event(user, {**self._message_event("message", message), "channel_type": "channel"})
         return message
+
+    def react(self, user: str, message_ts: str, name: str, *, on: bool = True) -> None:
+        """``user`` adds (or removes) the reaction ``:name:`` on message ``message_ts``; an added
+        one reaches the bot as Slack's ``reaction_added`` event."""
+        self.workspace.person(user)
+        message = self.workspace.message(message_ts)
+        if not self.workspace.react(user, message_ts, name, on=on) or not on:
+            return
+        self._event(user, {"type": "reaction_added", "user": user, "reaction": name,
+                           "item_user": message.user,
+                           "item": {"type": "message", "channel": CHANNEL_ID, "ts": message.ts},
+                           "event_ts": f"{time.time():.6f}"})
 
     def command(self, user: str, line: str, thread_ts: str | None = None) -> None:
         """``user`` types a slash command, e.g. ``/case status 1a2b``."""

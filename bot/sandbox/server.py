@@ -1,6 +1,6 @@
 """The sandbox's HTTP server: Slack's Web API and response URLs for the bot, and for people the
 page (plain HTML and vanilla JS), its live updates (server-sent events) and its actions (post,
-click, submit a modal, switch chaos on), plus the case panel read from opsgate's REST API."""
+click, react, submit a modal, switch chaos on), plus the case panel read from opsgate's REST API."""
 
 from __future__ import annotations
 
@@ -80,6 +80,13 @@ class Clicked(BaseModel):
     message_ts: str
     action_id: str
     block_id: str | None = None
+
+
+class Reacted(BaseModel):
+    user: str
+    message_ts: str
+    reaction: str = Field(min_length=1, max_length=100, pattern=r"^[a-z0-9_+'-]+$")
+    on: bool = True
 
 
 class Submitted(BaseModel):
@@ -234,6 +241,14 @@ def _action_routes(app: FastAPI, sandbox: Sandbox) -> None:
     def click(clicked: Clicked) -> Response:
         try:
             sender.click(clicked.user, clicked.message_ts, clicked.action_id, clicked.block_id)
+        except SlackError as failed:
+            return _slack_error(failed)
+        return Response(status_code=202)
+
+    @app.post("/sandbox/react", status_code=202)
+    def react(reacted: Reacted) -> Response:
+        try:
+            sender.react(reacted.user, reacted.message_ts, reacted.reaction, on=reacted.on)
         except SlackError as failed:
             return _slack_error(failed)
         return Response(status_code=202)

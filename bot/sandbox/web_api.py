@@ -66,13 +66,25 @@ def call(workspace: Workspace, method: str, authorization: str | None, args: Arg
         return {"ok": False, "error": failed.code}
 
 
+MAX_BLOCKS = 50  # Slack's Block Kit limits a message is refused beyond (invalid_blocks)
+TEXT_LIMITS = {"section": 3000, "header": 150}
+
+
 def _text_and_blocks(args: Args) -> tuple[str, Blocks | None]:
     text, blocks = args.get("text"), args.get("blocks")
     if not text and not blocks:
         raise SlackError("no_text")
-    if blocks is not None and not isinstance(blocks, list):
+    if blocks is not None and (not isinstance(blocks, list) or len(blocks) > MAX_BLOCKS or
+                               any(_too_long(block) for block in blocks)):
         raise SlackError("invalid_blocks")
     return str(text or ""), blocks
+
+
+def _too_long(block: object) -> bool:
+    if not isinstance(block, dict):
+        return True
+    limit, text = TEXT_LIMITS.get(str(block.get("type"))), block.get("text")
+    return limit is not None and isinstance(text, dict) and len(str(text.get("text"))) > limit
 
 
 def _required(args: Args, name: str) -> str:

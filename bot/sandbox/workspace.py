@@ -1,6 +1,7 @@
-"""The sandbox's Slack workspace, in memory: one incident channel with its threads, the people
-who can be switched between on the page, the bot's user, ephemeral messages, open modals, trigger
-ids and response URLs. Thread-safe; every change bumps ``version`` so the page knows to redraw."""
+"""The sandbox's Slack workspace, in memory: one incident channel with its threads and the
+messages' reactions, the people who can be switched between on the page, the bot's user,
+ephemeral messages, open modals, trigger ids and response URLs. Thread-safe; every change bumps
+``version`` so the page knows to redraw."""
 
 from __future__ import annotations
 
@@ -97,6 +98,7 @@ class Message:
     visible_to: str | None = None
     bot_id: str | None = None
     edited: bool = False
+    reactions: dict[str, list[str]] = field(default_factory=dict)  # emoji name → who, in order
 
     def as_slack(self) -> dict[str, Any]:
         """The message as Slack shows it to apps (in payloads and ``conversations.replies``)."""
@@ -110,6 +112,9 @@ class Message:
             message["bot_id"] = self.bot_id
         if self.edited:
             message["edited"] = {"user": self.user, "ts": self.ts}
+        if self.reactions:
+            message["reactions"] = [{"name": name, "users": list(users), "count": len(users)}
+                                    for name, users in self.reactions.items()]
         return message
 
 
@@ -219,6 +224,23 @@ class Workspace:
         with self._lock:
             self.messages.remove(self.message(ts))
             self._changed()
+
+    def react(self, user: str, ts: str, name: str, *, on: bool = True) -> bool:
+        """``user`` adds (or, ``on`` False, removes) the reaction ``name`` on message ``ts``;
+        whether that changed anything (Slack tells apps only of changes)."""
+        with self._lock:
+            message = self.message(ts)
+            users = message.reactions.setdefault(name, [])
+            changed = (user not in users) if on else (user in users)
+            if changed and on:
+                users.append(user)
+            elif changed:
+                users.remove(user)
+            if not users:
+                del message.reactions[name]
+            if changed:
+                self._changed()
+            return changed
 
     def thread(self, ts: str) -> list[Message]:
         with self._lock:

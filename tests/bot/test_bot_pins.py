@@ -47,7 +47,9 @@ def test_each_pinned_message_is_one_timeline_entry_whatever_slack_delivers(
     with running_bot(engine) as bot:
         case_id, _ = to_the_gate(bot, ROOT)
         bot.slack.say(REQUESTER, "<@U0BOT> checkout returns 500s", ROOT)
-        bot.slack.say(REQUESTER, "the WAL disk on db-2 is at 98% <&>", SAID_A, thread_ts=ROOT)
+        # Slack escapes &, < and > in a message's text
+        bot.slack.say(REQUESTER, "the WAL disk on db-2 is at 98% &lt;&amp;&gt;", SAID_A,
+                      thread_ts=ROOT)
         bot.slack.say(SECOND, "rolling back v2.4 takes 20 min", SAID_B, thread_ts=ROOT)
         bot.slack.say(REQUESTER, "lunch?", ELSEWHERE)  # a thread without a case
 
@@ -77,7 +79,7 @@ def test_each_pinned_message_is_one_timeline_entry_whatever_slack_delivers(
         by_ts = {row["meta"]["context"]["ts"]: row for row in found}
         assert set(by_ts) == {ROOT, SAID_A, SAID_B}
         said_a = by_ts[SAID_A]
-        assert said_a["reason"] == "the WAL disk on db-2 is at 98% <&>"
+        assert said_a["reason"] == "the WAL disk on db-2 is at 98% &lt;&amp;&gt;"
         assert said_a["actor"] in (APPROVER, SECOND)
         assert said_a["meta"]["context"] == {
             "author": REQUESTER, "channel": "C0INCIDENT", "ts": SAID_A, "thread_ts": ROOT,

@@ -1,7 +1,8 @@
 """``opsgate demo`` in a real browser: Debian's Chromium, headless, driven by Playwright, on the
 sandbox page of a demo started as a subprocess on free ports. People type a mention, approve or
-reject the plan as different people, and switch chaos on; the case's state and timeline in the
-side panel (and opsgate's REST API) must show what happened, once.
+reject the plan as different people, pin a message, and switch chaos on; the case card follows
+the case in place, and the case's state and timeline in the side panel (and opsgate's REST API)
+must show what happened, once.
 
 Screenshots go to ``artifacts/`` (gitignored); ``docs/img/sandbox.png`` is one of them.
 """
@@ -143,6 +144,56 @@ def test_mention_then_approval_closes_the_case(page):
     expect(thread.get_by_role("button", name="Approve")).to_have_count(0)
     expect(page.locator("#timeline [data-event=verify_pass]")).to_have_count(1)
     shot(page, "sandbox-closed")
+
+
+STAGES = ["NEW", "ANALYZING", "PLANNING", "WAIT_GATE", "EXECUTING", "VERIFYING", "CLOSED"]
+WATCH_THE_CARD = """() => {
+  window.cardStages = [];
+  const look = () => {
+    const head = document.querySelector('#thread [data-block-id="case_card"]');
+    const text = head ? head.textContent.trim() : null;
+    if (text && window.cardStages[window.cardStages.length - 1] !== text) {
+      window.cardStages.push(text);
+    }
+  };
+  new MutationObserver(look).observe(document.getElementById("thread"),
+                                     {subtree: true, childList: true, characterData: true});
+  look();
+}"""
+
+
+def test_the_case_card_follows_the_case_in_place_and_a_pin_joins_it(page):
+    title = "orders p95 is over 3 s"
+    mention(page, title)
+    page.evaluate(WATCH_THE_CARD)  # every header the card shows from now on
+    card = page.locator("#thread .message", has=page.locator('[data-block-id="case_card"]'))
+    expect(card).to_have_count(1)
+    part = lambda name: card.locator(f'[data-block-id="case_card_{name}"]')  # noqa: E731
+    expect(card.locator('[data-block-id="case_card"]')).to_contain_text("WAIT_GATE")
+    expect(part("plan")).to_contain_text("Waiting at the gate — approvals 0 of 1")
+    expect(part("steps")).to_contain_text("· 1.")
+    ts = card.get_attribute("data-ts")
+
+    be(page, "bob")  # anyone may pin: bob pins riley's message, the thread's root
+    root = page.locator("#thread .message").first
+    root.locator(".pin").click()
+    expect(root.locator('.reaction[data-reaction="pushpin"]')).to_have_text("📌 1")
+    expect(part("pins")).to_contain_text(title)
+    expect(page.locator("#timeline [data-event=message_pinned]")).to_have_count(1)
+
+    be(page, "alice")
+    click_in_thread(page, "Approve")
+    expect(card.locator('[data-block-id="case_card"]')).to_contain_text("CLOSED")
+    expect(part("plan")).to_contain_text("Approved by @alice")
+    expect(part("steps")).to_contain_text("✓ step 1")
+    expect(part("verify")).to_contain_text("Held")
+    expect(part("outcome")).to_contain_text("CLOSED at")
+    expect(card).to_have_attribute("data-ts", ts or "")  # the same message, updated in place
+    expect(card.locator(".meta")).to_contain_text("(edited)")
+    shot(page, "sandbox-card")
+    stages = [text.split(" ")[1] for text in page.evaluate("window.cardStages")]
+    assert [STAGES.index(s) for s in stages] == sorted(STAGES.index(s) for s in stages), stages
+    assert {"WAIT_GATE", "VERIFYING", "CLOSED"} <= set(stages), stages
 
 
 def test_rejection_with_a_reason_parks_the_case(page):

@@ -169,6 +169,49 @@ def test_an_unknown_response_url_is_refused(rig):
     assert reply.status_code == 404
 
 
+def test_a_reaction_added_is_a_signed_reaction_added_event(rig):
+    card = rig.slack.chat_postMessage(channel=CHANNEL_ID, text="the case card")
+    said = rig.sandbox.sender.say(APPROVER.id, "db-2 is a replica", thread_ts=card["ts"])
+    rig.received(1)
+    rig.sandbox.sender.react(OUTSIDER.id, said.ts, "pushpin")
+    rig.sandbox.sender.react(OUTSIDER.id, said.ts, "pushpin")  # already there: no event
+    rig.sandbox.sender.react(OUTSIDER.id, said.ts, "pushpin", on=False)  # no reaction_removed
+    rig.sandbox.sender.react(REQUESTER.id, card["ts"], "pushpin")
+    seen = rig.received(3)[1:]
+    for one in seen:
+        rig.verified(one)
+    bodies = [json.loads(one.body) for one in seen]  # sent at once: in any order
+    assert [b["event"]["type"] for b in bodies] == ["reaction_added"] * 2
+    by_user = {b["event"]["user"]: b["event"] for b in bodies}
+    first = by_user[OUTSIDER.id]
+    assert first["reaction"] == "pushpin"
+    assert first["item"] == {"type": "message", "channel": CHANNEL_ID, "ts": said.ts}
+    assert first["item_user"] == APPROVER.id and by_user[REQUESTER.id]["item_user"] == BOT.id
+    shown = rig.slack.conversations_replies(channel=CHANNEL_ID, ts=card["ts"])["messages"]
+    assert shown[0]["reactions"] == [{"name": "pushpin", "users": [REQUESTER.id], "count": 1}]
+    assert "reactions" not in shown[1]  # taken back
+    # the page sends a person's reactions the same way
+    page = httpx.post(f"{rig.sandbox.public_url}/sandbox/react",
+                      json={"user": APPROVER.id, "message_ts": card["ts"], "reaction": "eyes"})
+    assert page.status_code == 202
+    assert json.loads(rig.received(4)[-1].body)["event"]["reaction"] == "eyes"
+
+
+def test_an_update_replaces_the_message_in_place_within_block_kit_limits(rig):
+    card = rig.slack.chat_postMessage(channel=CHANNEL_ID, text="NEW", blocks=PLAN_BLOCKS[:1])
+    closed = {"type": "section", "text": {"type": "mrkdwn", "text": "*CLOSED*"}}
+    rig.slack.chat_update(channel=CHANNEL_ID, ts=card["ts"], text="CLOSED", blocks=[closed])
+    state = httpx.get(f"{rig.sandbox.public_url}/sandbox/state", params={"user": APPROVER.id})
+    [message] = state.json()["messages"]
+    assert (message["ts"], message["text"]) == (card["ts"], "CLOSED")
+    assert message["edited"] and message["blocks"][0]["text"]["text"] == "*CLOSED*"
+    too_long = {"type": "section", "text": {"type": "mrkdwn", "text": "x" * 3001}}
+    for blocks in ([too_long], [PLAN_BLOCKS[0]] * 51):
+        with pytest.raises(SlackApiError) as refused:
+            rig.slack.chat_update(channel=CHANNEL_ID, ts=card["ts"], text="x", blocks=blocks)
+        assert refused.value.response["error"] == "invalid_blocks"
+
+
 # -- the Web API -----------------------------------------------------------------------------
 
 

@@ -1,6 +1,8 @@
-// The sandbox page: draws the workspace as the chosen person sees it, renders Block Kit, sends
-// what they type or click to the sandbox (which signs it and sends it to the bot), and shows the
-// case's state and timeline from opsgate's REST API. Redraws on every server-sent event.
+// The sandbox page: draws the workspace as the chosen person sees it, renders Block Kit (a
+// message the bot updates is redrawn in place, like the case card), the messages' reactions,
+// sends what they type, click or react to the sandbox (which signs it and sends it to the bot),
+// and shows the case's state and timeline from opsgate's REST API. Redraws on every
+// server-sent event.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -118,6 +120,7 @@ function element(item, message, block) {
 function renderBlock(block, message) {
   const node = document.createElement("div");
   node.className = `bk bk-${block.type}`;
+  if (block.block_id) node.dataset.blockId = block.block_id;
   switch (block.type) {
     case "header":
       node.innerHTML = escapeHtml(block.text.text);
@@ -173,6 +176,7 @@ function renderMessage(message, inThread) {
     body.innerHTML = mrkdwn(message.text);
   }
   item.appendChild(body);
+  if (!message.ephemeral) item.appendChild(reactions(message));
   if (!inThread) {
     const replies = page.state.messages.filter((m) => m.thread_ts === message.ts).length;
     if (replies) {
@@ -185,6 +189,49 @@ function renderMessage(message, inThread) {
     }
   }
   return item;
+}
+
+// -- reactions -----------------------------------------------------------------------------
+
+const EMOJI = { pushpin: "📌", round_pushpin: "📍", eyes: "👀", white_check_mark: "✅", "+1": "👍" };
+const PIN = "pushpin"; // opsgate's default OPSGATE_PIN_REACTION
+
+function emoji(name) {
+  return EMOJI[name] || `:${name}:`;
+}
+
+function react(message, name, on) {
+  post("/sandbox/react", { user: page.me, message_ts: message.ts, reaction: name, on });
+}
+
+function reactions(message) {
+  // Each reaction as a chip (click: add yours, or take it back), and a pin button while you
+  // have not pinned the message yet.
+  const bar = document.createElement("div");
+  bar.className = "reactions";
+  const names = page.state.names;
+  (message.reactions || []).forEach((reaction) => {
+    const mine = reaction.users.includes(page.me);
+    const chip = document.createElement("button");
+    chip.type = "button";
+    chip.className = `reaction${mine ? " mine" : ""}`;
+    chip.dataset.reaction = reaction.name;
+    chip.title = reaction.users.map((user) => names[user] || user).join(", ");
+    chip.textContent = `${emoji(reaction.name)} ${reaction.count}`;
+    chip.onclick = () => react(message, reaction.name, !mine);
+    bar.appendChild(chip);
+  });
+  const pinned = (message.reactions || []).some((r) => r.name === PIN && r.users.includes(page.me));
+  if (!pinned) {
+    const pin = document.createElement("button");
+    pin.type = "button";
+    pin.className = "link pin";
+    pin.title = "React with :pushpin: — opsgate pins the message to the case";
+    pin.textContent = "📌 pin";
+    pin.onclick = () => react(message, PIN, true);
+    bar.appendChild(pin);
+  }
+  return bar;
 }
 
 // -- drawing -------------------------------------------------------------------------------
