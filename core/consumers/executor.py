@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from core.consumers.runs import PlanRun, current_run
 from core.consumers.steps import Step, StepResult, StepRunner
-from core.domain.commands import TransitionCase
+from core.domain.commands import Attribution, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic
 from core.domain.plans import ParsedPlan, parse_plan
 from core.errors import InvalidPlan
 from core.executor.adapters import adapters_from_settings
 from core.messaging.consumer import Delivery
+from core.service import CaseService, Reply
 
 if TYPE_CHECKING:
     from core.bootstrap import App
@@ -61,11 +62,7 @@ class Executor:
         self._finish(run, delivery, execute(run, self.steps))
 
     def _finish(self, run: PlanRun, delivery: Delivery, done: Executed) -> None:
-        cmd = TransitionCase(run.case_id, done.event, actor=self.name, reason=done.reason,
-                             meta={"plan_hash": run.plan_hash, **done.meta},
-                             expected_version=run.version)
-        reply = self.app.cases.transition(cmd, f"{run.key}:{done.event}",
-                                          inbox_entry=delivery.inbox_entry)
+        reply = finish(self.app.cases, run, done, inbox_entry=delivery.inbox_entry)
         if reply.status in (409, 412):
             # Another delivery of this command finished first and moved the case on.
             log.info("executor: case %s moved on before %s (%s)", run.case_id, done.event,
@@ -82,17 +79,41 @@ def execute(run: PlanRun, runner: RunsSteps) -> Executed:
         return Executed(CaseEvent.EXEC_FAILED, problem, {"ran": 0})
     steps = plan_steps(plan)
     for step in steps:
-        result = runner.run(run, step)
-        if not result.ok:
-            meta: dict[str, Any] = {"steps": len(steps), "failed_step": step.index,
-                                    "attempts": result.attempts}
-            if result.last.refused is not None:
-                meta["refused"] = result.last.refused
-            rolled_back = roll_back(run, plan, runner)
-            return Executed(CaseEvent.EXEC_FAILED, f"{result.describe(step)}; {rolled_back}",
-                            meta)
-    return Executed(CaseEvent.EXEC_DONE, f"all {len(steps)} steps succeeded" if len(steps) > 1
-                    else "the step succeeded", {"steps": len(steps)})
+        failed = run_step(run, plan, step, runner)
+        if failed is not None:
+            return failed
+    return all_done(len(steps))
+
+
+def run_step(run: PlanRun, plan: ParsedPlan, step: Step, runner: RunsSteps) -> Executed | None:
+    """Run one step of the plan with its retries: None when it succeeded; when it failed for
+    good, the plan's rollback runs and the outcome is ``exec_failed``."""
+    result = runner.run(run, step)
+    if result.ok:
+        return None
+    meta: dict[str, Any] = {"steps": len(plan.steps), "failed_step": step.index,
+                            "attempts": result.attempts}
+    if result.last.refused is not None:
+        meta["refused"] = result.last.refused
+    rolled_back = roll_back(run, plan, runner)
+    return Executed(CaseEvent.EXEC_FAILED, f"{result.describe(step)}; {rolled_back}", meta)
+
+
+def all_done(steps: int) -> Executed:
+    """Every one of the plan's ``steps`` succeeded: ``exec_done``."""
+    return Executed(CaseEvent.EXEC_DONE, f"all {steps} steps succeeded" if steps > 1
+                    else "the step succeeded", {"steps": steps})
+
+
+def finish(cases: CaseService, run: PlanRun, done: Executed, *,
+           inbox_entry: tuple[str, int] | None = None,
+           attribution: Attribution | None = None) -> Reply:
+    """Move the case with what running its plan came to, as the run's actor, once per run (a
+    repeat replays the move; a move made first by another is 409/412)."""
+    cmd = TransitionCase(run.case_id, done.event, actor=run.consumer, reason=done.reason,
+                         meta={"plan_hash": run.plan_hash, **done.meta},
+                         expected_version=run.version, attribution=attribution or {})
+    return cases.transition(cmd, f"{run.key}:{done.event}", inbox_entry=inbox_entry)
 
 
 def roll_back(run: PlanRun, plan: ParsedPlan, runner: RunsSteps) -> str:

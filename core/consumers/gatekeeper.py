@@ -18,6 +18,7 @@ from core.messaging.consumer import Delivery
 
 if TYPE_CHECKING:
     from core.bootstrap import App
+    from core.service import CaseService
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +72,19 @@ class Gatekeeper:
         reply.data()
 
     def _wait(self, run: PlanRun, delivery: Delivery, correlation_id: str | None) -> None:
-        assert run.plan is not None
-        found = self.cases.proposed_plan(run.case_id, run.plan_hash)
-        requester = str(found["proposed_by"]) if found else "the requester"
-        policy = self.policy
-        note = NoteCase(run.case_id, "awaiting_approval", self.name,
-                        reason=waiting_note(policy, run.plan, requester),
-                        meta={"plan_hash": run.plan_hash, "needs": policy.required(run.plan),
-                              "approvers": sorted(policy.approvers), "requester": requester},
-                        topic=Topic.AWAITING_APPROVAL, correlation_id=correlation_id)
+        note = awaiting_approval(self.cases, self.policy, run, correlation_id)
         self.cases.note(note, run.key, inbox_entry=delivery.inbox_entry).data()
+
+
+def awaiting_approval(cases: CaseService, policy: ApprovalPolicy, run: PlanRun,
+                      correlation_id: str | None) -> NoteCase:
+    """The note that the run's plan waits for people: who may approve it and how many must,
+    made as the run's actor."""
+    assert run.plan is not None
+    found = cases.proposed_plan(run.case_id, run.plan_hash)
+    requester = str(found["proposed_by"]) if found else "the requester"
+    return NoteCase(run.case_id, "awaiting_approval", run.consumer,
+                    reason=waiting_note(policy, run.plan, requester),
+                    meta={"plan_hash": run.plan_hash, "needs": policy.required(run.plan),
+                          "approvers": sorted(policy.approvers), "requester": requester},
+                    topic=Topic.AWAITING_APPROVAL, correlation_id=correlation_id)
