@@ -40,6 +40,7 @@ from core.executor.evidence import MetricSource, Moment, read_block, source_from
 from core.gateway import CallStatus, ToolCall
 from core.messaging.consumer import Delivery
 from core.metrics import VERIFY_SECONDS
+from core.service import Reply
 
 if TYPE_CHECKING:
     from core.bootstrap import App
@@ -58,6 +59,20 @@ class Watch:
     block: VerifyBlock
     since: datetime
     deadline: datetime
+    window_ends: datetime  # the block's window after the change (``since`` when it has none)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What one reading came to: the observation as its note records it, and the move it led
+    to (``event`` None: the verification waits, its next reading scheduled)."""
+
+    number: int
+    observation: Observation
+    reason: str
+    event: CaseEvent | None = None
+    moved: Reply | None = None  # the move's reply; None while waiting or when another moved it
+    watch: Watch | None = None  # None: the block can never be judged
 
 
 class Verifier:
@@ -83,20 +98,24 @@ class Verifier:
         if run is None:
             return
         number = int(delivery.envelope.payload.get("reading", 1))
+        self.take(run, number, delivery.inbox_entry)
+
+    def take(self, run: PlanRun, number: int,
+             inbox_entry: tuple[str, int] | None = None) -> Reading:
+        """Reading ``number`` of the run's verification and what it leads to (see the module
+        docstring), noted and moved as the run's actor."""
         watch = self._watch(run)
         if isinstance(watch, str):
-            self._conclude(run, delivery, number, _observation("cannot", watch), watch)
-            return
+            return self._conclude(run, inbox_entry, number, _observation("cannot", watch),
+                                  watch, None)
         observation = self._read(run, watch, number)
         state, reason = observation["state"], str(observation["reason"])
         if state == "pending" and _at(observation) < watch.deadline:
-            self._wait(run, delivery, watch, number, observation)
-        elif state == "pending":
-            self._conclude(run, delivery, number, observation,
-                           f"{reason}; still so at the deadline "
-                           f"{watch.deadline:%H:%M:%S} UTC, reading {number}")
-        else:
-            self._conclude(run, delivery, number, observation, reason)
+            return self._wait(run, inbox_entry, watch, number, observation)
+        if state == "pending":
+            reason = (f"{reason}; still so at the deadline {watch.deadline:%H:%M:%S} UTC, "
+                      f"reading {number}")
+        return self._conclude(run, inbox_entry, number, observation, reason, watch)
 
     # -- the verification -----------------------------------------------------------------
 
@@ -114,7 +133,8 @@ class Verifier:
             return (f"cannot verify: the {block.window_s * self.scale:g}s window after the change "
                     f"outlasts the longest wait, {wait_s:g}s (OPSGATE_VERIFY_MAX_WAIT_S)")
         since = as_utc(datetime.fromisoformat(str(run.case["updated_at"])))
-        return Watch(block, since, since + timedelta(seconds=wait_s))
+        return Watch(block, since, since + timedelta(seconds=wait_s),
+                     since + timedelta(seconds=block.window_s * self.scale))
 
     def _read(self, run: PlanRun, watch: Watch, number: int) -> Observation:
         """Reading ``number``, taken once through the gateway: metrics move, so a redelivery
@@ -122,7 +142,7 @@ class Verifier:
         assert run.plan is not None
         lease_s = max(self.app.settings.gateway_lease_s,
                       15.0 + CHECK_TIMEOUT_S * len(watch.block.checks))
-        call = ToolCall(tool="verify.evaluate", actor=self.name, session_id=run.session_id,
+        call = ToolCall(tool="verify.evaluate", actor=run.consumer, session_id=run.session_id,
                         args={"verify": run.plan.get("verify"), "reading": number,
                               "since": watch.since.isoformat()},
                         business_key=f"{run.case_id}:{run.plan_hash}:{run.version}:verify:"
@@ -150,8 +170,8 @@ class Verifier:
 
     # -- what a reading leads to ----------------------------------------------------------
 
-    def _wait(self, run: PlanRun, delivery: Delivery, watch: Watch, number: int,
-              observation: Observation) -> None:
+    def _wait(self, run: PlanRun, inbox_entry: tuple[str, int] | None, watch: Watch,
+              number: int, observation: Observation) -> Reading:
         """Note the reading and schedule the next, in one transaction with the inbox mark."""
         at = _at(observation)
         following = min(at + self.poll, watch.deadline)  # the last reading is at the deadline
@@ -160,33 +180,36 @@ class Verifier:
                 "next_reading_at": following.isoformat()}
         schedule = Scheduled(Topic.VERIFY_RUN, {"plan_hash": run.plan_hash,
                                                 "reading": number + 1}, following)
-        note = NoteCase(run.case_id, "verify_reading", self.name,
+        note = NoteCase(run.case_id, "verify_reading", run.consumer,
                         reason=str(observation["reason"]), meta=meta,
                         topic=Topic.VERIFY_WAITING if number == 1 else None,
                         schedule=schedule)
-        self.app.cases.note(note, self._key(run, number),
-                            inbox_entry=delivery.inbox_entry).data()
+        self.app.cases.note(note, self._key(run, number), inbox_entry=inbox_entry).data()
+        return Reading(number, meta, str(observation["reason"]), watch=watch)
 
-    def _conclude(self, run: PlanRun, delivery: Delivery, number: int,
-                  observation: Observation, reason: str) -> None:
-        self.app.cases.note(NoteCase(run.case_id, "verify_result", self.name, reason=reason,
-                                     meta={**observation, "plan_hash": run.plan_hash,
-                                           "reading": number}),
+    def _conclude(self, run: PlanRun, inbox_entry: tuple[str, int] | None, number: int,
+                  observation: Observation, reason: str, watch: Watch | None) -> Reading:
+        meta = {**observation, "plan_hash": run.plan_hash, "reading": number}
+        self.app.cases.note(NoteCase(run.case_id, "verify_result", run.consumer, reason=reason,
+                                     meta=meta),
                             self._key(run, number)).data()
-        self._move(run, delivery, number, observation["state"] == "held", reason)
-
-    def _move(self, run: PlanRun, delivery: Delivery, number: int, passed: bool,
-              reason: str) -> None:
+        passed = observation["state"] == "held"
         event = CaseEvent.VERIFY_PASS if passed else CaseEvent.VERIFY_FAILED
-        cmd = TransitionCase(run.case_id, event, actor=self.name, reason=reason,
+        moved = self._move(run, inbox_entry, number, event, reason)
+        return Reading(number, meta, reason, event, moved, watch)
+
+    def _move(self, run: PlanRun, inbox_entry: tuple[str, int] | None, number: int,
+              event: CaseEvent, reason: str) -> Reply | None:
+        cmd = TransitionCase(run.case_id, event, actor=run.consumer, reason=reason,
                              meta={"plan_hash": run.plan_hash, "reading": number},
                              expected_version=run.version)
         reply = self.app.cases.transition(cmd, f"{self._key(run, number)}:{event}",
-                                          inbox_entry=delivery.inbox_entry)
+                                          inbox_entry=inbox_entry)
         if reply.status in (409, 412):
             log.info("verifier: case %s moved on before %s (%s)", run.case_id, event, reply.body)
-            return
+            return None
         reply.data()
+        return reply
 
     @staticmethod
     def _key(run: PlanRun, number: int) -> str:
