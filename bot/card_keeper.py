@@ -63,9 +63,12 @@ class CardKeeper:
             result = self.gateway.run(call, lambda _args: self._post_card(case_id),
                                       wait_s=WAIT_S)
             posted = result.result if isinstance(result.result, Mapping) else {}
-            if not result.ok or not posted.get("ts"):
+            if not result.ok:
                 raise RuntimeError(f"the card of case {case_id}: {result.status} "
-                                   f"{result.error or posted.get('error')}")
+                                   f"{result.error}")
+            if not posted.get("ts"):  # nowhere to post (no thread, no incident channel)
+                log.warning("case %s has no card: %s", case_id, posted.get("error"))
+                return
             self.store.place(case_id, _text(posted.get("channel")), str(posted["ts"]),
                              str(posted.get("shown") or ""))
         self.refresh(case_id)

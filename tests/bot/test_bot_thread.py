@@ -9,9 +9,12 @@ import json
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 
 from bot.ids import Action
+from core.adapters.tables import dead_letter, inbox, outbox
+from core.domain.commands import OpenCase
+from core.domain.messages import Topic
 from tests.bot.slack_support import (
     APPROVER,
     FakeSlack,
@@ -163,3 +166,25 @@ def test_catchup_at_the_gate_and_once_closed(engine: Engine) -> None:
         assert "✅ <@U0CAROL> approved plan `" in shown
         assert "approved by <@U0BOB>, <@U0CAROL>" in shown
         assert "needs a case id" in texts(bot.command("catchup").json())
+
+
+def test_a_case_with_nowhere_to_post_has_no_card_and_no_dead_letter(sqlite_engine: Engine) -> None:
+    """Opened over REST with no OPSGATE_INCIDENT_CHANNEL: the notifier says so in its log and
+    moves on, rather than retrying the opening fact into the dead letters."""
+    with running_bot(sqlite_engine, incident_channel=None) as bot:
+        bot.app.cases.open_case(OpenCase("disk 95% on db-2", actor="alertmanager"), "rest-1")
+
+        with sqlite_engine.connect() as conn:
+            opened = conn.execute(select(outbox.c.id).where(
+                outbox.c.topic == Topic.CASE_OPENED)).scalar_one()
+
+        def taken(table: Any) -> bool:
+            with sqlite_engine.connect() as conn:
+                return conn.execute(select(table).where(
+                    table.c.consumer == "notifier", table.c.message_id == opened)).first() \
+                    is not None
+
+        bot.slack.wait_for(lambda: taken(inbox) or taken(dead_letter),
+                           what="the notifier to take the opening fact")
+        assert taken(inbox) and not taken(dead_letter)
+        assert bot.slack.posts() == []
