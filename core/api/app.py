@@ -7,7 +7,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import FastAPI
 
-from core.api import alerts, approvals, cases, health, ops, plans
+from core.api import alerts, approvals, cases, health, ops, plans, walkthrough
 from core.api.failures import install_error_handlers
 from core.api.finite_json import FiniteJsonBody
 from core.api.limits import MAX_BODY_BYTES, BodyLimit
@@ -20,7 +20,9 @@ operator, approver; `OPSGATE_API_TOKEN` is the service `api-token`, an operator)
 has any token, writes need an operator's and reads a reader's (unless `OPSGATE_API_READS=open`);
 the timeline records the principal as the actor, and a body's `actor` only as the stated actor.
 Plans are approved or rejected only through `POST /case/{id}/approve` and `/reject`, by an
-approver linked to a person, under the same policy as Slack buttons.
+approver linked to a person, under the same policy as Slack buttons. `POST /gate/eval`,
+`/adapter/exec` and `/verify/run` run the loop's gatekeeper, executor and verifier on one case
+now; the gate approves by itself only what the policy lets approve itself.
 Replies are `{"data": …}`; errors are `{"error": {"code", "message", "details"?}}`."""
 
 
@@ -31,8 +33,8 @@ def create_api(app: App) -> FastAPI:
     api.add_middleware(FiniteJsonBody)  # inside BodyLimit: reads only a bounded body
     api.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     api.add_middleware(CorrelationId)  # outermost: even a refused body's reply names its id
-    for routes in (cases.router, approvals.router, plans.router, health.router, ops.router,
-                   alerts.router):
+    for routes in (cases.router, approvals.router, plans.router, walkthrough.router,
+                   health.router, ops.router, alerts.router):
         api.include_router(routes)
     api.state.opsgate = app  # what the endpoints' dependencies read (core.api.deps.opsgate)
     for mount in app.extensions.routes:  # what the outer layers serve (Slack events, …)

@@ -15,10 +15,12 @@ _MEANING = {
     403: "The token's principal may not do this: a reader writing, a service or non-approver "
          "deciding at the gate, or gate_approved/gate_rejected sent as a transition",
     404: "Unknown case, plan template or endpoint",
-    409: "The FSM has no such move from the case's status",
+    409: "The FSM has no such move from the case's status, or the case is not at the stage "
+         "the endpoint acts on",
     412: "If-Match / expected_version or the fence token is stale",
     413: "Request body over 64 KiB",
-    422: "Invalid body or parameter, a guard refused the move, or a reused Idempotency-Key",
+    422: "Invalid body or parameter, a guard refused the move, a reused Idempotency-Key, or "
+         "a request to run something besides the approved plan's next step (off_plan)",
     503: "The database is unreachable; safe to retry",
 }
 

@@ -100,6 +100,28 @@ class RejectBody(_Body):
     expected_version: Version | None = None
 
 
+class StageBody(_Body):
+    case_id: UUID
+
+
+class ExecBody(BaseModel):
+    """Only ``case_id`` (and optionally the action the caller expects): any other field, such as
+    the seed's ``adapter`` or ``script``, is refused (422 ``off_plan``) and nothing runs."""
+
+    model_config = ConfigDict(extra="allow", frozen=True,
+                              json_schema_extra={"additionalProperties": False})
+
+    case_id: UUID
+    action: Annotated[str, _text(100, min_length=1)] | None = Field(
+        default=None, description="The action the caller expects the next step to be; any "
+                                  "other is 422 off_plan and nothing runs.")
+
+    @property
+    def off_plan(self) -> list[str]:
+        """The fields naming something to run besides the plan's next step."""
+        return sorted(self.model_extra or {})
+
+
 # -- reply shapes (documentation only: replies are sent as the service rendered them) ---------
 
 
@@ -170,3 +192,80 @@ class Health(BaseModel):
 
 class HealthReply(BaseModel):
     data: Health
+
+
+class GateApproval(BaseModel):
+    state: Literal["pending", "refused"]
+    approvers: list[str] = Field(description="Who approved this plan so far.")
+    needs: int | None = Field(description="How many more distinct people must approve.")
+    reason: str
+    requester: str = Field(description="Who proposed the plan: they may not approve it.")
+    eligible: str = Field(description="Who may approve, in words.")
+    automatic: str | None = Field(description="Why the policy does not approve it by itself.")
+    waiting: str = Field(description="The awaiting_approval note written on the timeline.")
+    use: str = Field(description="Where a person approves: POST /case/{id}/approve.")
+
+
+class GateView(CaseView):
+    approval: ApprovalState | GateApproval
+
+
+class GateReply(BaseModel):
+    data: GateView
+
+
+class StepRan(BaseModel):
+    phase: Literal["step", "rollback"]
+    index: int
+    action: str
+    ok: bool
+    attempts: int
+    summary: str
+    refused: str | None = None
+
+
+class StepCount(BaseModel):
+    total: int
+    succeeded: int
+
+
+class Move(BaseModel):
+    event: CaseEvent
+    reason: str
+
+
+class ExecView(CaseView):
+    ran: list[StepRan] = Field(description="The step this request ran, then any rollback "
+                                           "steps; empty when only the final move was left.")
+    steps: StepCount
+    moved: Move | None = Field(description="exec_done after the last step, exec_failed after "
+                                            "a failing step and the rollback; else null.")
+
+
+class ExecReply(BaseModel):
+    data: ExecView
+
+
+class VerificationReading(BaseModel):
+    reading: int
+    state: Literal["held", "pending", "cannot"]
+    reason: str
+    observed: float | None
+    at: str | None
+    event: CaseEvent | None = Field(description="verify_pass or verify_failed; null while "
+                                                "the verification waits.")
+    waiting_for: str | None = None
+    next_reading_at: str | None = None
+    since: str | None = Field(default=None, description="When the change finished.")
+    window_ends_at: str | None = Field(default=None,
+                                       description="When the block's window after the change "
+                                                   "ends.")
+    deadline: str | None = Field(default=None, description="The last moment it may pass.")
+
+
+class VerifyView(CaseView):
+    verification: VerificationReading
+
+
+class VerifyReply(BaseModel):
+    data: VerifyView

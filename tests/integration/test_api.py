@@ -398,7 +398,8 @@ def test_openapi_describes_every_endpoint_and_the_error_shape(client):
     assert set(spec["paths"]) == {"/case/create", "/case", "/case/{case_id}",
                                   "/case/{case_id}/timeline", "/case/{case_id}/transition",
                                   "/case/{case_id}/approve", "/case/{case_id}/reject",
-                                  "/plan/generate", "/healthz", "/readyz",
+                                  "/plan/generate", "/gate/eval", "/adapter/exec",
+                                  "/verify/run", "/healthz", "/readyz",
                                   "/alerts/alertmanager"}
     transition = spec["paths"]["/case/{case_id}/transition"]["patch"]
     assert {"200", "400", "401", "403", "404", "409", "412", "413", "422"} <= set(

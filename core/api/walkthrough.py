@@ -1,0 +1,81 @@
+"""The seed's walkthrough stages over REST: ``POST /gate/eval``, ``/adapter/exec`` and
+``/verify/run`` ask the loop's gatekeeper, executor and verifier to act on one case now
+(``core.stages``), as the caller's principal. The API parses, admits and sends the answer; people
+still decide at the gate only through ``POST /case/{id}/approve`` and ``/reject``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request, Response
+
+from core.api.deps import Write, Writer, opsgate
+from core.api.headers import CorrelationIdHeader, correlation_id
+from core.api.openapi import documented
+from core.api.replies import send_reply
+from core.api.schemas import ExecBody, ExecReply, GateReply, StageBody, VerifyReply
+from core.stages import Caller, OffPlan, Stages
+
+router = APIRouter(tags=["walkthrough"])
+
+STAGE_STATUSES = (400, 401, 403, 404, 409, 413, 422)
+
+
+def stages(request: Request) -> Stages:
+    """The stages of the API's app, built on first use (the step runner's adapters and the
+    verifier's metric source are read from the settings then)."""
+    state = request.app.state
+    if getattr(state, "stages", None) is None:
+        state.stages = Stages(opsgate(request))
+    found: Stages = state.stages
+    return found
+
+
+Staged = Annotated[Stages, Depends(stages)]
+
+
+def caller(write: Write, x_correlation_id: str | None) -> Caller:
+    return Caller(write.actor, write.principal.name, write.key,
+                  correlation_id(x_correlation_id))
+
+
+@router.post("/gate/eval", responses=documented(GateReply, *STAGE_STATUSES))
+def evaluate_gate(body: StageBody, write: Writer, staged: Staged,
+                  x_correlation_id: CorrelationIdHeader = None) -> Response:
+    """The gatekeeper's verdict on the plan the case waits on, now. When the approval policy
+    lets the plan approve itself (OPSGATE_AUTO_APPROVE) it is approved, as the gatekeeper's
+    approval, never the caller's, and the case moves to EXECUTING; else 200 with the case
+    unchanged and what is missing (how many approvals, by whom), noted on the timeline."""
+    return send_reply(staged.evaluate_gate(body.case_id, caller(write, x_correlation_id)))
+
+
+@router.post("/adapter/exec", responses=documented(ExecReply, *STAGE_STATUSES))
+def execute_next_step(body: ExecBody, write: Writer, staged: Staged,
+                      x_correlation_id: CorrelationIdHeader = None) -> Response:
+    """Run the approved plan's next step through the gateway, as the executor does (retries,
+    one timeline note per attempt). After the last step the case moves to VERIFYING
+    (exec_done); a step that fails for good runs the plan's rollback and parks the case
+    (exec_failed). The body names no adapter, script or parameters: those are 422 off_plan."""
+    if body.off_plan:
+        raise OffPlan("POST /adapter/exec runs only the approved plan's next step; it takes no "
+                      f"adapter, script or parameters (got: {', '.join(body.off_plan)})",
+                      problems=[f"body.{name}: not accepted" for name in body.off_plan])
+    return send_reply(staged.execute_next_step(body.case_id, caller(write, x_correlation_id),
+                                               body.action))
+
+
+_VERIFY_RESPONSES: dict[int | str, Any] = {
+    **documented(VerifyReply, *STAGE_STATUSES),
+    202: {"model": VerifyReply, "description": "The verification waits: for the block's "
+          "window after the change, or for its condition, until the deadline. The case is "
+          "unchanged; the next reading is scheduled."},
+}
+
+
+@router.post("/verify/run", responses=_VERIFY_RESPONSES)
+def verify_now(body: StageBody, write: Writer, staged: Staged,
+               x_correlation_id: CorrelationIdHeader = None) -> Response:
+    """One reading of the executed plan's verify block, as the verifier takes it: held →
+    verify_pass (CLOSED); the deadline passed or never judgeable → verify_failed (PARKED);
+    otherwise 202 with what it waits on, when the window and the deadline end."""
+    return send_reply(staged.verify_now(body.case_id, caller(write, x_correlation_id)))
