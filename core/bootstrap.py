@@ -71,7 +71,8 @@ def policy_from_settings(settings: Settings,
     return ApprovalPolicy(approvers=frozenset(settings.approvers),
                           two_person_risk=settings.two_person_risk,
                           auto_approve=settings.auto_approve,
-                          auto_approve_max_risk=settings.auto_approve_max_risk, **extra)
+                          auto_approve_max_risk=settings.auto_approve_max_risk,
+                          approval_ttl_s=settings.approval_ttl_s, **extra)
 
 
 def bootstrap(settings: Settings | None = None, *, engine: Engine | None = None,

@@ -1,5 +1,5 @@
 """The gate's bookkeeping inside a case transaction: which plan the case waits on, the approvals
-recorded for it, and the decision row an approver's yes or no writes.
+recorded for it, and the decision row an approver's yes or no (or the plan's expiry) writes.
 
 The case service calls these with the case row locked; the policy itself (who, how many) is the
 pure ``core.domain.policy``.
@@ -19,7 +19,7 @@ from core.domain.policy import Approval, Pending, Satisfied, Verdict
 from core.errors import GuardFailed, StalePlan
 
 Row = Mapping[Any, Any]
-Decision = Literal["approved", "rejected"]
+Decision = Literal["approved", "rejected", "expired"]
 
 
 def waited_plan(conn: Connection, case_id: UUID, digest: str | None, *,
@@ -53,9 +53,18 @@ def recorded_approvals(conn: Connection, plan: Row) -> list[Approval]:
             if decision.get("verdict", "approved") == "approved" and "approver" in decision]
 
 
+def expiry_of(conn: Connection, plan: Row) -> str | None:
+    """Why this proposal's approval expired (its expiry's reason); None when it did not."""
+    for decision in store.plan_decisions(conn, plan["id"]):
+        if decision.get("verdict") == "expired":
+            return str(decision.get("reason") or "its approval expired")
+    return None
+
+
 def decision_row(plan: Row, approver: str, verdict: Decision, at: datetime,
                  reason: str | None = None) -> dict[str, Any]:
-    """The ``plan_approved`` row of one approver's decision on one proposal."""
+    """The ``plan_approved`` row of one approver's decision on one proposal (or of its expiry,
+    recorded under the gatekeeper)."""
     decision: dict[str, Any] = {"approver": approver, "at": at.isoformat(), "verdict": verdict}
     if reason is not None:
         decision["reason"] = reason

@@ -48,7 +48,7 @@ from core.errors import (
     VersionConflict,
     error_from_body,
 )
-from core.gate import approval_state, decision_row, recorded_approvals, waited_plan
+from core.gate import approval_state, decision_row, expiry_of, recorded_approvals, waited_plan
 from core.messaging import inbox
 from core.metrics import count_write
 from core.tracing import current as current_correlation_id
@@ -395,7 +395,7 @@ class CaseService:
                                              event=str(cmd.event)))
         now, correlation_id = self.clock(), correlation_of(cmd.correlation_id)
         try:
-            digest = self._guard(conn, cmd, version + 1, writes)
+            digest = self._guard(conn, case, cmd, version + 1, writes)
         except GuardFailed as refused:
             raise _Refusal(refused, self._timeline_row(
                 cmd, now, correlation_id, outcome="refused", source=status, target=None,
@@ -414,7 +414,7 @@ class CaseService:
                           "updated_at": now})
         return view if digest is None else {**view, "plan_hash": digest}
 
-    def _guard(self, conn: Connection, cmd: TransitionCase, next_version: int,
+    def _guard(self, conn: Connection, case: Row, cmd: TransitionCase, next_version: int,
                writes: store.Writes) -> str | None:
         """Run the event's guard; record what it admits. Returns the plan hash it concerns."""
         if cmd.event is CaseEvent.PLAN_READY:
@@ -423,6 +423,8 @@ class CaseService:
             return self._admit_approval(conn, cmd, writes)
         if cmd.event is CaseEvent.GATE_REJECTED:
             return self._admit_rejection(conn, cmd, writes)
+        if cmd.event is CaseEvent.GATE_EXPIRED:
+            return self._admit_expiry(conn, case, cmd, writes)
         return None
 
     @staticmethod
@@ -472,6 +474,23 @@ class CaseService:
         if refused is not None:
             raise ApprovalRefused(refused, problems=[f"approver: {refused}"])
         writes.approval = decision_row(plan, cmd.actor, "rejected", self.clock(), cmd.reason)
+        return str(plan["plan_hash"])
+
+    def _admit_expiry(self, conn: Connection, case: Row, cmd: TransitionCase,
+                      writes: store.Writes) -> str:
+        """gate_expired only for the plan the case waits on (by hash), once it has waited the
+        policy's approval TTL since it reached the gate; recorded as the plan's expiry."""
+        plan = waited_plan(conn, cmd.case_id, cmd.plan_hash)
+        due = self.policy.approval_expires_at(store.as_utc(case["updated_at"]))
+        now = self.clock()
+        if now < due:
+            raise GuardFailed(
+                f"the plan's approval expires at {due:%Y-%m-%d %H:%M:%S} UTC, "
+                f"{self.policy.describe_ttl()} after it reached the gate; not before",
+                problems=[f"expires_at: {due.isoformat()}"])
+        writes.approval = decision_row(plan, cmd.actor, "expired", now,
+                                       cmd.reason or f"approval expired after "
+                                                     f"{self.policy.describe_ttl()}")
         return str(plan["plan_hash"])
 
     # -- the gate -------------------------------------------------------------------------
@@ -534,8 +553,11 @@ class CaseService:
         if status is not CaseStatus.WAIT_GATE:
             latest = store.latest_plan(conn, cmd.case_id)
             decided = latest is not None and latest["plan_hash"] == cmd.plan_hash
+            expired = expiry_of(conn, latest) if decided and latest is not None else None
             why = ("this plan was already decided" if decided
                    else "this decision is for an older plan")
+            if expired is not None:
+                why = f"{expired} — ask the agent for a fresh plan"
             raise _Refusal(IllegalTransition(f"the case is {status}, not waiting at the gate: "
                                              f"{why}", status=str(status), event=event))
         if cmd.expected_version is not None and cmd.expected_version != version:

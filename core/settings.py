@@ -197,6 +197,11 @@ class Settings(BaseSettings):
         default=0.7, ge=0, le=1,
         description="Plans with at least this risk need two distinct approvers.",
     )
+    approval_ttl_s: float = Field(
+        default=3600.0, ge=1, le=7 * 86400,
+        description="Seconds a plan may wait at the gate for its approvals; then it expires and "
+        "the case parks (ask for a fresh plan). From 1 s to a week; default an hour.",
+    )
     # The closed loop: relay, bus and consumers (docs/operations.md).
     stream_prefix: str = Field(
         default="opsgate:stream:",

@@ -66,6 +66,8 @@ def command(case_id: UUID, event: CaseEvent, **overrides: Any) -> TransitionCase
         extra["plan_hash"] = PLAN_HASH
     if event in (E.GATE_APPROVED, E.GATE_REJECTED):
         extra["actor"] = APPROVER
+    if event is E.GATE_EXPIRED:  # the guard also needs the approval TTL passed: a clock's matter
+        extra.update(actor="gatekeeper", plan_hash=PLAN_HASH)
     return TransitionCase(case_id, event, **{**extra, **overrides})
 
 

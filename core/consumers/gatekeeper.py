@@ -1,24 +1,31 @@
-"""The gatekeeper (``cmd.gate.eval``): approves a waiting plan itself when the approval policy
-lets it (``OPSGATE_AUTO_APPROVE``), else notes on the case who may approve and how many must.
+"""The gatekeeper (``cmd.gate.eval``, ``cmd.gate.expire``): approves a waiting plan itself when
+the approval policy lets it (``OPSGATE_AUTO_APPROVE``), else notes on the case who may approve
+and how many must, and schedules the plan's expiry.
 
 It approves through ``CaseService.approve_plan`` like a person, under the actor ``gatekeeper``,
-so the policy is enforced in one place: the core."""
+so the policy is enforced in one place: the core. The expiry check is an outbox row the
+"waiting" note writes in its own transaction, due ``OPSGATE_APPROVAL_TTL_S`` after the plan
+reached the gate (``deliver_after``): no thread sleeps, a restart loses nothing. When it falls
+due and the case still waits on that plan at that version, the case parks (``gate_expired``);
+a case decided meanwhile makes the check stale, and it does nothing."""
 
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import TYPE_CHECKING
 
+from core.adapters.case_store import as_utc
 from core.consumers.runs import PlanRun, current_run
-from core.domain.commands import ApprovePlan, NoteCase
-from core.domain.fsm import CaseStatus
+from core.domain.commands import ApprovePlan, NoteCase, Scheduled, TransitionCase
+from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic
 from core.domain.policy import AUTO_APPROVER, ApprovalPolicy, PlanLike, plan_risk
 from core.messaging.consumer import Delivery
 
 if TYPE_CHECKING:
     from core.bootstrap import App
-    from core.service import CaseService
+    from core.service import CaseService, Reply
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +41,10 @@ def waiting_note(policy: ApprovalPolicy, plan: PlanLike, requester: str) -> str:
 
 
 class Gatekeeper:
-    """Consumer of ``cmd.gate.eval``."""
+    """Consumer of ``cmd.gate.eval`` and of the expiry checks it schedules."""
 
     name = "gatekeeper"
-    topics: tuple[str, ...] = (Topic.GATE_EVAL,)
+    topics: tuple[str, ...] = (Topic.GATE_EVAL, Topic.GATE_EXPIRE)
 
     def __init__(self, app: App) -> None:
         self.cases = app.cases
@@ -51,6 +58,9 @@ class Gatekeeper:
         payload = delivery.envelope.payload
         run = current_run(self.cases, self.name, payload, CaseStatus.WAIT_GATE)
         if run is None:
+            return  # decided or moved on: a stale evaluation, or a stale expiry check
+        if delivery.envelope.topic == Topic.GATE_EXPIRE:
+            self._expire(run, delivery)
             return
         if run.plan is None or run.plan_hash is None:
             log.warning("gatekeeper: case %s waits on no stored plan; nothing to do",
@@ -75,6 +85,14 @@ class Gatekeeper:
         note = awaiting_approval(self.cases, self.policy, run, correlation_id)
         self.cases.note(note, run.key, inbox_entry=delivery.inbox_entry).data()
 
+    def _expire(self, run: PlanRun, delivery: Delivery) -> None:
+        if run.plan is None or run.plan_hash != delivery.envelope.payload.get("plan_hash"):
+            log.warning("gatekeeper: case %s waits on no stored plan %s; no expiry",
+                        run.case_id, delivery.envelope.payload.get("plan_hash"))
+            return
+        expire(self.cases, run, delivery.envelope.payload.get("correlation_id"),
+               delivery.inbox_entry)
+
 
 def awaiting_approval(cases: CaseService, policy: ApprovalPolicy, run: PlanRun,
                       correlation_id: str | None) -> NoteCase:
@@ -83,8 +101,53 @@ def awaiting_approval(cases: CaseService, policy: ApprovalPolicy, run: PlanRun,
     assert run.plan is not None
     found = cases.proposed_plan(run.case_id, run.plan_hash)
     requester = str(found["proposed_by"]) if found else "the requester"
+    check = expiry_check(policy, run)
     return NoteCase(run.case_id, "awaiting_approval", run.consumer,
                     reason=waiting_note(policy, run.plan, requester),
                     meta={"plan_hash": run.plan_hash, "needs": policy.required(run.plan),
-                          "approvers": sorted(policy.approvers), "requester": requester},
-                    topic=Topic.AWAITING_APPROVAL, correlation_id=correlation_id)
+                          "approvers": sorted(policy.approvers), "requester": requester,
+                          "expires_at": check.deliver_after.isoformat()},
+                    topic=Topic.AWAITING_APPROVAL, correlation_id=correlation_id,
+                    schedule=check)
+
+
+def expires_at(policy: ApprovalPolicy, run: PlanRun) -> datetime:
+    """When the approval of the run's plan expires: the policy's TTL after the case reached the
+    gate (its ``updated_at``: notes do not move it)."""
+    return policy.approval_expires_at(as_utc(datetime.fromisoformat(str(run.case["updated_at"]))))
+
+
+def expiry_check(policy: ApprovalPolicy, run: PlanRun) -> Scheduled:
+    """The command that expires the run's plan if it still waits when its approval expires."""
+    due = expires_at(policy, run)
+    return Scheduled(Topic.GATE_EXPIRE, {"plan_hash": run.plan_hash,
+                                         "expires_at": due.isoformat()}, due)
+
+
+def expire(cases: CaseService, run: PlanRun, correlation_id: str | None,
+           inbox_entry: tuple[str, int] | None = None) -> Reply | None:
+    """The run's plan expires, as the run's actor: the case parks (``gate_expired``). A check
+    that comes before the plan's time (delivered early, or OPSGATE_APPROVAL_TTL_S raised since
+    it was scheduled) schedules itself again for that time. Returns the move's reply; None
+    when nothing moved (not yet, or another decision came first)."""
+    policy = cases.policy
+    due = expires_at(policy, run)
+    if cases.clock() < due:
+        note = NoteCase(run.case_id, "approval_expiry_due", run.consumer,
+                        reason=f"the approval of plan {str(run.plan_hash)[:12]} expires at "
+                               f"{due:%Y-%m-%d %H:%M:%S} UTC",
+                        meta={"plan_hash": run.plan_hash, "expires_at": due.isoformat()},
+                        correlation_id=correlation_id, schedule=expiry_check(policy, run))
+        cases.note(note, f"{run.key}:expiry:{due.isoformat()}", inbox_entry=inbox_entry).data()
+        return None
+    move = TransitionCase(run.case_id, CaseEvent.GATE_EXPIRED, actor=run.consumer,
+                          reason=f"approval expired after {policy.describe_ttl()}",
+                          correlation_id=correlation_id, plan_hash=run.plan_hash,
+                          meta={"expires_at": due.isoformat()}, expected_version=run.version)
+    reply = cases.transition(move, f"{run.key}:gate_expired", inbox_entry=inbox_entry)
+    if reply.status in (409, 412):
+        log.info("gatekeeper: case %s was decided before its plan expired (%s)", run.case_id,
+                 reply.body)
+        return None
+    reply.data()
+    return reply

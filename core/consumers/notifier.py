@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 POST_WAIT_S = 5.0  # how long a duplicate waits for the first delivery's post to finish
 STEP_RESULT = "evt.exec.step_result.v1"  # the executor's step and rollback results
 # The transition fact of these moves says less than the plan event emitted beside it.
-_TOLD_BY_PLAN_EVENTS = frozenset({"plan_ready", "gate_approved", "gate_rejected"})
+_TOLD_BY_PLAN_EVENTS = frozenset({"plan_ready", "gate_approved", "gate_rejected",
+                                  "gate_expired"})
 
 Payload = Mapping[str, Any]
 
@@ -71,6 +72,11 @@ def _rejected(p: Payload) -> str:
     return f"Plan {_short(p.get('plan_hash'))} rejected by {p.get('actor')}: {p.get('reason')}"
 
 
+def _expired(p: Payload) -> str:
+    return (f"Plan {_short(p.get('plan_hash'))}: {p.get('reason') or 'approval expired'}; the "
+            "case is parked — ask for a fresh plan")
+
+
 def _step(p: Payload) -> str:
     mark = "✓" if p.get("ok") else "✗"
     return f"{mark} {p.get('reason')}"
@@ -95,6 +101,7 @@ _RENDERERS: dict[str, Callable[[Payload], str | None]] = {
     Topic.AWAITING_APPROVAL: _awaiting,
     Topic.PLAN_APPROVED: _approved,
     Topic.PLAN_REJECTED: _rejected,
+    Topic.PLAN_EXPIRED: _expired,
     STEP_RESULT: _step,
     Topic.VERIFY_WAITING: _verify_waiting,
     FINDINGS_TOPIC: findings_text,  # the analyst's findings (core/analysis/render.py)

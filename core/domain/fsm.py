@@ -28,6 +28,7 @@ class CaseEvent(StrEnum):
     PLAN_READY = "plan_ready"
     GATE_APPROVED = "gate_approved"
     GATE_REJECTED = "gate_rejected"
+    GATE_EXPIRED = "gate_expired"  # nobody decided within OPSGATE_APPROVAL_TTL_S
     EXEC_DONE = "exec_done"
     EXEC_FAILED = "exec_failed"
     VERIFY_PASS = "verify_pass"  # noqa: S105 (an FSM event, not a password)
@@ -44,6 +45,7 @@ TRANSITIONS: dict[tuple[CaseStatus, CaseEvent], CaseStatus] = {
     (S.PLANNING, E.PLAN_READY): S.WAIT_GATE,
     (S.WAIT_GATE, E.GATE_APPROVED): S.EXECUTING,
     (S.WAIT_GATE, E.GATE_REJECTED): S.PARKED,
+    (S.WAIT_GATE, E.GATE_EXPIRED): S.PARKED,
     (S.EXECUTING, E.EXEC_DONE): S.VERIFYING,
     (S.EXECUTING, E.EXEC_FAILED): S.PARKED,
     (S.VERIFYING, E.VERIFY_PASS): S.CLOSED,
@@ -51,7 +53,8 @@ TRANSITIONS: dict[tuple[CaseStatus, CaseEvent], CaseStatus] = {
     (S.PARKED, E.RESUME): S.PLANNING,
     (S.PARKED, E.FIX): S.PLANNING,
 }
-"""The whole FSM of DESIGN.md; anything not listed here is illegal."""
+"""The whole FSM of DESIGN.md, plus the gate's expiry (a plan nobody decided in time parks the
+case, docs/approvals.md); anything not listed here is illegal."""
 
 INITIAL_STATUS = S.NEW
 TERMINAL_STATUSES = frozenset({S.CLOSED})

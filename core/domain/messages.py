@@ -21,11 +21,13 @@ class Topic:
     PLAN_PROPOSED = "evt.plan.proposed.v1"
     PLAN_APPROVED = "evt.plan.approved.v1"
     PLAN_REJECTED = "evt.plan.rejected.v1"
+    PLAN_EXPIRED = "evt.plan.expired.v1"  # nobody decided in time: the case parked
     APPROVAL_RECORDED = "evt.plan.approval_recorded.v1"  # a yes that is not yet enough
     AWAITING_APPROVAL = "evt.plan.awaiting_approval.v1"  # the gatekeeper waits for humans
     ANALYSIS_RUN = "cmd.analysis.run"
     PLAN_GENERATE = "cmd.plan.generate"
     GATE_EVAL = "cmd.gate.eval"
+    GATE_EXPIRE = "cmd.gate.expire"  # scheduled: the plan still waiting then expires
     EXEC_RUN = "cmd.exec.run"
     VERIFY_RUN = "cmd.verify.run"
     EXEC_STEP_RESULT = "evt.exec.step_result.v1"  # one attempt of a plan or rollback step
@@ -37,6 +39,7 @@ _FOLLOW_UPS: dict[CaseEvent, tuple[str, ...]] = {
     CaseEvent.PLAN_READY: (Topic.PLAN_PROPOSED, Topic.GATE_EVAL),
     CaseEvent.GATE_APPROVED: (Topic.PLAN_APPROVED, Topic.EXEC_RUN),
     CaseEvent.GATE_REJECTED: (Topic.PLAN_REJECTED,),
+    CaseEvent.GATE_EXPIRED: (Topic.PLAN_EXPIRED,),
     CaseEvent.EXEC_DONE: (Topic.VERIFY_RUN,),
 }
 

@@ -1,4 +1,5 @@
-"""The approval policy: who may approve a plan, how many must, and which plans approve themselves.
+"""The approval policy: who may approve a plan, how many must, which plans approve themselves,
+and how long a plan may wait for people before its approval expires.
 
 Pure: ``evaluate`` judges a plan and the approvals recorded for it without I/O; the case service
 runs it inside the transaction that locks the case (docs/approvals.md says where each rule bites).
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from core.domain.plans import UNSTATED_RISK, ParsedPlan, parsed_or_none
@@ -73,13 +75,15 @@ PlanLike = ParsedPlan | Mapping[str, Any]
 @dataclass(frozen=True)
 class ApprovalPolicy:
     """Who may approve and how many must. ``approvers`` holds user ids and/or user group ids;
-    empty means anyone may approve (except, always, the requester)."""
+    empty means anyone may approve (except, always, the requester). A plan nobody decided
+    ``approval_ttl_s`` seconds after it reached the gate expires."""
 
     approvers: frozenset[str] = frozenset()
     two_person_risk: float = 0.7
     auto_approve: AutoApprove = "off"
     auto_approve_max_risk: float = 0.3
     members: GroupMembers = field(default=_no_groups, compare=False, repr=False)
+    approval_ttl_s: float = 3600.0
 
     def __post_init__(self) -> None:
         if self.auto_approve not in AUTO_APPROVE_MODES:
@@ -88,6 +92,8 @@ class ApprovalPolicy:
         for name in ("two_person_risk", "auto_approve_max_risk"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be within 0..1")
+        if not (math.isfinite(self.approval_ttl_s) and self.approval_ttl_s > 0):
+            raise ValueError("approval_ttl_s must be a positive number of seconds")
 
     # -- who -------------------------------------------------------------------------------
 
@@ -137,6 +143,16 @@ class ApprovalPolicy:
         return (f"automatic approval covers noop-only plans and risk below "
                 f"{self.auto_approve_max_risk:g}; this plan is riskier")
 
+    # -- how long ---------------------------------------------------------------------------
+
+    def approval_expires_at(self, at_gate: datetime) -> datetime:
+        """When the approval of a plan that reached the gate at ``at_gate`` expires."""
+        return at_gate + timedelta(seconds=self.approval_ttl_s)
+
+    def describe_ttl(self) -> str:
+        """How long a plan may wait at the gate, in words ("1 h", "30 min", "45 s")."""
+        return duration_words(self.approval_ttl_s)
+
     # -- the verdict ------------------------------------------------------------------------
 
     def evaluate(self, plan: PlanLike, requester: str,
@@ -173,6 +189,14 @@ class ApprovalPolicy:
                "approvers" if needed == 2 else "needs one approver")
         have = f"; approved so far by {', '.join(approvers)}" if approvers else ""
         return f"{why}{have}"
+
+
+def duration_words(seconds: float) -> str:
+    """A duration as people say it: hours from an hour up, minutes from a minute up."""
+    for unit, size in (("h", 3600.0), ("min", 60.0)):
+        if seconds >= size:
+            return f"{round(seconds / size, 2):g} {unit}"
+    return f"{round(seconds, 2):g} s"
 
 
 def plan_risk(plan: PlanLike) -> float:

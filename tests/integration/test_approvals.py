@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -276,6 +277,58 @@ def test_a_raw_gate_rejected_is_held_to_the_approver_rules(service):
     case_id = waiting(service)
     reply = service.transition(TransitionCase(case_id, E.GATE_REJECTED, actor=REQUESTER), key())
     assert error(reply)[:2] == (422, "approval_refused")
+
+
+# -- the approval's expiry ---------------------------------------------------------------------
+
+
+class Clock:
+    """A clock the test moves: the service stamps and judges by it."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def test_a_raw_gate_expired_waits_for_the_ttl_and_names_the_plan(engine):
+    clock = Clock()
+    service = CaseService(engine, clock=clock, policy=ApprovalPolicy(approval_ttl_s=1800))
+    case_id = waiting(service)
+    expire = command(case_id, E.GATE_EXPIRED, actor=AUTO_APPROVER, reason="nobody decided")
+    clock.now += timedelta(seconds=1799)
+    status, code, message = error(service.transition(expire, key()))
+    assert (status, code) == (422, "guard_failed")
+    assert "expires at" in message and "30 min after it reached the gate" in message
+    unnamed = TransitionCase(case_id, E.GATE_EXPIRED, actor=AUTO_APPROVER)
+    clock.now += timedelta(seconds=1)
+    assert error(service.transition(unnamed, key()))[:2] == (422, "stale_plan")
+    assert service.get_case(case_id)["status"] == "WAIT_GATE"
+    assert rows(engine, plan_approved, case_id) == []
+
+    assert service.transition(expire, key()).data()["status"] == "PARKED"
+    [expiry] = rows(engine, plan_approved, case_id)
+    assert expiry["decision"]["verdict"] == "expired"
+    assert expiry["decision"]["reason"] == "nobody decided"
+    assert Topic.PLAN_EXPIRED in topics(engine, case_id)
+
+
+def test_a_decision_after_the_expiry_says_the_approval_expired(engine):
+    clock = Clock()
+    service = CaseService(engine, clock=clock)  # the default TTL: an hour
+    case_id = waiting(service)
+    clock.now += timedelta(hours=1)
+    expire = command(case_id, E.GATE_EXPIRED, actor=AUTO_APPROVER)
+    assert service.transition(expire, key()).ok
+    for late in (approve(service, case_id, "bob"),
+                 service.reject_plan(RejectPlan(case_id, plan_hash(PLAN), "bob", "no"), key())):
+        status, code, message = error(late)
+        assert (status, code) == (409, "illegal_transition")
+        assert message == ("the case is PARKED, not waiting at the gate: approval expired "
+                           "after 1 h — ask the agent for a fresh plan")
+    assert [r["decision"]["verdict"] for r in rows(engine, plan_approved, case_id)] == [
+        "expired"]
 
 
 # -- automatic approval ------------------------------------------------------------------------

@@ -3,12 +3,14 @@ a message delivered twice, and does nothing for a command that is stale."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 import pytest
 from sqlalchemy import Engine, select
 
+from core.adapters.case_store import as_utc
 from core.adapters.tables import case_timeline, outbox, plan_proposed
 from core.bootstrap import App, bootstrap
 from core.chat import RecordingSink
@@ -23,8 +25,10 @@ from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic
 from core.domain.plan_templates import load_template
 from core.domain.plans import plan_hash
+from core.messaging.bus import InProcessBus
 from core.messaging.consumer import Consumer, ConsumerRunner, Delivery
 from core.messaging.envelope import Envelope
+from core.messaging.relay import OutboxRelay
 from core.settings import Settings
 from tests.support import PLAN, REQUESTER, command, key
 
@@ -214,6 +218,89 @@ def test_the_gatekeeper_ignores_a_plan_already_decided(engine):
     assert status(app, case_id) == ("EXECUTING", 4)
     assert [row["actor"] for row in timeline(engine, case_id)
             if row["event"] == "gate_approved"] == ["bob"]
+
+
+# -- the approval's expiry ----------------------------------------------------------------------
+
+
+def waiting_on_people(app: App, plan: dict[str, Any] = HIGH_RISK) -> tuple[UUID, datetime]:
+    """A case whose plan the gatekeeper left for people; when it reached the gate."""
+    case_id = at_gate(app, plan)
+    deliver(Gatekeeper(app), last(app.engine, Topic.GATE_EVAL, case_id))
+    at_gate_since = as_utc(datetime.fromisoformat(app.cases.get_case(case_id)["updated_at"]))
+    return case_id, at_gate_since
+
+
+def relayed(engine: Engine, now: datetime) -> list[Envelope]:
+    """What a relay (a fresh one: a restarted process) publishes of cmd.gate.expire at ``now``."""
+    seen: list[Envelope] = []
+    bus = InProcessBus()
+    bus.subscribe((Topic.GATE_EXPIRE,), seen.append)
+    OutboxRelay(engine, bus, clock=lambda: now).drain()
+    return seen
+
+
+def test_a_plan_nobody_decides_expires_from_a_scheduled_row_that_survives_a_restart(engine):
+    app = make_app(engine, approval_ttl_s=3600)
+    case_id, since = waiting_on_people(app)
+    [check] = messages(engine, Topic.GATE_EXPIRE, case_id)
+    with engine.connect() as conn:
+        due = conn.execute(select(outbox.c.deliver_after)
+                           .where(outbox.c.id == check.message_id)).scalar_one()
+    assert as_utc(due) == since + timedelta(hours=1)
+    assert check.payload["plan_hash"] == plan_hash(HIGH_RISK)
+    assert check.payload["version"] == 3 and check.payload["event"] == "awaiting_approval"
+    [note] = [row for row in timeline(engine, case_id) if row["event"] == "awaiting_approval"]
+    assert note["meta"]["context"]["expires_at"] == (since + timedelta(hours=1)).isoformat()
+
+    assert relayed(engine, since + timedelta(minutes=59)) == []  # not before it is due
+    app.close()
+    restarted = make_app(engine, approval_ttl_s=3600)  # a new process: only the row remains
+    restarted.cases.clock = lambda: since + timedelta(hours=1)
+    [delivered] = relayed(engine, since + timedelta(hours=1))
+    deliver(Gatekeeper(restarted), delivered)
+    deliver(Gatekeeper(restarted), delivered)  # again: the case is no longer waiting
+    assert status(restarted, case_id) == ("PARKED", 4)
+    expired = [row for row in timeline(engine, case_id) if row["event"] == "gate_expired"]
+    assert [(row["actor"], row["reason"]) for row in expired] == [
+        ("gatekeeper", "approval expired after 1 h")]
+    [fact] = messages(engine, Topic.PLAN_EXPIRED, case_id)
+    assert render(Topic.PLAN_EXPIRED, fact.payload) == (
+        f"Plan {plan_hash(HIGH_RISK)[:12]}: approval expired after 1 h; the case is parked — "
+        "ask for a fresh plan")
+    late = restarted.cases.approve_plan(ApprovePlan(case_id, plan_hash(HIGH_RISK), "bob"), key())
+    assert late.status == 409 and "approval expired after 1 h" in late.body
+
+
+def test_a_decision_before_the_ttl_makes_the_expiry_check_a_no_op(engine):
+    app = make_app(engine, approval_ttl_s=60)
+    approved, since = waiting_on_people(app, PLAN)
+    app.cases.approve_plan(ApprovePlan(approved, plan_hash(PLAN), "bob"), key()).data()
+    reproposed, _ = waiting_on_people(app, PLAN)  # expires, resumes, waits on a new proposal
+    app.cases.clock = lambda: since + timedelta(minutes=5)
+    deliver(Gatekeeper(app), last(engine, Topic.GATE_EXPIRE, reproposed))
+    move(app, reproposed, E.RESUME)
+    move(app, reproposed, E.PLAN_READY, plan=PLAN)
+    for check in relayed(engine, since + timedelta(minutes=5)):
+        deliver(Gatekeeper(app), check)  # every check so far: each one is stale now
+    assert status(app, approved) == ("EXECUTING", 4)
+    assert status(app, reproposed) == ("WAIT_GATE", 6)
+    assert events(engine, approved).count("gate_expired") == 0
+    assert events(engine, reproposed).count("gate_expired") == 1
+
+
+def test_a_check_that_comes_early_schedules_itself_again_once(engine):
+    app = make_app(engine, approval_ttl_s=600)
+    case_id, since = waiting_on_people(app)
+    early = last(engine, Topic.GATE_EXPIRE, case_id)  # a test pump ignores deliver_after
+    deliver(Gatekeeper(app), early)
+    again = last(engine, Topic.GATE_EXPIRE, case_id)
+    deliver(Gatekeeper(app), again)  # still early: the same note, nothing new
+    assert status(app, case_id) == ("WAIT_GATE", 3)
+    assert again.message_id != early.message_id
+    assert len(messages(engine, Topic.GATE_EXPIRE, case_id)) == 2
+    assert events(engine, case_id).count("approval_expiry_due") == 1
+    assert again.payload["expires_at"] == (since + timedelta(minutes=10)).isoformat()
 
 
 # -- the notifier ------------------------------------------------------------------------------

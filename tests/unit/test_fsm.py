@@ -25,6 +25,7 @@ DESIGN_TABLE = {
     (S.PLANNING, E.PLAN_READY): S.WAIT_GATE,
     (S.WAIT_GATE, E.GATE_APPROVED): S.EXECUTING,
     (S.WAIT_GATE, E.GATE_REJECTED): S.PARKED,
+    (S.WAIT_GATE, E.GATE_EXPIRED): S.PARKED,  # the gate's expiry (docs/approvals.md)
     (S.EXECUTING, E.EXEC_DONE): S.VERIFYING,
     (S.EXECUTING, E.EXEC_FAILED): S.PARKED,
     (S.VERIFYING, E.VERIFY_PASS): S.CLOSED,
@@ -52,8 +53,8 @@ def test_decide_is_total_and_matches_the_table(status, event):
 def test_refusal_names_what_is_allowed():
     decision = decide(S.WAIT_GATE, E.EXEC_DONE)
     assert isinstance(decision, Refused)
-    assert decision.allowed == (E.GATE_APPROVED, E.GATE_REJECTED)
-    assert "gate_approved, gate_rejected" in decision.reason
+    assert decision.allowed == (E.GATE_APPROVED, E.GATE_REJECTED, E.GATE_EXPIRED)
+    assert "gate_approved, gate_rejected, gate_expired" in decision.reason
 
 
 def test_closed_is_terminal():

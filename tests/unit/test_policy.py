@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from core.domain.plans import parse_plan, plan_hash
 from core.domain.policy import (
@@ -19,6 +21,7 @@ from core.domain.policy import (
     noop_only,
     plan_risk,
 )
+from core.settings import Settings
 
 
 def plan(risk: float | None = 0.2, action: str = "script.exec",
@@ -195,7 +198,27 @@ def test_an_automatic_approval_says_why_it_was_refused():
 
 
 @pytest.mark.parametrize("bad", [{"auto_approve": "always"}, {"two_person_risk": 1.5},
-                                 {"auto_approve_max_risk": -0.1}])
+                                 {"auto_approve_max_risk": -0.1}, {"approval_ttl_s": 0},
+                                 {"approval_ttl_s": math.nan}, {"approval_ttl_s": math.inf}])
 def test_a_nonsensical_policy_fails_at_start(bad):
     with pytest.raises(ValueError):
         ApprovalPolicy(**bad)
+
+
+@pytest.mark.parametrize(("ttl", "words"), [(3600, "1 h"), (5400, "1.5 h"), (1800, "30 min"),
+                                            (90, "1.5 min"), (45, "45 s"), (0.5, "0.5 s")])
+def test_the_approval_ttl_in_words_and_when_it_ends(ttl, words):
+    policy = ApprovalPolicy(approval_ttl_s=ttl)
+    assert policy.describe_ttl() == words
+    at_gate = datetime(2026, 11, 23, 7, 0, tzinfo=UTC)
+    assert policy.approval_expires_at(at_gate) == at_gate + timedelta(seconds=ttl)
+    assert ApprovalPolicy().describe_ttl() == "1 h"
+
+
+@pytest.mark.parametrize("value", ["0", "0.5", "604801", "nan"])
+def test_the_approval_ttl_setting_has_bounds(value, monkeypatch):
+    monkeypatch.setenv("OPSGATE_APPROVAL_TTL_S", value)
+    with pytest.raises(ValidationError, match="approval_ttl_s"):
+        Settings(database_url="sqlite://")
+    monkeypatch.setenv("OPSGATE_APPROVAL_TTL_S", "900")
+    assert Settings(database_url="sqlite://").approval_ttl_s == 900
