@@ -114,6 +114,8 @@ class Stages:
 
     def _once(self, caller: Caller, endpoint: str, case_id: UUID, request: Mapping[str, Any],
               answer: Callable[[], Reply], lease_s: float = 0.0) -> Reply:
+        """``answer()`` the first time the caller's key comes with this request; its reply,
+        replayed, every later time; ``KeyReuse`` when the key came with another request."""
         self.cases.get_case(case_id)  # an unknown case is 404, and nothing is kept of it
         call = ToolCall(STAGE_TOOL, actor=caller.actor, session_id=f"case:{case_id}",
                         args={"endpoint": endpoint, "case_id": str(case_id),
@@ -200,11 +202,10 @@ class Stages:
         steps = plan_steps(plan)
         step = self._next_step(run, steps)
         if action is not None and (step is None or step.action != action):
-            expected = "no step: every step has run" if step is None else step.action
+            expected = "none left: every step has run" if step is None else step.action
             return Reply.of_error(OffPlan(
-                f"POST /adapter/exec runs only the approved plan's next step, which is "
-                f"{expected}, not {action}", action=action,
-                next_step=None if step is None else step.action))
+                f"POST /adapter/exec runs only the approved plan's next step ({expected}), not "
+                f"{action}", action=action, next_step=None if step is None else step.action))
         runner = _Recording(self.steps)
         done: Executed | None
         if step is None:  # every step succeeded before (the move did not happen): move now
