@@ -170,8 +170,9 @@ class Stages:
         note = awaiting_approval(self.cases, policy, run, caller.correlation_id)
         case = self.cases.note(note, f"{run.key}:awaiting_approval").data()
         case.pop("note")
-        return Reply.of_data({**case, "plan_hash": run.plan_hash,
-                              "approval": self._pending(run, str(note.reason))})
+        pending = {**self._pending(run, str(note.reason)),
+                   "expires_at": note.meta.get("expires_at")}
+        return Reply.of_data({**case, "plan_hash": run.plan_hash, "approval": pending})
 
     def _pending(self, run: PlanRun, waiting: str) -> dict[str, Any]:
         """What the gate still needs: the verdict on the yeses so far, who may give the rest,

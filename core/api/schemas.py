@@ -204,6 +204,8 @@ class GateApproval(BaseModel):
     automatic: str | None = Field(description="Why the policy does not approve it by itself.")
     waiting: str = Field(description="The awaiting_approval note written on the timeline.")
     use: str = Field(description="Where a person approves: POST /case/{id}/approve.")
+    expires_at: str | None = Field(description="When the approval expires and the case parks "
+                                               "(OPSGATE_APPROVAL_TTL_S).")
 
 
 class GateView(CaseView):

@@ -187,6 +187,9 @@ def test_gate_eval_approves_only_what_the_policy_lets_approve_itself(world):
     assert approval["eligible"] == "anyone but the requester"
     assert "noop-only" in approval["automatic"]
     assert approval["use"] == f"POST /case/{case_id}/approve"
+    reached = datetime.fromisoformat(answer["updated_at"])
+    ttl = timedelta(seconds=world.app.settings.approval_ttl_s)
+    assert datetime.fromisoformat(approval["expires_at"]) == reached + ttl
     [note] = [row for row in world.timeline(case_id)
               if row["event"] == "awaiting_approval"]
     assert note["reason"] == approval["waiting"]
