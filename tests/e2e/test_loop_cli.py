@@ -147,8 +147,10 @@ def test_serve_runs_the_loop_in_process_and_a_case_closes_by_itself(tmp_path):
     port = _free_port()
     # No runbooks: the offline agent then plans the noop template, which auto-approval takes.
     (tmp_path / "no-runbooks").mkdir()
+    # The noop plan's verify window (60 s after the change) on a fast clock: 0.6 s.
     env = clean_env(OPSGATE_AUTO_APPROVE="noop_only",
-                    OPSGATE_RUNBOOKS_DIR=str(tmp_path / "no-runbooks"))
+                    OPSGATE_RUNBOOKS_DIR=str(tmp_path / "no-runbooks"),
+                    OPSGATE_VERIFY_TIME_SCALE="0.01", OPSGATE_VERIFY_POLL_S="0.5")
     serve = Process("serve", ("serve", "--port", str(port)), env, tmp_path / "serve.log")
     base = f"http://127.0.0.1:{port}"
     try:
