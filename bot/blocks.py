@@ -56,7 +56,7 @@ def plain(text: str) -> Message:
 class Decision:
     """What the plan message shows once the gate decided (or while it waits for a second yes)."""
 
-    verdict: str  # approved | rejected | pending
+    verdict: str  # approved | rejected | expired | pending
     by: Sequence[str]
     at: str  # ISO time
     reason: str | None = None
@@ -104,11 +104,14 @@ def plan_message(case: Mapping[str, Any], plan: PlanLike, plan_hash: str,
                 f"approvers: {policy.describe_approvers()}"),
     ]
     if decision is None or decision.verdict == "pending":
-        blocks.append(_buttons(approval_id))
+        confirm = approve_confirm(parsed.title, risk, policy) if needed == 2 else None
+        blocks.append(_buttons(approval_id, confirm))
     if decision is not None:
         blocks.append(_decided(decision))
     text = f"Plan for case {short_id(case['case_id'])}: {parsed.title} (risk {risk:g})"
-    if decision is not None and decision.verdict != "pending":
+    if decision is not None and decision.verdict == "expired":
+        text = f"{text} — {decision.reason or 'approval expired'}"
+    elif decision is not None and decision.verdict != "pending":
         text = f"{text} — {decision.verdict} by {', '.join(decision.by)}"
     return text, blocks
 
@@ -118,13 +121,34 @@ def _unreadable_plan(case: Mapping[str, Any], plan_hash: str) -> Message:
                  "the ChangePlan schema: it cannot be approved or run.")
 
 
-def _buttons(approval_id: str) -> Block:
+def _buttons(approval_id: str, confirm: Block | None = None) -> Block:
+    approve: Block = {"type": "button", "action_id": Action.APPROVE, "style": "primary",
+                      "value": approval_id, "text": {"type": "plain_text", "text": "Approve"}}
+    if confirm is not None:
+        approve["confirm"] = confirm
     return {"type": "actions", "block_id": "plan_decision", "elements": [
-        {"type": "button", "action_id": Action.APPROVE, "style": "primary", "value": approval_id,
-         "text": {"type": "plain_text", "text": "Approve"}},
+        approve,
         {"type": "button", "action_id": Action.REJECT, "style": "danger", "value": approval_id,
          "text": {"type": "plain_text", "text": "Reject"}},
     ]}
+
+
+CONFIRM_TITLE, CONFIRM_TEXT = 100, 300  # Slack's limits on a confirmation dialog's texts
+
+
+def approve_confirm(title: str, risk: float, policy: ApprovalPolicy) -> Block:
+    """The dialog Slack shows before a high-risk plan's ``Approve`` click is sent: the plan's
+    title and risk, and that the second yes runs it."""
+    rest = (f"” has risk {risk:g} (two approvers from {policy.two_person_risk:g}). It runs in "
+            "production as soon as two distinct people approve it.")
+    room = CONFIRM_TEXT - len("Plan “") - len(rest)
+    shown = " ".join(title.split())
+    shown = shown if len(shown) <= room else shown[:room - 1] + "…"
+    return {"title": {"type": "plain_text", "text": "Approve a high-risk plan?"},
+            "text": {"type": "plain_text", "text": f"Plan “{shown}{rest}"},
+            "confirm": {"type": "plain_text", "text": "Approve"},
+            "deny": {"type": "plain_text", "text": "Cancel"},
+            "style": "danger"}
 
 
 def _decided(decision: Decision) -> Block:
@@ -133,7 +157,12 @@ def _decided(decision: Decision) -> Block:
         return section(f"✅ *Approved* by {by} at {decision.at}")
     if decision.verdict == "rejected":
         return section(f"⛔ *Rejected* by {by} at {decision.at}: {decision.reason or ''}")
-    return context(f"👍 Approved so far by {by}; {decision.needs} more approval(s) needed")
+    if decision.verdict == "expired":
+        why = decision.reason or "approval expired"
+        return section(f"⌛ *{why[:1].upper()}{why[1:]}* — ask the agent for a fresh plan "
+                       f"_({decision.at})_")
+    return context(f"👍 {len(decision.by)} of {len(decision.by) + decision.needs}: {by} · "
+                   f"{decision.needs} more approval(s) needed")
 
 
 def reject_modal(approval_id: str, private_metadata: str) -> dict[str, Any]:

@@ -172,12 +172,16 @@ def _plan(state: CaseState) -> str:
 
 def _gate(state: CaseState) -> str:
     """Where the plan stands at the gate, with the quorum's progress."""
-    decided = state.of_plan("gate_approved", "gate_rejected")
+    decided = [row for row in state.of_plan("gate_approved", "gate_rejected", "gate_expired")
+               if (row.get("meta") or {}).get("outcome") == "accepted"]
     if decided:
         row = decided[-1]
         if row["event"] == "gate_rejected":
             return f"⛔ Rejected by {who(row['actor'])} at {_at(row)}: " \
                    f"{_cut(escape(row.get('reason')), LINE_LIMIT)}"
+        if row["event"] == "gate_expired":
+            return f"⌛ Nobody decided in time: {_cut(escape(row.get('reason')), LINE_LIMIT)} " \
+                   f"(at {_at(row)})"
         approvers = _facts(row).get("approvers") or [row["actor"]]
         return f"✅ Approved by {_people(approvers)} at {_at(row)}"
     so_far = _approvers_so_far(state)
@@ -313,6 +317,8 @@ def outcome_post(payload: Mapping[str, Any]) -> str | None:
         why = f"the change failed — {reason}"
     elif event == "verify_failed":
         why = f"verification failed — {reason}"
+    elif event == "gate_expired":
+        why = f"nobody decided the plan in time ({reason}) — ask the agent for a fresh plan"
     else:
         why = f"{event} by {who(payload.get('actor'))}" + (f" — {reason}" if reason else "")
     return f"🅿️ {case} is PARKED: {why}. A person decides what happens next."
@@ -380,6 +386,9 @@ def _decisions(state: CaseState) -> list[str]:
                          f"approved by {_people(facts.get('approvers') or [row['actor']])}")
         elif row["event"] == "gate_rejected" and meta.get("outcome") == "accepted":
             lines.append(f"⛔ {who(row['actor'])} rejected plan {plan} at {_at(row)}: "
+                         f"{_cut(escape(row.get('reason')), 160)}")
+        elif row["event"] == "gate_expired" and meta.get("outcome") == "accepted":
+            lines.append(f"⌛ plan {plan} expired at {_at(row)}: "
                          f"{_cut(escape(row.get('reason')), 160)}")
     return lines
 

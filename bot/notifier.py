@@ -2,7 +2,8 @@
 thread. The card (``bot.card``, kept by ``bot.card_keeper``) is posted when the case opens and
 updated on every fact about the case; the thread gets only what asks for a human or records a
 decision: the plan message with ``Approve`` and ``Reject`` (replaced in place, ``chat.update``,
-when the gate decides or records a first yes of two), PARKED with why, CLOSED.
+when the gate decides, the plan's approval expires, or a first yes of two is recorded: "1 of 2"),
+PARKED with why, CLOSED.
 
 It replaces the core notifier by name (``Extensions.consumers["notifier"]``); posts and updates
 go through the gateway like the core's, so a redelivered event never posts twice. Besides the
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _DECISIONS = {Topic.PLAN_APPROVED: "gate_approved", Topic.PLAN_REJECTED: "gate_rejected",
-              Topic.APPROVAL_RECORDED: "plan_approval"}
+              Topic.PLAN_EXPIRED: "gate_expired", Topic.APPROVAL_RECORDED: "plan_approval"}
 
 
 class SlackNotifier(Notifier):
@@ -67,7 +68,7 @@ class SlackNotifier(Notifier):
             return
         super().handle(delivery)
         if envelope.topic in _DECISIONS:
-            self._update_plan_message(envelope.message_id, envelope.topic, envelope.payload)
+            self._update_plan_message(envelope.message_id, envelope.payload)
         self.cards.refresh(case_id)
 
     def _post(self, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -90,13 +91,13 @@ class SlackNotifier(Notifier):
         return plan_message(case, found["plan"], digest, approval_id,
                             str(found["proposed_by"]), self.policy)
 
-    def _update_plan_message(self, message_id: int, topic: str, payload: Payload) -> None:
+    def _update_plan_message(self, message_id: int, payload: Payload) -> None:
         case_id, digest = UUID(str(payload["case_id"])), str(payload.get("plan_hash"))
         ref = self.store.approval_of_plan(case_id, digest)
         found = self.cases.proposed_plan(case_id, digest)
         if ref is None or ref.message_ts is None or found is None:
             return  # the plan was never posted by this bot: nothing to update
-        decision = self._decision(case_id, digest, _DECISIONS[topic])
+        decision = self._decision(case_id, digest, ref.case_version)
         if decision is None:
             return
         case = {**self.cases.get_case(case_id), "version": ref.case_version}
@@ -114,23 +115,45 @@ class SlackNotifier(Notifier):
             raise RuntimeError(f"chat.update of plan message {ts}: {result.status} "
                                f"{result.error}")
 
-    def _decision(self, case_id: UUID, digest: str, event: str) -> Decision | None:
-        """The decision as the timeline recorded it: who, when, why."""
-        for row in reversed(self.cases.timeline(case_id)):
-            meta = row.get("meta") or {}
-            if row["event"] != event or meta.get("outcome") == "refused":
-                continue
-            if meta.get("plan_hash") not in (None, digest):
-                continue
-            at = str(row["created_at"])[:19].replace("T", " ") + " UTC"
-            if event == "gate_approved":
-                approvers = (meta.get("context") or {}).get("approvers") or [row["actor"]]
-                return Decision("approved", [str(a) for a in approvers], at)
-            if event == "gate_rejected":
-                return Decision("rejected", [str(row["actor"])], at, reason=row["reason"])
-            return Decision("pending", [str(a) for a in meta.get("approvers") or []], at,
-                            needs=int(meta.get("needs") or 0))
-        return None
+    def _decision(self, case_id: UUID, digest: str, version: int) -> Decision | None:
+        """Where the proposal made at case ``version`` stands at the gate: its latest gate
+        fact in the timeline (who decided, when, why; or the yeses so far), never the event
+        that asked, so a late or redelivered event does not show less than the message does."""
+        rows = _proposal_rows(self.cases.timeline(case_id), version)
+        facts = [row for row in rows if row["event"] in _DECISIONS.values()
+                 and (row.get("meta") or {}).get("outcome") in ("accepted", "note")
+                 and (row.get("meta") or {}).get("plan_hash") in (None, digest)]
+        return None if not facts else _decision_of(facts[-1])
+
+
+def _proposal_rows(rows: list[dict[str, Any]], version: int) -> list[dict[str, Any]]:
+    """The timeline rows after the proposal made at case ``version`` (its ``plan_ready``), up
+    to the next proposal."""
+    def proposal(row: Mapping[str, Any]) -> bool:
+        meta = row.get("meta") or {}
+        return bool(row["event"] == "plan_ready" and meta.get("outcome") == "accepted")
+
+    start = next((n for n, row in enumerate(rows)
+                  if proposal(row) and (row.get("meta") or {}).get("version") == version), None)
+    if start is None:
+        return []
+    after = rows[start + 1:]
+    return after[:next((n for n, row in enumerate(after) if proposal(row)), len(after))]
+
+
+def _decision_of(row: Mapping[str, Any]) -> Decision:
+    """What the plan message shows of one gate fact."""
+    meta = row.get("meta") or {}
+    at = str(row["created_at"])[:19].replace("T", " ") + " UTC"
+    if row["event"] == "gate_approved":
+        approvers = (meta.get("context") or {}).get("approvers") or [row["actor"]]
+        return Decision("approved", [str(a) for a in approvers], at)
+    if row["event"] == "gate_rejected":
+        return Decision("rejected", [str(row["actor"])], at, reason=row["reason"])
+    if row["event"] == "gate_expired":
+        return Decision("expired", [str(row["actor"])], at, reason=row["reason"])
+    return Decision("pending", [str(a) for a in meta.get("approvers") or []], at,
+                    needs=int(meta.get("needs") or 0))
 
 
 def _approval_id(blocks: object) -> str | None:

@@ -104,6 +104,29 @@ def _element_problems(element: Any) -> list[tuple[str, str]]:
             found.append((f"must be less than {limit + 1} characters", at))
     if len(str((element.get("text") or {}).get("text", ""))) > BUTTON_TEXT:
         found.append((f"must be less than {BUTTON_TEXT + 1} characters", "/text/text"))
+    if "confirm" in element:
+        found += [(problem, f"/confirm{at}") for problem, at in _confirm_problems(
+            element["confirm"])]
+    return found
+
+
+CONFIRM_LIMITS = {"title": 100, "text": 300, "confirm": 30, "deny": 30}  # a confirmation dialog
+
+
+def _confirm_problems(confirm: Any) -> list[tuple[str, str]]:
+    """A confirmation dialog object's refusals: its four plain_text texts within their limits,
+    ``style`` primary or danger (docs.slack.dev/reference/block-kit/composition-objects)."""
+    if not isinstance(confirm, dict):
+        return [("must be an object", "")]
+    found: list[tuple[str, str]] = []
+    for name, limit in CONFIRM_LIMITS.items():
+        part = confirm.get(name)
+        if not isinstance(part, dict) or part.get("type") != "plain_text":
+            found.append(("must be a plain_text object", f"/{name}"))
+        elif not 0 < len(str(part.get("text", ""))) <= limit:
+            found.append((f"must be between 1 and {limit} characters", f"/{name}/text"))
+    if confirm.get("style", "primary") not in ("primary", "danger"):
+        found.append(("must be one of primary, danger", "/style"))
     return found
 
 

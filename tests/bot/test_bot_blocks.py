@@ -16,6 +16,7 @@ from bot.blocks import (
 )
 from bot.ids import REASON_BLOCK, Action, Subcommand, View
 from core.domain.policy import ApprovalPolicy
+from tests.bot.slack_support import block_kit_problems
 from tests.support import PLAN, PLAN_HASH
 
 CASE = {"case_id": "0f0e0d0c-0000-4000-8000-000000000001", "title": "checkout 5xx",
@@ -57,6 +58,64 @@ def test_decided_plan_messages_lose_their_buttons_and_say_who_and_when() -> None
     pending = Decision("pending", ["U0BOB"], "2026-11-23 07:01:02 UTC", needs=1)
     _, blocks = plan_message(CASE, PLAN, PLAN_HASH, "ap_1", "U0ALICE", POLICY, pending)
     assert len(buttons(blocks)) == 2 and "1 more approval(s) needed" in json.dumps(blocks)
+
+
+def approve_button(blocks: list[dict]) -> dict:
+    return next(e for b in blocks if b["type"] == "actions" for e in b["elements"]
+                if e["action_id"] == Action.APPROVE)
+
+
+def test_a_high_risk_approve_button_asks_to_confirm_and_a_low_risk_one_does_not() -> None:
+    risky = {**PLAN, "title": "Fail over checkout to eu-west", "risk_score": 0.8}
+    _, blocks = plan_message(CASE, risky, PLAN_HASH, "ap_1", "U0ALICE", POLICY)
+    confirm = approve_button(blocks)["confirm"]
+    assert confirm["title"]["text"] == "Approve a high-risk plan?"
+    assert "“Fail over checkout to eu-west”" in confirm["text"]["text"]
+    assert "risk 0.8" in confirm["text"]["text"]
+    assert (confirm["confirm"]["text"], confirm["deny"]["text"], confirm["style"]) == (
+        "Approve", "Cancel", "danger")
+    assert block_kit_problems(blocks) == []
+    at_the_bound = {**PLAN, "risk_score": POLICY.two_person_risk}
+    _, blocks = plan_message(CASE, at_the_bound, PLAN_HASH, "ap_1", "U0ALICE", POLICY)
+    assert "confirm" in approve_button(blocks)
+    _, blocks = plan_message(CASE, PLAN, PLAN_HASH, "ap_1", "U0ALICE", POLICY)  # risk 0.2
+    assert "confirm" not in approve_button(blocks)
+    reject = next(e for b in blocks if b["type"] == "actions" for e in b["elements"]
+                  if e["action_id"] == Action.REJECT)
+    assert "confirm" not in reject  # the reason modal is its own confirmation
+
+
+def test_the_confirm_dialog_stays_within_slacks_limits_whatever_the_title() -> None:
+    long_title = {**PLAN, "title": ("Drain " + "every-node-of-the-cluster " * 8)[:200],
+                  "risk_score": 1.0}  # the schema's longest title
+    _, blocks = plan_message(CASE, long_title, PLAN_HASH, "ap_1", "U0ALICE", POLICY)
+    text = approve_button(blocks)["confirm"]["text"]["text"]
+    assert len(text) == 300 and "…” has risk 1" in text
+    assert block_kit_problems(blocks) == []
+    broken = json.loads(json.dumps(blocks))
+    approve_button(broken)["confirm"]["title"]["text"] = "x" * 101
+    assert block_kit_problems(broken) == [
+        "must be between 1 and 100 characters "
+        "[json-pointer:/blocks/6/elements/0/confirm/title/text]"]
+
+
+def test_the_plan_message_shows_the_quorums_progress() -> None:
+    risky = {**PLAN, "risk_score": 0.9}
+    pending = Decision("pending", ["U0BOB"], "2026-11-23 07:01:02 UTC", needs=1)
+    _, blocks = plan_message(CASE, risky, PLAN_HASH, "ap_1", "U0ALICE", POLICY, pending)
+    shown = json.dumps(blocks, ensure_ascii=False)
+    assert "👍 1 of 2: <@U0BOB> · 1 more approval(s) needed" in shown
+    assert len(buttons(blocks)) == 2 and "confirm" in approve_button(blocks)
+
+
+def test_an_expired_plan_message_loses_its_buttons_and_says_so() -> None:
+    expired = Decision("expired", ["gatekeeper"], "2026-11-23 08:00:00 UTC",
+                       reason="approval expired after 1 h")
+    text, blocks = plan_message(CASE, PLAN, PLAN_HASH, "ap_1", "U0ALICE", POLICY, expired)
+    assert buttons(blocks) == []
+    assert text.endswith("— approval expired after 1 h")
+    assert "⌛ *Approval expired after 1 h* — ask the agent for a fresh plan " \
+           "_(2026-11-23 08:00:00 UTC)_" in json.dumps(blocks, ensure_ascii=False)
 
 
 def test_long_params_are_cut_for_phones() -> None:

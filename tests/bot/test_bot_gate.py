@@ -7,14 +7,17 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func, select
 
 from bot.ids import Action
+from core.adapters.tables import inbox, outbox
 from core.domain.commands import TransitionCase
 from core.domain.fsm import CaseEvent
+from core.domain.messages import Topic
 from tests.bot.slack_support import (
     APPROVER,
     OUTSIDER,
@@ -137,15 +140,18 @@ def test_double_and_simultaneous_clicks_make_one_decision(pg_engine: Engine) -> 
         assert all("already decided" in t for t in ephemerals_to(bot, winner))
 
 
-def test_a_risky_plan_needs_two_distinct_approvers(pg_engine: Engine) -> None:
-    with running_bot(pg_engine, two_person_risk=0.0) as bot:
+def test_a_risky_plan_needs_two_distinct_approvers(engine: Engine) -> None:
+    with running_bot(engine, two_person_risk=0.0) as bot:
         case_id, plan, approval_id = open_and_wait_for_plan(bot, "23.000100")
+        assert "Approve a high-risk plan?" in json.dumps(plan["blocks"])  # Slack asks first
         bot.click(Action.APPROVE, approval_id, user=APPROVER, message_ts=plan["ts"])
         assert "1 more approval(s) needed" in wait_ephemeral(bot, APPROVER)[0]
         bot.slack.wait_for(lambda: any(u.get("ts") == plan["ts"]
                                        for u in bot.slack.calls("chat.update")),
                            what="the pending update")
-        pending = json.dumps(bot.slack.updates_of(plan["ts"])[-1]["blocks"])
+        pending = json.dumps(bot.slack.updates_of(plan["ts"])[-1]["blocks"],
+                             ensure_ascii=False)
+        assert "1 of 2: <@U0BOB>" in pending  # the quorum's progress, on the plan in place
         assert "1 more approval" in pending and "plan_approve" in pending  # buttons stay
         card = next(p for p in bot.slack.posts() if p["text"].startswith("🔎 Case"))
         bot.slack.wait_for(lambda: any("approvals 1 of 2: <@U0BOB>" in json.dumps(
@@ -173,3 +179,57 @@ def test_approvers_by_user_group(sqlite_engine: Engine) -> None:
         assert bot.app.cases.get_case(case_id)["status"] == "CLOSED"
         groups = bot.slack.calls("usergroups.users.list")
         assert groups and groups[0]["usergroup"] == "S0ONCALL"
+
+
+def test_a_plan_nobody_decides_expires_and_its_buttons_give_way(engine: Engine) -> None:
+    with running_bot(engine, approval_ttl_s=1) as bot:
+        case_id, plan, approval_id = open_and_wait_for_plan(bot, "25.000100")
+        bot.slack.wait_for(lambda: bot.app.cases.get_case(case_id)["status"] == "PARKED",
+                           what="the expiry")
+        expired = [r for r in bot.app.cases.timeline(case_id) if r["event"] == "gate_expired"]
+        assert [(r["actor"], r["reason"]) for r in expired] == [
+            ("gatekeeper", "approval expired after 1 s")]
+        bot.slack.wait_for(lambda: any("Approval expired" in json.dumps(
+            u["blocks"], ensure_ascii=False) for u in bot.slack.updates_of(plan["ts"])),
+                           what="the plan message's update")
+        last = json.dumps(bot.slack.updates_of(plan["ts"])[-1]["blocks"], ensure_ascii=False)
+        assert "⌛ *Approval expired after 1 s* — ask the agent for a fresh plan" in last
+        assert "plan_approve" not in last and "plan_reject" not in last
+        bot.slack.wait_for(lambda: any("is PARKED: nobody decided the plan in time" in t
+                                       for t in bot.slack.texts()), what="PARKED")
+
+        bot.click(Action.APPROVE, approval_id, user=APPROVER, message_ts=plan["ts"])
+        told = wait_ephemeral(bot, APPROVER)[0]
+        assert "approval expired after 1 s — ask the agent for a fresh plan" in told
+        bot.click(Action.REJECT, approval_id, user=SECOND, message_ts=plan["ts"])
+        assert "approval expired" in wait_ephemeral(bot, SECOND)[0]
+        assert bot.slack.calls("views.open") == []  # no reason asked for an expired plan
+        assert gate_rows(bot, case_id) == []  # the late clicks wrote nothing
+        assert bot.app.cases.get_case(case_id)["status"] == "PARKED"
+
+
+def test_a_decision_before_the_ttl_leaves_the_plan_decided(sqlite_engine: Engine) -> None:
+    with running_bot(sqlite_engine, approval_ttl_s=2) as bot:
+        case_id, plan, approval_id = open_and_wait_for_plan(bot, "26.000100")
+        bot.click(Action.APPROVE, approval_id, user=APPROVER, message_ts=plan["ts"])
+        bot.slack.wait_for(lambda: any("CLOSED" in t for t in bot.slack.texts()),
+                           what="CLOSED")
+        gate = bot.app.cases.get_case(case_id)
+        checks = [r for r in bot.app.cases.timeline(case_id) if r["event"] == "awaiting_approval"]
+        due = datetime.fromisoformat(checks[0]["meta"]["context"]["expires_at"])
+        bot.slack.wait_for(lambda: datetime.now(UTC) > due + timedelta(seconds=0.5),
+                           what="the expiry check's time")
+        bot.slack.wait_for(lambda: inbox_has(bot, "gatekeeper", Topic.GATE_EXPIRE),
+                           what="the expiry check, delivered")
+        assert bot.app.cases.get_case(case_id)["version"] == gate["version"]
+        assert "gate_expired" not in [r["event"] for r in bot.app.cases.timeline(case_id)]
+        assert "Approved* by <@U0BOB>" in json.dumps(bot.slack.updates_of(plan["ts"])[-1])
+
+
+def inbox_has(bot: Stack, consumer: str, topic: str) -> bool:
+    """Whether ``consumer`` took a message of ``topic``."""
+    with bot.app.engine.connect() as conn:
+        query = (select(func.count()).select_from(inbox.join(outbox,
+                                                             inbox.c.message_id == outbox.c.id))
+                 .where(inbox.c.consumer == consumer, outbox.c.topic == topic))
+        return bool(conn.execute(query).scalar())
