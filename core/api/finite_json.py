@@ -12,6 +12,7 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.api.failures import error_response
+from core.api.limits import replayed
 from core.errors import InvalidRequest
 from core.strict_json import NonFiniteNumber, loads
 
@@ -32,11 +33,11 @@ class FiniteJsonBody:
             error = InvalidRequest(f"invalid request: body: {exc} (NaN and Infinity are "
                                    "refused)", problems=[{"loc": "body", "msg": str(exc),
                                                           "type": "json_non_finite"}])
-            await error_response(error)(scope, _replay(messages, receive), send)
+            await error_response(error)(scope, replayed(messages, receive), send)
             return
         except ValueError:
             pass  # not JSON: the endpoint says so
-        await self.app(scope, _replay(messages, receive), send)
+        await self.app(scope, replayed(messages, receive), send)
 
 
 def _is_json(scope: Scope) -> bool:
@@ -55,15 +56,3 @@ async def _read_body(receive: Receive) -> list[Message]:
         messages.append(message)
         if message["type"] != "http.request" or not message.get("more_body", False):
             return messages
-
-
-def _replay(messages: list[Message], receive: Receive) -> Receive:
-    """A receive that hands out the messages already read, then the client's own."""
-    pending = list(messages)
-
-    async def replay() -> Message:
-        if pending:
-            return pending.pop(0)
-        return await receive()
-
-    return replay

@@ -30,7 +30,7 @@ class BodyLimit:
         if messages is None:
             await self._refuse(scope, receive, send)
             return
-        await self.app(scope, _replay(messages, receive), send)
+        await self.app(scope, replayed(messages, receive), send)
 
     @staticmethod
     def _declared_length(scope: Scope) -> int:
@@ -63,7 +63,7 @@ class BodyLimit:
         await error_response(error)(scope, receive, send)
 
 
-def _replay(messages: list[Message], receive: Receive) -> Receive:
+def replayed(messages: list[Message], receive: Receive) -> Receive:
     """A receive that hands out the messages already read, then the client's own."""
     pending = list(messages)
 
