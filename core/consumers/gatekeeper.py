@@ -97,7 +97,7 @@ class Gatekeeper:
 def awaiting_approval(cases: CaseService, policy: ApprovalPolicy, run: PlanRun,
                       correlation_id: str | None) -> NoteCase:
     """The note that the run's plan waits for people: who may approve it and how many must,
-    made as the run's actor."""
+    made as the run's actor; it schedules the plan's expiry check (``expiry_check``)."""
     assert run.plan is not None
     found = cases.proposed_plan(run.case_id, run.plan_hash)
     requester = str(found["proposed_by"]) if found else "the requester"
