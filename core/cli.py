@@ -493,6 +493,36 @@ def _run_token(args: argparse.Namespace) -> int:
         engine.dispose()
 
 
+# -- MCP over stdio (core.mcp.stdio) ---------------------------------------------------------
+
+
+def _mcp_arguments(parser: argparse.ArgumentParser) -> None:
+    from core.mcp.stdio import stdio_arguments
+
+    stdio_arguments(parser)
+    _database_option(parser)
+
+
+def _run_mcp(args: argparse.Namespace) -> int:
+    from contextlib import redirect_stdout
+
+    from core.bootstrap import bootstrap
+    from core.mcp.stdio import serve_stdio, stdio_principal
+
+    settings = _settings(args)
+    app = bootstrap(settings, engine=_engine(settings))
+    try:
+        with redirect_stdout(sys.stderr):  # stdout is the MCP wire
+            _require_schema(settings, app.engine)
+            principal = stdio_principal(app, args.token)
+        print(f"opsgate mcp: serving the case tools on stdio as {principal.name} "
+              f"({principal.role})", file=sys.stderr, flush=True)
+        serve_stdio(app, principal)
+    finally:
+        app.close()
+    return 0
+
+
 def _configure_logging() -> None:
     """Structured logs when asked (OPSGATE_LOG_FORMAT=json, or OPSGATE_LOG_LEVEL set); otherwise
     Python's default, which people read."""
@@ -595,6 +625,17 @@ SUBCOMMANDS: dict[str, Subcommand] = {
                     "in Markdown to paste into a docs tool.",
         add_arguments=_ops_arguments("export"),
         run=_run_ops,
+    ),
+    "mcp": Subcommand(
+        summary="serve the case tools over the Model Context Protocol on stdio",
+        description="Serve opsgate's case tools (read, open, note, record findings, propose "
+                    "plans; never approve or execute) to an MCP client such as a desktop app or "
+                    "an IDE, on stdin/stdout, as the principal of --token or "
+                    "$OPSGATE_MCP_TOKEN (else the local operator). Every write goes through the "
+                    "gateway: a retried call replays. `opsgate serve` also serves them over "
+                    "streamable HTTP at /mcp. See docs/mcp.md.",
+        add_arguments=_mcp_arguments,
+        run=_run_mcp,
     ),
     "token": Subcommand(
         summary="create, list or revoke the API's principals (bearer tokens)",

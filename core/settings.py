@@ -328,6 +328,21 @@ class Settings(BaseSettings):
         default=300.0, gt=0,
         description="`opsgate reconcile` reports outbox rows unpublished for longer than this.",
     )
+    # The Model Context Protocol (docs/mcp.md): opsgate as a server, and the servers it calls.
+    mcp_token: SecretStr | None = Field(
+        default=None,
+        description="The API token `opsgate mcp` (stdio) acts as, unless --token names one. "
+        "Unset: the local operator.",
+    )
+    mcp_servers: str | None = Field(
+        default=None,
+        description="Path of a JSON or YAML file listing the external MCP servers the agent "
+        "(read-only tools) and plans (mcp.call steps) may call. Unset: none.",
+    )
+    mcp_result_limit: int = Field(
+        default=8192, ge=256, le=1_048_576,
+        description="Characters of an external MCP tool's result the agent is shown at most.",
+    )
 
 
 def load_settings(**overrides: Any) -> Settings:
