@@ -13,6 +13,7 @@ from core.api.finite_json import FiniteJsonBody
 from core.api.limits import MAX_BODY_BYTES, BodyLimit
 from core.api.ops_correlation import CorrelationId
 from core.bootstrap import App
+from core.mcp.http import mount_mcp
 
 DESCRIPTION = """The case service over HTTP. Every write needs an `Idempotency-Key` header.
 Callers are principals named by their bearer token (`opsgate token create`, roles reader,
@@ -37,6 +38,7 @@ def create_api(app: App) -> FastAPI:
                    health.router, ops.router, alerts.router):
         api.include_router(routes)
     api.state.opsgate = app  # what the endpoints' dependencies read (core.api.deps.opsgate)
+    mount_mcp(app, api)  # the case tools over MCP's streamable HTTP at /mcp
     for mount in app.extensions.routes:  # what the outer layers serve (Slack events, …)
         mount(app, api)
     return api

@@ -26,7 +26,7 @@ from tests.peers import serve_api
 
 REPO = Path(__file__).resolve().parents[2]
 RUNBOOKS = REPO / "docs" / "runbooks"
-TRANSPORTS = ("stdio",)
+TRANSPORTS = ("stdio", "http")
 READ_TOOLS = {"get_case", "case_timeline", "list_cases", "similar_cases", "runbooks"}
 WRITE_TOOLS = {"open_case", "add_note", "record_findings", "propose_plan"}
 APPROVER_SLACK = "U0LEAD"
