@@ -35,7 +35,6 @@ from agent.evidence import evidence_messages
 from agent.models import model_name
 from agent.prompts import system_prompt
 from agent.state import AgentState
-from agent.tool_specs import tool_specs
 from agent.tools import CaseTools, ToolReply
 
 log = logging.getLogger(__name__)
@@ -66,7 +65,7 @@ def build_graph(model: BaseChatModel, tools: CaseTools, checkpointer: BaseCheckp
                 *, max_model_calls: int, usage: RunUsage,
                 interrupt_before: list[str] | None = None) -> CompiledStateGraph[Any]:
     """The compiled graph of one run (its tools hold the run's lock and fence)."""
-    bound = model.bind_tools(tool_specs())
+    bound = model.bind_tools(tools.specs())
     name = model_name(model)
 
     def call_model(state: AgentState) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from agent import metrics
 from agent.checkpoints import Checkpoints, open_checkpoints
 from agent.evidence import case_evidence
 from agent.graph import ModelUnavailable, RunUsage, build_graph
+from agent.mcp_tools import McpToolbox, toolbox_from_settings
 from agent.models import chat_model, model_name
 from agent.state import usage_of
 from agent.tools import CaseTools, LostLock, session_of
@@ -60,9 +61,12 @@ class Agent:
     def __init__(self, app: App, *, model: BaseChatModel | None = None,
                  checkpoints: Checkpoints | None = None, lock_wait_s: float = LOCK_WAIT_S,
                  interrupt_before: list[str] | None = None,
-                 tool_factory: Callable[..., CaseTools] = CaseTools) -> None:
+                 tool_factory: Callable[..., CaseTools] = CaseTools,
+                 mcp: McpToolbox | None = None) -> None:
         self.app = app
         self.tool_factory = tool_factory
+        # External MCP tools (OPSGATE_MCP_SERVERS): read-only ones, through the gateway.
+        self.mcp = mcp if mcp is not None else toolbox_from_settings(app.settings)
         self.model = model if model is not None else chat_model(app.settings)
         self.lock_wait_s = lock_wait_s
         self.interrupt_before = interrupt_before
@@ -110,7 +114,7 @@ class Agent:
         if lock is None:
             return self._counted(trigger, TurnResult(BUSY, "busy"))
         tools = self.tool_factory(self.app, case_id, lock, requester=requester,
-                                  correlation_id=correlation_id)
+                                  correlation_id=correlation_id, mcp=self.mcp)
         usage = RunUsage()
         graph = build_graph(self.model, tools, self.checkpoints.saver,
                             max_model_calls=self.app.settings.agent_max_model_calls,

@@ -21,6 +21,7 @@ from uuid import UUID
 from pydantic import ValidationError
 
 from agent import metrics
+from agent.mcp_tools import McpToolbox, Offered
 from agent.runbooks import runbooks_folder, search_runbooks
 from agent.tool_specs import (
     ARGS,
@@ -32,12 +33,21 @@ from agent.tool_specs import (
     ProposePlan,
     RecordFindings,
     SearchRunbooks,
+    tool_specs,
 )
 from core.domain.commands import Fence, NoteCase, OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.plans import plan_hash, plan_problems
 from core.errors import NotFound, OpsgateError, Unavailable
-from core.gateway import BusinessRefusal, CallResult, CallStatus, SessionRun, ToolCall
+from core.gateway import (
+    BusinessRefusal,
+    CallResult,
+    CallStatus,
+    SessionRun,
+    ToolCall,
+    canonical_json,
+)
+from core.mcp.remote import RemoteUnavailable
 from core.service import Reply
 from core.strict_json import non_finite_problems
 
@@ -100,7 +110,8 @@ class CaseTools:
     """The tools of one run on one case, holding that run's lock and fence."""
 
     def __init__(self, app: App, case_id: UUID, lock: SessionRun, *, requester: str | None,
-                 correlation_id: str | None, runbooks: Path | None = None) -> None:
+                 correlation_id: str | None, runbooks: Path | None = None,
+                 mcp: McpToolbox | None = None) -> None:
         self.app = app
         self.cases = app.cases
         self.case_id = case_id
@@ -110,6 +121,8 @@ class CaseTools:
         self.runbooks = runbooks or runbooks_folder(app.settings.runbooks_dir)
         # What the model asked for in this run, for the turn's agent_usage note.
         self.stats: Counter[str] = Counter()
+        self.mcp = mcp
+        self._mcp_offered: dict[str, Offered] = {} if mcp is None else mcp.offered()
 
     @property
     def session_id(self) -> str:
@@ -119,19 +132,29 @@ class CaseTools:
     def fence(self) -> Fence:
         return Fence(self.session_id, self.lock.fence.token)
 
+    def specs(self) -> list[dict[str, Any]]:
+        """The function specs bound to the model: the case tools, then the external MCP tools
+        this run may call (read-only ones only)."""
+        return tool_specs() + ([] if self.mcp is None else self.mcp.specs())
+
     # -- dispatch -------------------------------------------------------------------------
 
     def call(self, name: str, args: Any) -> ToolReply:
         """Answer one tool call; ``LostLock`` and outages propagate (the run stops)."""
         reply = self._dispatch(name, args)
         status = "ok" if reply.ok else "error"
-        metrics.TOOL_CALLS.labels(tool=name if name in ARGS else "unknown", status=status).inc()
+        known = name in ARGS or name in self._mcp_offered
+        label = name if name in ARGS else "mcp" if known else "unknown"
+        metrics.TOOL_CALLS.labels(tool=label, status=status).inc()
         self.stats.update(["tool_calls"] + ([] if reply.ok else ["tool_errors"])
-                          + (["unknown_tools"] if name not in ARGS else [])
+                          + ([] if known else ["unknown_tools"])
+                          + (["mcp_calls"] if label == "mcp" else [])
                           + (["invalid_plans"] if reply.invalid_plan else []))
         return reply
 
     def _dispatch(self, name: str, args: Any) -> ToolReply:
+        if name in self._mcp_offered:
+            return self._mcp_read(self._mcp_offered[name], args)
         if name not in ARGS:
             return self.refuse_unknown(name, args)
         if not isinstance(args, Mapping):
@@ -166,8 +189,15 @@ class CaseTools:
         """A tool that does not exist: refused, and recorded on the case once per intent when
         it asked to execute or approve (the gate is for humans)."""
         body: dict[str, Any] = {"error": f"there is no tool {name!r}; nothing ran",
-                                "tools": sorted(ARGS)}
-        if self._looks_like_gate(name):
+                                "tools": sorted(ARGS) + sorted(self._mcp_offered)}
+        if self.mcp is not None and self.mcp.plan_only(name):
+            body["error"] = (f"{name!r} changes things outside opsgate: it runs only as a step "
+                             "of an approved plan (action mcp.call with server, tool and "
+                             "arguments); propose a plan instead; nothing ran")
+            self.note("agent_refused", f"the model asked for {name!r}; refused (a mutating MCP "
+                      "tool runs only as an approved plan step)", {"tool": name[:80]},
+                      key=f"refused:{self.case_id}:{digest(name)}")
+        elif self._looks_like_gate(name):
             body["error"] = (f"there is no tool {name!r}: plans run only after an authorized "
                              "human approves them; nothing ran")
             self.note("agent_refused", f"the model asked for {name!r}; refused (no such tool)",
@@ -195,6 +225,35 @@ class CaseTools:
 
     def _search_runbooks(self, args: SearchRunbooks) -> ToolReply:
         return ToolReply.of(True, {"runbooks": search_runbooks(self.runbooks, args.query)})
+
+    def _mcp_read(self, offered: Offered, args: Any) -> ToolReply:
+        """A read-only external MCP tool, through the gateway: an identical call in the same
+        run replays its first answer; the next run asks the server again."""
+        if not isinstance(args, Mapping):
+            return ToolReply.of(False, {"error": "arguments must be a JSON object"})
+        unreadable = non_finite_problems(args, "args")
+        if unreadable:
+            return ToolReply.of(False, {"error": "the arguments hold numbers JSON does not "
+                                        "allow; nothing ran", "problems": unreadable[:20]})
+        key = (f"mcp:{offered.server.name}:{offered.tool.name}:{self.session_id}:"
+               f"{self.lock.fence.token}:{digest(canonical_json(dict(args)))}")
+        call = ToolCall(f"mcp.{offered.server.name}.{offered.tool.name}", dict(args), ACTOR,
+                        self.session_id, business_key=key)
+        assert self.mcp is not None
+        toolbox = self.mcp
+        try:
+            result = self._run(call, lambda given: toolbox.call(offered, given),
+                               idempotent=True)
+        except RemoteUnavailable as down:
+            return ToolReply.of(False, {"error": f"{down.message}; nothing is known to have "
+                                        "happened; ask again later"})
+        if result.status is CallStatus.IN_PROGRESS:
+            return ToolReply.of(False, {"error": "the same call is still running; ask again"})
+        body: dict[str, Any] = {"status": str(result.status), "result": result.result}
+        if result.status is CallStatus.REPLAYED:
+            self.stats["replays"] += 1
+        answer = result.result if isinstance(result.result, Mapping) else {}
+        return ToolReply.of(not answer.get("is_error"), body)
 
     # -- side-effecting -------------------------------------------------------------------
 
@@ -317,10 +376,11 @@ class CaseTools:
         if not self.app.gateway.locks or not self.app.gateway.locks.renew(self.lock):
             raise LostLock(f"the session lock of {self.session_id} was lost")
 
-    def _run(self, call: ToolCall, executor: Callable[[Mapping[str, Any]], Any]) -> CallResult:
+    def _run(self, call: ToolCall, executor: Callable[[Mapping[str, Any]], Any], *,
+             idempotent: bool = False) -> CallResult:
         self.renew()
         result = self.app.gateway.run(call, executor, fence=self.lock.fence.token,
-                                      wait_s=IN_PROGRESS_WAIT_S)
+                                      wait_s=IN_PROGRESS_WAIT_S, idempotent=idempotent)
         if result.error is not None and result.error.get("code") == "stale_fence":
             raise LostLock(str(result.error.get("message")))
         return result
