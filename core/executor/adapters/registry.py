@@ -6,9 +6,11 @@ from core.executor.adapters.base import Adapter
 from core.executor.adapters.gateway_flip import GatewayFlipAdapter
 from core.executor.adapters.http import HttpRequestAdapter
 from core.executor.adapters.k8s import K8sRolloutAdapter
+from core.executor.adapters.mcp_call import McpCallAdapter
 from core.executor.adapters.noop import NoopAdapter
 from core.executor.adapters.script import ScriptAdapter
 from core.executor.allowlists import ExecutableAllowList, UrlAllowList
+from core.mcp.remote import load_servers
 from core.settings import Settings
 
 
@@ -22,5 +24,7 @@ def adapters_from_settings(settings: Settings) -> dict[str, Adapter]:
         HttpRequestAdapter(UrlAllowList(settings.http_allowlist), limit),
         K8sRolloutAdapter(settings.kubectl, limit),
         GatewayFlipAdapter(settings.traffic_gateway_url, limit),
+        McpCallAdapter(load_servers(settings.mcp_servers) if settings.mcp_servers else {},
+                       limit),
     ]
     return {adapter.action: adapter for adapter in adapters}
