@@ -4,6 +4,8 @@ same answer; concurrent repeats; key reuse; refusals replayed), and no tool past
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
@@ -14,9 +16,11 @@ from sqlalchemy import Engine
 
 from core.domain.fsm import CaseStatus
 from tests.agent.support import approvals, plans
+from tests.e2e.loop_support import clean_env
 from tests.mcp.support import (
     APPROVER_SLACK,
     READ_TOOLS,
+    REPO,
     TRANSPORTS,
     WRITE_TOOLS,
     World,
@@ -181,3 +185,43 @@ def test_no_tool_moves_a_case_past_the_gate(mcp: World) -> None:
     assert structured(read)["plan"]["proposed_by"] == APPROVER_SLACK
     assert mcp.app.cases.get_case(case_id)["status"] == CaseStatus.WAIT_GATE
     assert plans(mcp.engine, case_id) == 1 and approvals(mcp.engine, case_id) == 0
+
+
+def test_the_read_tools_answer_in_their_output_schemas(mcp: World) -> None:
+    """The SDK's client checks each structured result against the tool's output schema."""
+    case_id = case_in(mcp.app.cases, CaseStatus.ANALYZING)
+    ref = {"case_id": str(case_id)}
+
+    async def read_and_conclude() -> list[Any]:
+        async with mcp.client("operator") as client:
+            concluded = await client.call_tool("record_findings",
+                                               {**ref, "summary": "p95 up since the deploy"})
+            return [concluded, *[await client.call_tool(name, args) for name, args in (
+                ("get_case", ref), ("case_timeline", {**ref, "limit": 2}),
+                ("list_cases", {"status": "PLANNING"}), ("similar_cases", ref),
+                ("runbooks", {"query": "latency after a deploy"}),
+                ("get_case", {"case_id": "not-a-uuid"}))]]
+
+    concluded, case, timeline, listing, similar, runbooks, missing = anyio.run(
+        read_and_conclude)
+
+    assert structured(concluded)["case"]["status"] == CaseStatus.PLANNING
+    assert structured(case)["case"]["status"] == CaseStatus.PLANNING
+    assert [row["event"] for row in structured(timeline)["timeline"]] == [
+        "start_analysis", "analysis_done"]
+    assert [c["case_id"] for c in structured(listing)["cases"]] == [str(case_id)]
+    assert structured(similar) == {"cases": []}  # nothing closed yet
+    assert structured(runbooks)["runbooks"] and all(
+        hit["excerpt"] for hit in structured(runbooks)["runbooks"])
+    assert error_of(missing)["code"] == "not_found"
+
+
+def test_stdio_refuses_to_start_with_an_unknown_token(sqlite_engine: Engine) -> None:
+    url = sqlite_engine.url.render_as_string(hide_password=False)
+    done = subprocess.run([sys.executable, "-m", "core.cli", "mcp", "--database-url", url,
+                           "--token", "og_unknown"], cwd=REPO, env=clean_env(),
+                          capture_output=True, text=True, timeout=60, check=False,
+                          stdin=subprocess.DEVNULL)
+
+    assert done.returncode == 1 and done.stdout == ""
+    assert "the MCP token is unknown or revoked" in done.stderr
