@@ -104,6 +104,8 @@ class Agent:
         already did what the request asked)."""
         locks = self.app.gateway.locks
         assert locks is not None, "build_gateway always gives the gateway its session locks"
+        if self.mcp is not None:
+            self.mcp.offered()  # list the external servers before the lock's lease starts
         try:
             self.app.cases.get_case(case_id)
             lock = locks.acquire(session_of(case_id), wait_s=self.lock_wait_s)
