@@ -73,6 +73,8 @@ def test_each_pinned_message_is_one_timeline_entry_whatever_slack_delivers(
         bot.react("pushpin", user=APPROVER, ts=SAID_A, event_id="EvPinAgain")
         bot.slack.wait_for(lambda: replies_read(bot) == pinning + 1, what="the pin again")
 
+        # A pin's note is written after its message is read: wait for the notes to land.
+        bot.slack.wait_for(lambda: len(pins(bot.app.engine)) >= 3, what="the pins' notes")
         found = pins(bot.app.engine)
         assert len(found) == 3, found
         assert {row["case_id"] for row in found} == {case_id}
