@@ -14,6 +14,7 @@ from core.executor.adapters.base import StepContext, StepRefused, parse_params
 from core.executor.adapters.gateway_flip import FlipParams
 from core.executor.adapters.http import HttpParams
 from core.executor.adapters.k8s import RolloutParams
+from core.executor.adapters.mcp_call import McpCallParams
 from core.executor.adapters.noop import NoopParams
 from core.executor.adapters.registry import adapters_from_settings
 from core.executor.adapters.script import ScriptParams
@@ -23,7 +24,7 @@ from core.settings import Settings
 
 PARAMS: dict[str, type[BaseModel]] = {
     "noop": NoopParams, "script.exec": ScriptParams, "k8s.rollout": RolloutParams,
-    "gateway.flip": FlipParams, "http.request": HttpParams,
+    "gateway.flip": FlipParams, "http.request": HttpParams, "mcp.call": McpCallParams,
 }
 
 
