@@ -39,7 +39,8 @@ NAME_PATTERN = re.compile(r"[a-z][a-z0-9._-]{0,63}")
 """Lower case, so a principal's name can never be mistaken for a Slack id (``U012AB3CD``)."""
 SLACK_USER_PATTERN = re.compile(r"[UW][A-Z0-9]{2,20}")
 RESERVED_NAMES = frozenset({"api-token", "anonymous", "api", AUTO_APPROVER, "intake", "analyst",
-                            "planner", "executor", "verifier", "notifier", "agent", "slack-bot"})
+                            "planner", "executor", "verifier", "notifier", "agent", "slack-bot",
+                            "alertmanager", "librarian", "local-operator"})
 """Actors opsgate itself writes as: a token named like them would blur the timeline."""
 
 

@@ -229,6 +229,8 @@ def test_token_hashes_only_are_in_the_database(engine):
      ("U0LEAD", "operator", None, "not a principal name"),
      ("gatekeeper", "operator", None, "opsgate itself writes as"),
      ("api-token", "operator", None, "opsgate itself writes as"),
+     ("alertmanager", "operator", None, "opsgate itself writes as"),
+     ("local-operator", "operator", None, "opsgate itself writes as"),
      ("lead", "approver", "lead@acme", "not a Slack user id")])
 def test_principals_that_would_blur_identities_are_refused(engine, name, role, slack_user,
                                                            says):
