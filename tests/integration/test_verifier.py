@@ -412,25 +412,24 @@ class CrashingVerifier(Verifier):
         raise Crash("killed before the verdict")
 
 
-def test_a_redelivery_after_a_crash_reuses_the_first_reading(engine):
-    readings = iter(["0.004", "0.9", "0.9"])  # the metric moves after the first reading
+def test_a_redelivery_after_a_crash_reuses_the_first_reading(engine, metric_service,
+                                                              prometheus_server):
+    """Real Prometheus: the metric moves after the first reading; the redelivery is judged on
+    the reading its note shows, not on a new one."""
+    metric_service.set("http_5xx_ratio", 0.004)
+    prometheus = prometheus_server(metric_service)
+    prometheus.wait_for("http_5xx_ratio", lambda values: values == [0.004])
+    app = make_app(engine, prometheus_url=prometheus.base_url)
+    case_id = verifying_case(app, {"metric": "http_5xx_ratio", "below": 0.01})
+    envelope = envelope_of(engine, case_id, Topic.VERIFY_RUN)
+    with pytest.raises(Crash):
+        CrashingVerifier(app).handle(Delivery("verifier", envelope))
+    assert len(notes(app, case_id, "verify_result")) == 1
+    metric_service.set("http_5xx_ratio", 0.9)
+    prometheus.wait_for("http_5xx_ratio", lambda values: values == [0.9])
+    runner = ConsumerRunner(engine, Verifier(app), sleep=lambda _s: None)
+    assert runner.deliver(fresh_copy(envelope)) == "done"
 
-    def query(_seen: Seen) -> Reply:
-        body = {"status": "success", "data": {"resultType": "vector", "result": [
-            {"metric": {}, "value": [1700000000, next(readings)]}]}}
-        return Reply(200, json.dumps(body).encode())
-
-    with local_server({"/api/v1/query": query}) as prometheus:
-        app = make_app(engine, prometheus_url=prometheus.base)
-        case_id = verifying_case(app, {"metric": "http_5xx_ratio", "below": 0.01})
-        envelope = envelope_of(engine, case_id, Topic.VERIFY_RUN)
-        with pytest.raises(Crash):
-            CrashingVerifier(app).handle(Delivery("verifier", envelope))
-        assert len(notes(app, case_id, "verify_result")) == 1
-        runner = ConsumerRunner(engine, Verifier(app), sleep=lambda _s: None)
-        assert runner.deliver(fresh_copy(envelope)) == "done"
-
-    assert len(prometheus.seen) == 1
     assert status(app, case_id) == S.CLOSED  # judged on the reading its note shows
     [observation] = notes(app, case_id, "verify_result")
     assert observation["context"]["observed"] == 0.004
