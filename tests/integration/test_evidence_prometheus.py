@@ -1,55 +1,46 @@
-"""The verifier's evidence over real HTTP on 127.0.0.1: the PromQL a window sends, an unreachable
-Prometheus, and allow-listed probes. What Prometheus answers (values, several series, scalars,
-no data, refusals, windows over time) is tested against the real server in
-``test_peers_prometheus.py``."""
+"""The verifier's evidence over real HTTP on 127.0.0.1: windows and mixed checks against
+Debian's real Prometheus, an unreachable Prometheus, and allow-listed probes of a local service.
+Prometheus' other answers (several series, scalars, no data, refusals, windows over time) are
+tested in ``test_peers_prometheus.py``."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 
 from core.executor.allowlists import UrlAllowList
 from core.executor.evidence import PrometheusSource, StaticSource, evaluate
-from tests.integration.local_http import Reply, Seen, local_server
-
-SERIES = {
-    "http_5xx_ratio": [("checkout-a", "0.004"), ("checkout-b", "0.02")],
-    "up": [("checkout-a", "1")],
-}
-
-
-def prometheus_api(seen: Seen) -> Reply:
-    """Answers like Prometheus' /api/v1/query; ``max_over_time((q)[Ns:])`` unwraps to ``q``."""
-    query = seen.query["query"][0]
-    base = query.split("((", 1)[1].split(")[", 1)[0] if "_over_time((" in query else query
-    if base not in SERIES:
-        return Reply(400, json.dumps({"status": "error", "errorType": "bad_data",
-                                      "error": f"unknown query {base!r}"}).encode())
-    data = {"resultType": "vector",
-            "result": [{"metric": {"pod": pod}, "value": [1700000000.0, value]}
-                       for pod, value in SERIES[base]]}
-    return Reply(200, json.dumps({"status": "success", "data": data}).encode(),
-                 {"Content-Type": "application/json"})
+from tests.integration.local_http import Reply, local_server
 
 
 @pytest.fixture
-def prometheus():
-    with local_server({"/api/v1/query": prometheus_api, "/healthz": Reply(200, b"ok"),
-                       "/broken": Reply(503, b"no")}) as srv:
+def service():
+    """The probe targets: a healthy and a broken endpoint (a service, not Prometheus)."""
+    with local_server({"/healthz": Reply(200, b"ok"), "/broken": Reply(503, b"no")}) as srv:
         yield srv
 
 
+@pytest.fixture
+def prometheus(metric_service, prometheus_server):
+    """Debian's Prometheus scraping a service whose 5xx ratio is 0.02."""
+    metric_service.set("http_5xx_ratio", 0.02)
+    server = prometheus_server(metric_service)
+    # A subquery's steps are aligned to the evaluation interval: a window has data a step or so
+    # after the first sample, not at once.
+    server.wait_for("max_over_time((http_5xx_ratio)[300s:])", lambda values: values == [0.02])
+    return server
+
+
 def judge(verify, prometheus, allow=()):
-    return evaluate(verify, PrometheusSource(prometheus.base, timeout_s=1.0),
-                    UrlAllowList(allow), timeout_s=1.0)
+    return evaluate(verify, PrometheusSource(prometheus.base_url, timeout_s=2.0),
+                    UrlAllowList(allow), timeout_s=2.0)
 
 
-def test_a_window_asks_prometheus_for_the_worst_value_over_it(prometheus):
-    outcome = judge({"metric": "up", "above": 0.5, "below": 2, "for_s": 300}, prometheus)
-    assert outcome.passed
-    assert [s.query["query"][0] for s in prometheus.seen] == [
-        "max_over_time((up)[300s:])", "min_over_time((up)[300s:])"]
+def test_a_window_is_judged_on_the_worst_value_over_it(prometheus):
+    held = judge({"metric": "http_5xx_ratio", "above": 0.01, "below": 1, "for_s": 300},
+                 prometheus)
+    assert held.passed and held.observed == 0.02, held
+    outcome = judge({"metric": "http_5xx_ratio", "below": 0.01, "for_s": 60}, prometheus)
+    assert not outcome.passed and outcome.observed == 0.02
 
 
 def test_an_unreachable_prometheus_fails_the_check():
@@ -58,31 +49,35 @@ def test_an_unreachable_prometheus_fails_the_check():
     assert not outcome.passed and "Prometheus unreachable" in outcome.reason
 
 
-def test_a_probe_passes_on_its_expected_status(prometheus):
-    allow = [prometheus.url("/")]
-    ok = judge({"probe": {"url": prometheus.url("/healthz")}}, prometheus, allow)
+def probe(verify, service, allow):
+    return evaluate(verify, StaticSource({}), UrlAllowList(allow), timeout_s=2.0)
+
+
+def test_a_probe_passes_on_its_expected_status(service):
+    allow = [service.url("/")]
+    ok = probe({"probe": {"url": service.url("/healthz")}}, service, allow)
     assert ok.passed and ok.observed == 200.0
-    broken = judge({"probe": {"url": prometheus.url("/broken")}}, prometheus, allow)
+    broken = probe({"probe": {"url": service.url("/broken")}}, service, allow)
     assert not broken.passed and broken.observed == 503.0
-    expected = judge({"probe": {"url": prometheus.url("/broken"), "expect_status": [503]}},
-                     prometheus, allow)
+    expected = probe({"probe": {"url": service.url("/broken"), "expect_status": [503]}},
+                     service, allow)
     assert expected.passed
 
 
-def test_a_probe_off_the_allow_list_is_never_sent(prometheus):
-    outcome = judge({"probe": {"url": prometheus.url("/healthz")}}, prometheus,
+def test_a_probe_off_the_allow_list_is_never_sent(service):
+    outcome = probe({"probe": {"url": service.url("/healthz")}}, service,
                     ["http://127.0.0.1:1/"])
     assert not outcome.passed and outcome.reason.startswith("cannot verify")
-    assert prometheus.seen == []
+    assert service.seen == []
 
 
-def test_checks_mix_metrics_and_probes(prometheus):
+def test_checks_mix_metrics_and_probes(prometheus, service):
     verify = {"checks": [{"metric": "up", "above": 0.5},
-                         {"probe": {"url": prometheus.url("/healthz")}},
+                         {"probe": {"url": service.url("/healthz")}},
                          {"metric": "http_5xx_ratio", "below": 0.01}]}
-    outcome = judge(verify, prometheus, [prometheus.url("/")])
+    outcome = judge(verify, prometheus, [service.url("/")])
     assert not outcome.passed and outcome.reason.startswith("check 3 of 3: http_5xx_ratio")
-    assert len(prometheus.seen) == 3
+    assert [s.path for s in service.seen] == ["/healthz"]
 
 
 def test_the_static_source_needs_no_server():
