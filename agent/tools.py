@@ -302,7 +302,7 @@ class CaseTools:
                                         "was proposed; fix every problem and propose again",
                                         "problems": problems[:20]}, invalid_plan=True)
         digest_ = plan_hash(args.plan)
-        key = f"plan:{case_id}:round{self._planning_round(case_id)}:{digest_}"
+        key = f"plan:{case_id}:round{self.cases.planning_round(case_id)}:{digest_}"
 
         def run(_: Mapping[str, Any]) -> Any:
             cmd = TransitionCase(case_id, CaseEvent.PLAN_READY, actor=ACTOR, plan=args.plan,
@@ -402,14 +402,4 @@ class CaseTools:
             return UUID(raw)
         except ValueError:
             raise NotFound(f"{raw!r} is not a case id") from None
-
-    def _planning_round(self, case_id: UUID) -> int:
-        """The version at which the case last entered PLANNING: stable while the plan waits at
-        the gate, new after a park and resume, so a re-plan is a new intent."""
-        round_ = 0
-        for row in self.cases.timeline(case_id):
-            meta = row["meta"] or {}
-            if meta.get("outcome") == "accepted" and meta.get("to") == CaseStatus.PLANNING:
-                round_ = int(meta.get("version", 0))
-        return round_
 

@@ -240,6 +240,16 @@ class CaseService:
                 raise NotFound(f"no case {case_id}", case_id=str(case_id))
             return [timeline_view(row) for row in store.read_timeline(conn, case_id)]
 
+    def planning_round(self, case_id: UUID) -> int:
+        """The version at which the case last entered PLANNING: stable while the plan waits at
+        the gate, new after a park and resume, so a re-plan is a new intent."""
+        round_ = 0
+        for row in self.timeline(case_id):
+            meta = row["meta"] or {}
+            if meta.get("outcome") == "accepted" and meta.get("to") == CaseStatus.PLANNING:
+                round_ = int(meta.get("version", 0))
+        return round_
+
     def list_cases(self, status: CaseStatus | None = None, limit: int = 50) -> list[dict[str, Any]]:
         with self._connection() as conn:
             rows = store.list_cases(conn, None if status is None else str(status), limit)

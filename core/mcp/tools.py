@@ -235,18 +235,8 @@ class CaseTools:
             return {"case": _case_only(data), "plan_hash": digest_,
                     "next": "waiting at the gate for people to approve or reject it"}
 
-        key = f"plan:{case_id}:round{self._planning_round(case_id)}:{digest_}"
+        key = f"plan:{case_id}:round{self.cases.planning_round(case_id)}:{digest_}"
         return Intent(key, {"case_id": str(case_id), "plan_hash": digest_}, run)
-
-    def _planning_round(self, case_id: UUID) -> int:
-        """The version at which the case last entered PLANNING: stable while the plan waits at
-        the gate, new after a park and resume, so a re-plan is a new intent."""
-        round_ = 0
-        for row in self.cases.timeline(case_id):
-            meta = row["meta"] or {}
-            if meta.get("outcome") == "accepted" and meta.get("to") == CaseStatus.PLANNING:
-                round_ = int(meta.get("version", 0))
-        return round_
 
 
 def attribution(principal: Principal) -> dict[str, str]:
