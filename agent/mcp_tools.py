@@ -15,7 +15,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core.executor.capture import truncate
 from core.mcp.remote import (
     RemoteResult,
     RemoteServer,
@@ -26,6 +25,7 @@ from core.mcp.remote import (
     load_servers,
 )
 from core.settings import Settings
+from core.steps.capture import truncate
 
 log = logging.getLogger(__name__)
 

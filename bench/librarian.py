@@ -25,7 +25,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 
-from core.adapters.database import make_engine
+from core.db.database import make_engine
 from core.library import Document, Library
 from core.library.search import like_scan, search
 from core.migrate import scratch_schema, upgrade_engine

@@ -27,7 +27,7 @@ from typing import Any
 import redis
 from sqlalchemy import Engine, insert
 
-from core.adapters.tables import outbox
+from core.db.tables import outbox
 from core.messaging.bus import RedisStreamsBus
 from core.messaging.envelope import Envelope
 from core.messaging.relay import OutboxRelay

@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
-from core.adapters.database import make_engine
+from core.db.database import make_engine
 from core.domain.commands import OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent
 from core.migrate import upgrade_engine

@@ -25,9 +25,9 @@ from bot.blocks import short_id, who
 from bot.card import CaseState
 from bot.card_keeper import CardKeeper
 from bot.store import ApprovalRef, SlackStore
-from core.adapters.database import connection
-from core.adapters.tables import ops_case
 from core.bootstrap import App
+from core.db.database import connection
+from core.db.tables import ops_case
 from core.domain.commands import ApprovePlan, OpenCase, RejectPlan
 from core.domain.fsm import CaseStatus
 from core.errors import InvalidRequest, NotFound

@@ -36,7 +36,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
-from core.adapters.database import connection, transaction
+from core.db.database import connection, transaction
 
 metadata = MetaData()
 

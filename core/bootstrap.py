@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy import Engine
 
-from core.adapters.database import make_engine
 from core.chat import ChatSink, RecordingSink
+from core.db.database import make_engine
 from core.domain.policy import ApprovalPolicy, GroupMembers
 from core.gateway import Gateway, build_gateway
 from core.service import CaseService

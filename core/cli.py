@@ -78,7 +78,7 @@ def _shown(url: str) -> str:
 def _engine(settings: Settings) -> Engine:
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-    from core.adapters.database import make_engine
+    from core.db.database import make_engine
 
     try:
         return make_engine(settings.database_url, pool_size=settings.db_pool_size)
@@ -108,7 +108,7 @@ def _migrate(settings: Settings, engine: Engine) -> None:
 def _require_schema(settings: Settings, engine: Engine) -> None:
     """SQLite (the embedded default) is migrated on the spot; any other database must already be
     at head, since upgrading production is an operator's decision (`opsgate migrate`)."""
-    from core.adapters.database import is_sqlite
+    from core.db.database import is_sqlite
     from core.migrate import current_revision, head_revision
 
     if is_sqlite(engine):

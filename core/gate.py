@@ -14,7 +14,7 @@ from uuid import UUID, uuid4
 
 from sqlalchemy import Connection
 
-from core.adapters import case_store as store
+from core.db import case_store as store
 from core.domain.policy import Approval, Pending, Satisfied, Verdict
 from core.errors import GuardFailed, StalePlan
 

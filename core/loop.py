@@ -15,10 +15,10 @@ from types import TracebackType
 from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from core.adapters.database import is_sqlite
-from core.adapters.tables import outbox
 from core.bootstrap import App
 from core.consumers import build_consumers
+from core.db.database import is_sqlite
+from core.db.tables import outbox
 from core.messaging.bus import InProcessBus
 from core.messaging.consumer import Consumer, ConsumerRunner
 from core.messaging.relay import OutboxRelay, due, utcnow

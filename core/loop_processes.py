@@ -20,8 +20,8 @@ from typing import TextIO
 import redis
 from sqlalchemy import Engine, update
 
-from core.adapters.tables import outbox
 from core.bootstrap import App
+from core.db.tables import outbox
 from core.loop import unpublished
 from core.messaging import inbox
 from core.messaging.bus import Bus, RedisStreamsBus

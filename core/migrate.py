@@ -13,7 +13,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, text
 
-from core.adapters.database import make_engine, normalize_url
+from core.db.database import make_engine, normalize_url
 
 
 def migrations_dir() -> Path:

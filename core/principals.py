@@ -24,8 +24,8 @@ from uuid import uuid4
 
 from sqlalchemy import Engine, insert, select, update
 
-from core.adapters.database import connection, transaction
-from core.adapters.tables import api_principal
+from core.db.database import connection, transaction
+from core.db.tables import api_principal
 from core.domain.policy import AUTO_APPROVER
 from core.errors import InvalidRequest, NotFound
 

@@ -21,8 +21,8 @@ from uuid import UUID, uuid4
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
-from core.adapters import case_store as store
-from core.adapters.database import connection, transaction
+from core.db import case_store as store
+from core.db.database import connection, transaction
 from core.domain.commands import (
     ApprovePlan,
     Fence,

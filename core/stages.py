@@ -18,8 +18,6 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from core.adapters import case_store as store
-from core.adapters.database import connection
 from core.consumers.executor import (
     Executed,
     all_done,
@@ -32,15 +30,17 @@ from core.consumers.gatekeeper import awaiting_approval
 from core.consumers.runs import PlanRun, current_run
 from core.consumers.steps import Step, StepResult, StepRunner, step_lease_s
 from core.consumers.verifier import Reading, Verifier
+from core.db import case_store as store
+from core.db.database import connection
 from core.domain.commands import ApprovePlan
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.plans import PlanStep, parsed_or_none
 from core.domain.policy import AUTO_APPROVER
 from core.errors import IllegalTransition, KeyReuse, Unavailable, Unprocessable
-from core.executor.adapters import adapters_from_settings
 from core.gate import approval_state, recorded_approvals
 from core.gateway import CallStatus, ToolCall
 from core.service import CaseService, Reply
+from core.steps.adapters import adapters_from_settings
 
 if TYPE_CHECKING:
     from core.bootstrap import App

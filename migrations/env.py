@@ -9,8 +9,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
-from core.adapters.database import make_engine
-from core.adapters.tables import metadata
+from core.db.database import make_engine
+from core.db.tables import metadata
 from core.settings import load_settings
 
 config = context.config

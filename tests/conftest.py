@@ -15,7 +15,7 @@ import pytest
 import redis
 from sqlalchemy import Engine, create_engine, text
 
-from core.adapters.database import make_engine
+from core.db.database import make_engine
 from core.migrate import scratch_schema, upgrade_engine
 from core.service import CaseService
 from tests.peers import alertmanager_server, metric_service, prometheus_server  # noqa: F401

@@ -8,7 +8,7 @@ from uuid import UUID
 
 from sqlalchemy import Engine, func, select
 
-from core.adapters.tables import (
+from core.db.tables import (
     case_timeline,
     idempotency,
     ops_case,

@@ -10,7 +10,7 @@ from typing import Any
 from core.analysis.catalog import MetricSpec
 from core.analysis.sources import SeriesSource
 from core.analysis.stats import DEFAULT_THRESHOLDS, Thresholds, analyse
-from core.executor.evidence import EvidenceMissing
+from core.evidence import EvidenceMissing
 
 FINDINGS_TOPIC = "evt.analysis.findings.v1"
 

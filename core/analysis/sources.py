@@ -17,7 +17,7 @@ from typing import Protocol
 import httpx
 
 from core.analysis.catalog import MetricSpec
-from core.executor.evidence import EvidenceMissing, prometheus_answer, prometheus_get
+from core.evidence import EvidenceMissing, prometheus_answer, prometheus_get
 from core.redact import url_without_credentials
 from core.settings import Settings
 

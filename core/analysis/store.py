@@ -9,8 +9,8 @@ from uuid import UUID
 
 from sqlalchemy import Connection, Engine, insert, select
 
-from core.adapters.database import connection
 from core.analysis.tables import evidence_link
+from core.db.database import connection
 
 
 def write_findings(conn: Connection, case_id: UUID, case_version: int,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import Column, DateTime, ForeignKey, Index, Integer, String, Table, Text, Uuid, func
 
-from core.adapters.tables import BigId, Json, metadata
+from core.db.tables import BigId, Json, metadata
 
 evidence_link = Table(
     "evidence_link",

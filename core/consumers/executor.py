@@ -18,9 +18,9 @@ from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic
 from core.domain.plans import ParsedPlan, parse_plan
 from core.errors import InvalidPlan
-from core.executor.adapters import adapters_from_settings
 from core.messaging.consumer import Delivery
 from core.service import CaseService, Reply
+from core.steps.adapters import adapters_from_settings
 
 if TYPE_CHECKING:
     from core.bootstrap import App

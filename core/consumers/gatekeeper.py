@@ -15,8 +15,8 @@ import logging
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from core.adapters.case_store import as_utc
 from core.consumers.runs import PlanRun, current_run
+from core.db.case_store import as_utc
 from core.domain.commands import ApprovePlan, NoteCase, Scheduled, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic

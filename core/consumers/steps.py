@@ -15,11 +15,11 @@ from core.domain.commands import NoteCase
 from core.domain.messages import Topic
 from core.domain.plans import PlanStep
 from core.errors import Unavailable
-from core.executor.adapters import Adapter, StepContext, StepRefused
-from core.executor.capture import truncate
 from core.gateway import BusinessRefusal, CallResult, CallStatus, Gateway, ToolCall
 from core.metrics import ADAPTER_STEP_SECONDS
 from core.service import CaseService
+from core.steps.adapters import Adapter, StepContext, StepRefused
+from core.steps.capture import truncate
 
 STEP_RESULT_TOPIC = Topic.EXEC_STEP_RESULT
 NOTE_OUTPUT_LIMIT = 2048  # bytes of a step's output on the timeline and in the event

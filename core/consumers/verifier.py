@@ -28,18 +28,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from core.adapters.case_store import as_utc
 from core.consumers.runs import PlanRun, current_run
+from core.db.case_store import as_utc
 from core.domain.commands import NoteCase, Scheduled, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic
 from core.domain.verify import VerifyBlock, parse_verify, problem_lines
 from core.errors import InvalidPlan, Unavailable
-from core.executor.allowlists import UrlAllowList
-from core.executor.evidence import MetricSource, Moment, read_block, source_from_settings
+from core.evidence import MetricSource, Moment, read_block, source_from_settings
 from core.gateway import CallStatus, ToolCall
 from core.messaging.consumer import Delivery
 from core.metrics import VERIFY_SECONDS
+from core.outbound.allowlists import UrlAllowList
 from core.service import Reply
 
 if TYPE_CHECKING:

@@ -46,7 +46,7 @@ class StepAction(StrEnum):
     GATEWAY_FLIP = "gateway.flip"
     NOOP = "noop"
     HTTP_REQUEST = "http.request"
-    MCP_CALL = "mcp.call"  # a tool of an external MCP server (core.executor.adapters.mcp_call)
+    MCP_CALL = "mcp.call"  # a tool of an external MCP server (core.steps.adapters.mcp_call)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ gets the first run's outcome.
 
 Order of a call: Redis claim-or-replay (one round trip; a replay ends here) → the ledger claims
 the key durably (it alone decides who runs, so a flushed or failed-over Redis cannot cause a
-repeat) → the executor runs → the outcome goes to the ledger, then to Redis. Redis down or
+repeat) → the body runs → the outcome goes to the ledger, then to Redis. Redis down or
 timing out: the ledger decides alone (fail closed); the ledger down: nothing runs.
 """
 
@@ -23,14 +23,21 @@ from core.errors import Unavailable
 from core.gateway import metrics
 from core.gateway.keys import args_hash, call_key
 from core.gateway.ledger import Intent, Ledger, LedgerClaim, LedgerEntry
-from core.gateway.model import BusinessRefusal, CallResult, CallStatus, Outcome, ToolCall, refusal
+from core.gateway.model import (
+    BusinessRefusal,
+    CallResult,
+    CallStatus,
+    Outcome,
+    ToolBody,
+    ToolCall,
+    refusal,
+)
 from core.gateway.redis_store import Claim, RedisClaimStore
 from core.gateway.registry import SideEffect
 from core.gateway.session_lock import SessionLock
 
 log = logging.getLogger(__name__)
 
-Executor = Callable[[Mapping[str, Any]], Any]
 T = TypeVar("T")
 
 _REFUSALS = {
@@ -71,10 +78,10 @@ class Gateway:
 
     # -- the public surface ---------------------------------------------------------------
 
-    def run(self, call: ToolCall, executor: Executor, *, fence: int | None = None,
+    def run(self, call: ToolCall, body: ToolBody, *, fence: int | None = None,
             wait_s: float = 0.0, idempotent: bool = False,
             lease_s: float | None = None) -> CallResult:
-        """Run ``executor(call.args)`` at most once per key; ``wait_s`` > 0 lets a duplicate
+        """Run ``body(call.args)`` at most once per key; ``wait_s`` > 0 lets a duplicate
         that finds the call running wait (bounded) for its outcome. ``lease_s`` overrides the
         configured lease for this call: a call that may run longer than the lease (a plan
         step with its own timeout) must ask for more, or a repeat could claim it mid-run."""
@@ -86,11 +93,11 @@ class Gateway:
                         args_hash=fingerprint, owner=uuid.uuid4().hex, fence=fence,
                         idempotent=idempotent,
                         lease_s=self.lease_s if lease_s is None else lease_s)
-        result = self._attempt(intent, executor)
+        result = self._attempt(intent, body)
         if result.status is CallStatus.IN_PROGRESS:
             metrics.IN_PROGRESS.inc()
             metrics.DEDUP_IN_PROGRESS.inc()
-            result = self._wait(intent, executor, result, started + wait_s)
+            result = self._wait(intent, body, result, started + wait_s)
         elapsed = time.perf_counter() - started
         metrics.CALL_SECONDS.observe(elapsed)
         return replace(result, latency_s=elapsed)
@@ -99,7 +106,7 @@ class Gateway:
                session_id: str, fence: int | None = None, wait_s: float = 0.0) -> CallResult:
         """Run a ``@side_effect`` function under the gateway: the only way to run it."""
         call = ToolCall(effect.tool, args, actor, session_id, effect.business_key(args))
-        return self.run(call, effect.executor(), fence=fence, wait_s=wait_s,
+        return self.run(call, effect.body(), fence=fence, wait_s=wait_s,
                         idempotent=effect.idempotent)
 
     def stuck_calls(self, limit: int = 100) -> list[LedgerEntry]:
@@ -112,16 +119,16 @@ class Gateway:
 
     # -- one attempt ----------------------------------------------------------------------
 
-    def _wait(self, intent: Intent, executor: Executor, result: CallResult,
+    def _wait(self, intent: Intent, body: ToolBody, result: CallResult,
               deadline: float) -> CallResult:
         pause = 0.005
         while result.status is CallStatus.IN_PROGRESS and time.perf_counter() < deadline:
             time.sleep(min(pause, max(0.0, deadline - time.perf_counter())))
             pause = min(pause * 2, 0.1)
-            result = self._attempt(intent, executor)
+            result = self._attempt(intent, body)
         return result
 
-    def _attempt(self, intent: Intent, executor: Executor) -> CallResult:
+    def _attempt(self, intent: Intent, body: ToolBody) -> CallResult:
         fast = self._redis_claim(intent)
         if fast is not None and fast.outcome == "replay":
             return self._replayed(intent, Outcome.from_json(json.loads(fast.result or "{}")))
@@ -133,7 +140,7 @@ class Gateway:
         # hold a Redis claim, or may (the claim's reply was lost), and must finish or free it.
         held = fast is not None
         durable = self._ledger_claim(intent, held)
-        return self._after_ledger_claim(intent, executor, durable, held)
+        return self._after_ledger_claim(intent, body, durable, held)
 
     def _ledger_claim(self, intent: Intent, held: bool) -> LedgerClaim:
         # Same owner token on every try: a claim whose COMMIT reply was lost is ours. Half the
@@ -149,10 +156,10 @@ class Gateway:
         raise Unavailable("the tool call ledger is unavailable; nothing ran; retry",
                           key=intent.key)
 
-    def _after_ledger_claim(self, intent: Intent, executor: Executor,
+    def _after_ledger_claim(self, intent: Intent, body: ToolBody,
                             durable: LedgerClaim, held: bool) -> CallResult:
         if durable.outcome == "claimed":
-            return self._execute(intent, executor, durable.attempts, held)
+            return self._execute(intent, body, durable.attempts, held)
         if durable.outcome == "replay":
             assert durable.stored is not None
             self._redis_complete(intent, durable.stored, held)  # warm Redis for the repeats
@@ -163,10 +170,10 @@ class Gateway:
                               attempts=durable.attempts)
         return self._refused(intent, durable.outcome, latest=durable.latest_fence)
 
-    def _execute(self, intent: Intent, executor: Executor, attempts: int,
+    def _execute(self, intent: Intent, body: ToolBody, attempts: int,
                  held: bool) -> CallResult:
         try:
-            value = executor(intent.call.args)
+            value = body(intent.call.args)
         except BusinessRefusal as no:
             outcome = Outcome(error=no.to_error(), fence=intent.fence, attempts=attempts)
             return self._store(intent, outcome, CallStatus.REFUSED, held)

@@ -20,9 +20,9 @@ from sqlalchemy import Connection, Engine, RowMapping, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from core.adapters import case_store
-from core.adapters.database import connection, transaction
-from core.adapters.tables import tool_call_ledger as ledger_table
+from core.db import case_store
+from core.db.database import connection, transaction
+from core.db.tables import tool_call_ledger as ledger_table
 from core.errors import Unavailable
 from core.gateway.model import Outcome, ToolCall
 from core.tracing import current as current_correlation_id

@@ -1,14 +1,17 @@
 """What the gateway speaks: a tool call, the result envelope every caller gets, and the
-business refusal an executor raises for a deterministic "no"."""
+business refusal a tool body raises for a deterministic "no"."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from core.errors import OpsgateError
+
+ToolBody = Callable[[Mapping[str, Any]], Any]
+"""The function behind a tool: it receives the call's arguments and does the side effect."""
 
 
 @dataclass(frozen=True)

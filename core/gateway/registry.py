@@ -7,28 +7,27 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from core.gateway.model import DirectSideEffectCall
+from core.gateway.model import DirectSideEffectCall, ToolBody
 
-Executor = Callable[[Mapping[str, Any]], Any]
 BusinessKey = Callable[[Mapping[str, Any]], str]
 
 
 class SideEffect:
     """A declared side-effecting tool. Not callable: hand it to ``Gateway.invoke``."""
 
-    def __init__(self, tool: str, executor: Executor, business_key: BusinessKey | None,
+    def __init__(self, tool: str, body: ToolBody, business_key: BusinessKey | None,
                  idempotent: bool) -> None:
         self.tool = tool
         self.idempotent = idempotent
-        self._executor = executor
+        self._executor = body
         self._business_key = business_key
-        self.__doc__ = executor.__doc__
-        self.__name__ = getattr(executor, "__name__", tool)
+        self.__doc__ = body.__doc__
+        self.__name__ = getattr(body, "__name__", tool)
 
     def business_key(self, args: Mapping[str, Any]) -> str | None:
         return None if self._business_key is None else self._business_key(args)
 
-    def executor(self) -> Executor:
+    def body(self) -> ToolBody:
         """The undecorated function, for the gateway only."""
         return self._executor
 
@@ -43,11 +42,11 @@ class SideEffect:
 
 
 def side_effect(tool: str, *, business_key: BusinessKey | None = None,
-                idempotent: bool = False) -> Callable[[Executor], SideEffect]:
+                idempotent: bool = False) -> Callable[[ToolBody], SideEffect]:
     """Declare ``tool``: ``business_key(args)`` identifies one business intent (default: the
     canonical args); ``idempotent=True`` lets an expired claim be run again."""
 
-    def declare(executor: Executor) -> SideEffect:
-        return SideEffect(tool, executor, business_key, idempotent)
+    def declare(body: ToolBody) -> SideEffect:
+        return SideEffect(tool, body, business_key, idempotent)
 
     return declare

@@ -21,9 +21,9 @@ from sqlalchemy import Connection, Engine, delete, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from core.adapters import case_store
-from core.adapters.database import transaction
-from core.adapters.tables import session_lock as lock_table
+from core.db import case_store
+from core.db.database import transaction
+from core.db.tables import session_lock as lock_table
 from core.domain.commands import Fence
 from core.errors import Unavailable
 from core.gateway.redis_store import LuaScript

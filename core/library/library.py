@@ -19,9 +19,9 @@ from uuid import UUID
 from sqlalchemy import Connection, Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from core.adapters import case_store
-from core.adapters.database import connection, transaction
 from core.analysis.tables import evidence_link
+from core.db import case_store
+from core.db.database import connection, transaction
 from core.domain.fsm import CaseStatus
 from core.errors import NotFound
 from core.library.search import Hit, query_terms, search

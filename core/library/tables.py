@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy import Column, DateTime, ForeignKey, Index, Integer, String, Table, Text, func
 
-from core.adapters.tables import BigId, Json, metadata
+from core.db.tables import BigId, Json, metadata
 
 kb_doc = Table(
     "kb_doc",

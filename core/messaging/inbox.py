@@ -9,7 +9,7 @@ from sqlalchemy import Connection, Engine, RowMapping, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from core.adapters.tables import dead_letter, inbox
+from core.db.tables import dead_letter, inbox
 from core.messaging.envelope import Envelope
 
 

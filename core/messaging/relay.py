@@ -25,8 +25,8 @@ import psycopg
 from sqlalchemy import ColumnElement, Connection, Engine, func, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
-from core.adapters.case_store import as_utc
-from core.adapters.tables import outbox
+from core.db.case_store import as_utc
+from core.db.tables import outbox
 from core.messaging.bus import Bus
 from core.messaging.envelope import Envelope
 from core.metrics import OUTBOX_PUBLISH

@@ -20,9 +20,9 @@ from sqlalchemy import Connection, Engine, Update, and_, func, insert, or_, sele
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from core.adapters.database import transaction
-from core.adapters.tables import alert_group, alert_seen, ops_case
 from core.analysis.tables import evidence_link
+from core.db.database import transaction
+from core.db.tables import alert_group, alert_seen, ops_case
 from core.domain.fsm import CaseStatus
 
 OPENED, NEW, RESOLVED = "opened", "new", "resolved"  # alert_seen.role

@@ -12,9 +12,9 @@ from uuid import UUID
 
 from sqlalchemy import Engine, String, cast, func, select
 
-from core.adapters.case_store import as_utc
-from core.adapters.tables import case_timeline, ops_case, plan_approved, plan_proposed
 from core.chat import PINNED_EVENT
+from core.db.case_store import as_utc
+from core.db.tables import case_timeline, ops_case, plan_approved, plan_proposed
 from core.errors import InvalidRequest, NotFound
 from core.principals import shown_actor
 

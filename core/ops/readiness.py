@@ -11,8 +11,8 @@ import redis
 from sqlalchemy import Engine, func, select, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from core.adapters.case_store import as_utc
-from core.adapters.tables import outbox
+from core.db.case_store import as_utc
+from core.db.tables import outbox
 from core.messaging.relay import due
 
 if TYPE_CHECKING:

@@ -14,9 +14,9 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, delete, func, select, update
 
-from core.adapters.case_store import as_utc
-from core.adapters.database import transaction
-from core.adapters.tables import case_timeline, ops_case, outbox, session_lock, tool_call_ledger
+from core.db.case_store import as_utc
+from core.db.database import transaction
+from core.db.tables import case_timeline, ops_case, outbox, session_lock, tool_call_ledger
 from core.domain.fsm import CaseEvent, fold
 from core.gateway.ledger import Ledger, LedgerState
 from core.messaging import inbox

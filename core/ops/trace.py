@@ -14,8 +14,8 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
-from core.adapters.case_store import as_utc
-from core.adapters.tables import case_timeline, dead_letter, inbox, outbox, tool_call_ledger
+from core.db.case_store import as_utc
+from core.db.tables import case_timeline, dead_letter, inbox, outbox, tool_call_ledger
 
 _RANK = {"timeline": 0, "outbox": 1, "ledger": 2, "inbox": 3, "dead": 3}
 

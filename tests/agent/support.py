@@ -13,8 +13,8 @@ from langchain_core.messages.tool import ToolCall, invalid_tool_call
 from sqlalchemy import Engine, func, select
 
 from agent.runner import Agent
-from core.adapters.tables import case_timeline, plan_approved, plan_proposed
 from core.bootstrap import App, bootstrap
+from core.db.tables import case_timeline, plan_approved, plan_proposed
 from core.domain.commands import OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic

@@ -19,8 +19,8 @@ from agent.offline import OfflinePlannerModel
 from agent.planner import AgentPlanner
 from agent.scripted import ScriptedChatModel
 from agent.tools import session_of
-from core.adapters.tables import session_lock, tool_call_ledger
 from core.bootstrap import App
+from core.db.tables import session_lock, tool_call_ledger
 from core.domain.fsm import CaseStatus
 from core.domain.plan_templates import load_template
 from core.domain.plans import plan_hash

@@ -19,9 +19,9 @@ from agent.offline import OfflinePlannerModel
 from agent.planner import AgentPlanner
 from agent.prompts import plan_request
 from agent.scripted import ScriptedChatModel
-from core.adapters.database import transaction
 from core.analysis.store import write_findings
 from core.bootstrap import App
+from core.db.database import transaction
 from core.domain.commands import NoteCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.plan_templates import load_template

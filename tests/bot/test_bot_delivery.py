@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import Engine, func, insert, select
 
 from bot.store import slack_event
-from core.adapters.tables import ops_case
+from core.db.tables import ops_case
 from tests.bot.slack_support import ScriptedAgent, mention_event, running_bot
 
 

@@ -14,7 +14,7 @@ from uuid import UUID
 from sqlalchemy import Engine, func, select
 
 from bot.ids import Action
-from core.adapters.tables import inbox, outbox
+from core.db.tables import inbox, outbox
 from core.domain.commands import TransitionCase
 from core.domain.fsm import CaseEvent
 from core.domain.messages import Topic

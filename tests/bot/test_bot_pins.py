@@ -12,8 +12,8 @@ from typing import Any
 
 from sqlalchemy import Engine, func, select
 
-from core.adapters.tables import case_timeline
 from core.chat import PINNED_EVENT
+from core.db.tables import case_timeline
 from core.ops.export import export_case
 from tests.bot.slack_support import APPROVER, REQUESTER, SECOND, Stack, running_bot
 from tests.bot.test_bot_thread import card_of, texts, to_the_gate

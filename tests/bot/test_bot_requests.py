@@ -14,7 +14,7 @@ from sqlalchemy import Engine, func, select
 from bot.app import refuse_non_finite_numbers
 from bot.ids import Action
 from bot.store import slack_event
-from core.adapters.tables import ops_case
+from core.db.tables import ops_case
 from tests.bot.slack_support import (
     FORM,
     SECRET,

@@ -11,7 +11,7 @@ from sqlalchemy import Engine, select
 
 from bot.ids import Action
 from core import principals
-from core.adapters.tables import plan_approved
+from core.db.tables import plan_approved
 from tests.bot.slack_support import APPROVER, SECOND, Stack, approval_of, running_bot
 
 

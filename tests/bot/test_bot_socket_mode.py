@@ -25,8 +25,8 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.server import ServerConnection, serve
 
 from bot.socket_mode import start_socket_mode
-from core.adapters.database import make_engine
 from core.bootstrap import Extensions, bootstrap
+from core.db.database import make_engine
 from core.migrate import upgrade_engine
 from tests.bot.slack_support import (
     FORM,

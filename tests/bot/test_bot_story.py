@@ -8,7 +8,7 @@ import json
 from sqlalchemy import Engine, select
 
 from bot.ids import Action
-from core.adapters.tables import tool_call_ledger
+from core.db.tables import tool_call_ledger
 from core.domain.commands import OpenCase
 from tests.bot.slack_support import (
     APPROVER,

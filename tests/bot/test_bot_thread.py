@@ -12,7 +12,7 @@ from uuid import UUID
 from sqlalchemy import Engine, select
 
 from bot.ids import Action
-from core.adapters.tables import dead_letter, inbox, outbox
+from core.db.tables import dead_letter, inbox, outbox
 from core.domain.commands import OpenCase
 from core.domain.messages import Topic
 from tests.bot.slack_support import (

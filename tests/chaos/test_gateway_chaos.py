@@ -17,8 +17,8 @@ import pytest
 from redis.exceptions import RedisError
 from sqlalchemy import Engine, func, select
 
-from core.adapters.database import make_engine
-from core.adapters.tables import tool_call_ledger
+from core.db.database import make_engine
+from core.db.tables import tool_call_ledger
 from core.gateway import (
     CallStatus,
     Gateway,

@@ -11,9 +11,9 @@ import httpx
 import pytest
 from sqlalchemy import insert, select
 
-from core.adapters.database import make_engine
-from core.adapters.tables import inbox as inbox_table
-from core.adapters.tables import outbox
+from core.db.database import make_engine
+from core.db.tables import inbox as inbox_table
+from core.db.tables import outbox
 from core.messaging import inbox
 from core.messaging.envelope import Envelope
 from core.migrate import upgrade_engine

@@ -31,11 +31,11 @@ import pytest
 import redis
 from sqlalchemy import Engine, select, text
 
-from core.adapters.tables import case_timeline, ops_case
 from core.bootstrap import App, bootstrap
 from core.consumers import build_consumers
 from core.consumers.planner import case_opener
 from core.consumers.runs import current_run
+from core.db.tables import case_timeline, ops_case
 from core.domain.commands import OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic

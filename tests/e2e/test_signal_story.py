@@ -28,9 +28,9 @@ import pytest
 from sqlalchemy import Engine, select
 
 from bot.ids import Action
-from core.adapters.case_store import as_utc
-from core.adapters.database import make_engine
-from core.adapters.tables import case_timeline, ops_case
+from core.db.case_store import as_utc
+from core.db.database import make_engine
+from core.db.tables import case_timeline, ops_case
 from core.migrate import upgrade_engine
 from tests.agent.openai_stub import PATH as CHAT_PATH
 from tests.agent.openai_stub import StubTurn, completion, tool_call

@@ -10,8 +10,8 @@ from uuid import UUID
 
 from sqlalchemy import Engine, select
 
-from core.adapters.tables import outbox
 from core.bootstrap import App, bootstrap
+from core.db.tables import outbox
 from core.domain.commands import ApprovePlan
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.plans import plan_hash

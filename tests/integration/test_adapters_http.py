@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from core.executor.adapters import StepContext, StepRefused, adapters_from_settings
-from core.executor.adapters.gateway_flip import GatewayFlipAdapter
-from core.executor.adapters.http import HttpRequestAdapter
-from core.executor.allowlists import UrlAllowList
+from core.outbound.allowlists import UrlAllowList
 from core.settings import InvalidSettings, Settings
+from core.steps.adapters import StepContext, StepRefused, adapters_from_settings
+from core.steps.adapters.gateway_flip import GatewayFlipAdapter
+from core.steps.adapters.http import HttpRequestAdapter
 from tests.integration.local_http import Reply, local_server
 
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from core.executor.adapters import StepContext, StepRefused, adapters_from_settings
-from core.executor.adapters.k8s import K8sRolloutAdapter
 from core.settings import Settings
+from core.steps.adapters import StepContext, StepRefused, adapters_from_settings
+from core.steps.adapters.k8s import K8sRolloutAdapter
 
 
 class FakeKubectl:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from core.executor.adapters import StepContext, StepRefused
-from core.executor.adapters.script import ScriptAdapter
-from core.executor.allowlists import ExecutableAllowList
+from core.outbound.allowlists import ExecutableAllowList
+from core.steps.adapters import StepContext, StepRefused
+from core.steps.adapters.script import ScriptAdapter
 
 ECHO = shutil.which("echo")
 ENV = shutil.which("env")

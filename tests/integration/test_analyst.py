@@ -14,12 +14,12 @@ from uuid import UUID
 
 from sqlalchemy import func, select
 
-from core.adapters.tables import outbox
 from core.analysis.catalog import MetricSpec
 from core.analysis.sources import RecordedSource
 from core.analysis.store import case_findings
 from core.analysis.tables import evidence_link
 from core.consumers.analyst import NO_ANALYST, Analyst
+from core.db.tables import outbox
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic
 from core.errors import Unavailable

@@ -12,11 +12,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select
 
 from core import principals
-from core.adapters.tables import case_timeline, idempotency, ops_case, outbox
 from core.api import create_api
 from core.api.limits import MAX_BODY_BYTES
 from core.api.schemas import META_MAX_BYTES
 from core.bootstrap import App, bootstrap
+from core.db.tables import case_timeline, idempotency, ops_case, outbox
 from core.domain.commands import SEVERITIES
 from core.domain.plan_templates import load_template, template_names
 from core.domain.plans import plan_hash

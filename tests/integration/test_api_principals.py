@@ -16,10 +16,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, select
 
 from core import principals
-from core.adapters.tables import api_principal, case_timeline, plan_approved, plan_proposed
 from core.api import create_api
 from core.bootstrap import App, bootstrap
 from core.cli import main
+from core.db.tables import api_principal, case_timeline, plan_approved, plan_proposed
 from core.domain.commands import ApprovePlan
 from core.domain.plans import plan_hash
 from core.errors import InvalidRequest

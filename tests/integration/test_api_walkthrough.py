@@ -17,10 +17,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from core.adapters.tables import case_timeline, outbox
 from core.api import create_api
 from core.bootstrap import App
 from core.consumers.steps import StepRunner
+from core.db.tables import case_timeline, outbox
 from core.domain.plans import plan_hash
 from core.stages import Stages
 from tests.integration.plan_runs import (

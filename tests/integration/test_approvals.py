@@ -12,7 +12,7 @@ from uuid import UUID
 import pytest
 from sqlalchemy import Engine, select
 
-from core.adapters.tables import case_timeline, outbox, plan_approved
+from core.db.tables import case_timeline, outbox, plan_approved
 from core.domain.commands import ApprovePlan, RejectPlan, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import func, select
 
-from core.adapters.tables import case_timeline, outbox
+from core.db.tables import case_timeline, outbox
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.service import Reply
 from tests.support import case_in, command, key
@@ -65,7 +65,7 @@ def test_same_key_fifty_times_one_transition_and_one_reply(service, engine):
 
 
 def test_same_key_open_case_fifty_times_opens_one_case(service, engine):
-    from core.adapters.tables import ops_case
+    from core.db.tables import ops_case
     from core.domain.commands import OpenCase
 
     k = key()

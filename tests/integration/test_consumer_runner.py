@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
-from core.adapters.tables import case_timeline
+from core.db.tables import case_timeline
 from core.domain.fsm import CaseEvent
 from core.messaging import inbox
 from core.messaging.consumer import ConsumerRunner, Delivery
@@ -73,7 +73,7 @@ def test_effect_committed_but_inbox_lost_still_replays(service, engine):
     envelope = Envelope(7, "evt.case.opened.v1", str(case_id), {"case_id": str(case_id)})
     consumer = StartAnalysis(service)
     consumer.handle(Delivery("analyst", envelope))
-    from core.adapters.tables import inbox as inbox_table
+    from core.db.tables import inbox as inbox_table
 
     with engine.begin() as conn:
         conn.execute(inbox_table.delete())

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.executor.allowlists import UrlAllowList
-from core.executor.evidence import PrometheusSource, StaticSource, evaluate
+from core.evidence import PrometheusSource, StaticSource, evaluate
+from core.outbound.allowlists import UrlAllowList
 from tests.integration.local_http import Reply, local_server
 
 

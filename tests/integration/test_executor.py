@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from core.adapters.tables import outbox
 from core.consumers.executor import Executor
+from core.db.tables import outbox
 from core.domain.messages import Topic
 from core.messaging.consumer import ConsumerRunner, Delivery
 from core.messaging.envelope import Envelope

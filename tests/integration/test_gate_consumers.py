@@ -10,8 +10,6 @@ from uuid import UUID
 import pytest
 from sqlalchemy import Engine, select
 
-from core.adapters.case_store import as_utc
-from core.adapters.tables import case_timeline, outbox, plan_proposed
 from core.bootstrap import App, bootstrap
 from core.chat import RecordingSink
 from core.consumers import build_consumers
@@ -20,6 +18,8 @@ from core.consumers.gatekeeper import Gatekeeper
 from core.consumers.intake import Intake
 from core.consumers.notifier import Notifier, render
 from core.consumers.planner import Planner
+from core.db.case_store import as_utc
+from core.db.tables import case_timeline, outbox, plan_proposed
 from core.domain.commands import ApprovePlan, OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic

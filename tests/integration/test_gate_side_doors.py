@@ -17,20 +17,20 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
-from core.adapters.tables import case_timeline, plan_proposed
 from core.api import create_api
 from core.bootstrap import App, bootstrap
 from core.consumers.executor import Executor
 from core.consumers.gatekeeper import Gatekeeper
 from core.consumers.steps import StepRunner
+from core.db.tables import case_timeline, plan_proposed
 from core.domain.commands import ApprovePlan
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic
 from core.domain.plans import StepAction, parsed_or_none, plan_hash
-from core.executor.adapters import StepContext, StepOutcome
 from core.messaging.consumer import Delivery
 from core.messaging.envelope import Envelope
 from core.settings import Settings
+from core.steps.adapters import StepContext, StepOutcome
 from tests.integration.plan_runs import envelope_of
 from tests.support import PLAN, command, key, open_case
 from tests.unit.test_executor_plan_shapes import plan_shapes

@@ -15,7 +15,7 @@ import redis
 from prometheus_client import REGISTRY
 from sqlalchemy import Engine, func, select
 
-from core.adapters.tables import case_timeline, idempotency, outbox
+from core.db.tables import case_timeline, idempotency, outbox
 from core.domain.commands import Fence, OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent
 from core.errors import Unavailable

@@ -16,8 +16,8 @@ import redis
 from prometheus_client import REGISTRY
 from sqlalchemy import Engine
 
-from core.adapters.database import make_engine
 from core.bootstrap import bootstrap
+from core.db.database import make_engine
 from core.errors import Unavailable
 from core.gateway import (
     CallStatus,

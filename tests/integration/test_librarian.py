@@ -12,10 +12,10 @@ from uuid import UUID
 import pytest
 from sqlalchemy import func, insert, select, text
 
-from core.adapters.database import transaction
-from core.adapters.tables import ops_case
 from core.analysis.store import write_findings
 from core.bootstrap import bootstrap
+from core.db.database import transaction
+from core.db.tables import ops_case
 from core.domain.commands import NoteCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic

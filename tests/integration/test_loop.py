@@ -12,9 +12,9 @@ from uuid import UUID
 import pytest
 from sqlalchemy import func, select
 
-from core.adapters.tables import inbox as inbox_table
-from core.adapters.tables import outbox
 from core.bootstrap import bootstrap
+from core.db.tables import inbox as inbox_table
+from core.db.tables import outbox
 from core.domain.commands import ApprovePlan, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic

@@ -21,9 +21,9 @@ from core.bootstrap import App
 from core.consumers.analyst import Analyst
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic
-from core.executor.allowlists import UrlAllowList
-from core.executor.evidence import PrometheusSource, VerifyOutcome, evaluate
+from core.evidence import PrometheusSource, VerifyOutcome, evaluate
 from core.messaging.consumer import ConsumerRunner
+from core.outbound.allowlists import UrlAllowList
 from tests.integration.plan_runs import envelope_of, make_app, notes, status
 from tests.peers import BAD_P95_S, GAUGE, HEALTHY_P95_S, MetricService, Prometheus, poll
 from tests.support import command, key, open_case

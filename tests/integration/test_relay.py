@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import func, insert, select, text
 
-from core.adapters.tables import outbox
+from core.db.tables import outbox
 from core.domain.fsm import CaseEvent
 from core.loop import unpublished
 from core.messaging.bus import InProcessBus, RedisStreamsBus

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 from sqlalchemy import select
 
-from core.adapters.case_store import as_utc
-from core.adapters.tables import outbox
+from core.db.case_store import as_utc
+from core.db.tables import outbox
 from core.domain.commands import NoteCase, Scheduled
 from core.messaging.bus import InProcessBus
 from core.messaging.relay import OutboxRelay

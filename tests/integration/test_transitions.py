@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import select
 
-from core.adapters.tables import case_timeline, outbox, plan_approved, plan_proposed
+from core.db.tables import case_timeline, outbox, plan_approved, plan_proposed
 from core.domain.commands import Fence, OpenCase
 from core.domain.fsm import TRANSITIONS, CaseEvent, CaseStatus
 from core.domain.messages import Topic

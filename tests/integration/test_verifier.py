@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
-from core.adapters.case_store import as_utc
-from core.adapters.tables import outbox, plan_proposed
 from core.consumers.executor import Executor
 from core.consumers.verifier import Verifier
+from core.db.case_store import as_utc
+from core.db.tables import outbox, plan_proposed
 from core.domain.messages import Topic
-from core.executor.evidence import Worst
+from core.evidence import Worst
 from core.messaging.bus import InProcessBus
 from core.messaging.consumer import ConsumerRunner, Delivery
 from core.messaging.relay import OutboxRelay

@@ -18,8 +18,8 @@ from mcp.types import CallToolResult
 from sqlalchemy import Engine, func, select
 
 from core import principals
-from core.adapters.tables import ops_case
 from core.bootstrap import App, bootstrap
+from core.db.tables import ops_case
 from core.settings import Settings
 from tests.e2e.loop_support import clean_env
 from tests.peers import serve_api

@@ -15,7 +15,7 @@ from sqlalchemy import Engine, select
 
 from agent.mcp_tools import McpToolbox, toolbox_from_settings
 from agent.scripted import ScriptedChatModel
-from core.adapters.tables import tool_call_ledger
+from core.db.tables import tool_call_ledger
 from core.domain.fsm import CaseStatus
 from core.mcp.remote import RemoteResult, RemoteServer, RemoteTool
 from core.settings import Settings

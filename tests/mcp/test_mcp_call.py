@@ -19,10 +19,10 @@ from core.domain.commands import ApprovePlan
 from core.domain.fsm import CaseStatus
 from core.domain.messages import Topic
 from core.domain.plans import plan_hash, plan_problems
-from core.executor.adapters.base import StepContext, StepRefused
-from core.executor.adapters.mcp_call import McpCallAdapter
 from core.mcp.remote import RemoteResult, RemoteServer
 from core.messaging.consumer import ConsumerRunner, Delivery
+from core.steps.adapters.base import StepContext, StepRefused
+from core.steps.adapters.mcp_call import McpCallAdapter
 from tests.agent.support import agent_app, ai, call, case_at, make_agent
 from tests.integration.plan_runs import envelope_of, executing_case, fresh_copy, make_app, notes
 from tests.mcp.local_server import calls, desk_over_http

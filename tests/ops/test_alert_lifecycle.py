@@ -17,11 +17,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, select
 
-from core.adapters.tables import alert_seen, case_timeline, ops_case, outbox
 from core.analysis.tables import evidence_link
 from core.api import create_api
 from core.bootstrap import App
 from core.consumers.notifier import Notifier, render
+from core.db.tables import alert_seen, case_timeline, ops_case, outbox
 from core.domain.fsm import CaseStatus
 from core.loop import InProcessLoop
 from core.ops.alert_render import ALERT_NOTED_TOPIC

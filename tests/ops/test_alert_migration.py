@@ -8,8 +8,8 @@ from alembic import command
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, insert, select
 
-from core.adapters.tables import alert_group, alert_seen, case_timeline
 from core.api import create_api
+from core.db.tables import alert_group, alert_seen, case_timeline
 from core.migrate import alembic_config, current_revision, head_revision, upgrade_engine
 from core.ops.alerts import group_digest
 from tests.ops.test_alerts import _app, alert, notification, post

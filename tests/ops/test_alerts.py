@@ -20,9 +20,9 @@ import uvicorn
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select
 
-from core.adapters.tables import alert_group, case_timeline, ops_case
 from core.api import create_api
 from core.bootstrap import App, bootstrap
+from core.db.tables import alert_group, case_timeline, ops_case
 from core.loop import InProcessLoop
 from core.settings import Settings
 

@@ -12,8 +12,8 @@ from uuid import UUID
 import pytest
 from sqlalchemy import Engine, select
 
-from core.adapters.tables import case_timeline, ops_case
 from core.bootstrap import App, bootstrap
+from core.db.tables import case_timeline, ops_case
 from core.settings import Settings
 from tests.peers import (
     BAD_P95_S,

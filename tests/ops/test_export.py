@@ -11,9 +11,9 @@ from uuid import UUID
 import pytest
 from sqlalchemy import insert
 
-from core.adapters.tables import ops_case
 from core.bootstrap import bootstrap
 from core.chat import PINNED_EVENT
+from core.db.tables import ops_case
 from core.domain.commands import NoteCase, TransitionCase
 from core.errors import InvalidRequest, NotFound
 from core.ops.commands import run_export

@@ -15,9 +15,9 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine, insert
 
-from core.adapters.tables import outbox
 from core.api import create_api
 from core.bootstrap import App, bootstrap
+from core.db.tables import outbox
 from core.domain.commands import ApprovePlan
 from core.loop import InProcessLoop
 from core.messaging.consumer import ConsumerRunner

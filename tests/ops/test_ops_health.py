@@ -10,9 +10,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, insert
 
-from core.adapters.tables import outbox
 from core.api import create_api
 from core.bootstrap import bootstrap
+from core.db.tables import outbox
 from core.settings import Settings
 from tests.conftest import REDIS_URL
 

@@ -12,9 +12,9 @@ from uuid import UUID, uuid4
 
 from sqlalchemy import Engine, insert, select, update
 
-from core.adapters.database import make_engine
-from core.adapters.tables import ops_case, outbox, session_lock, tool_call_ledger
 from core.bootstrap import bootstrap
+from core.db.database import make_engine
+from core.db.tables import ops_case, outbox, session_lock, tool_call_ledger
 from core.domain.commands import NoteCase, OpenCase
 from core.gateway.ledger import Intent, Ledger
 from core.gateway.model import Outcome, ToolCall

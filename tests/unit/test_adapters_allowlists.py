@@ -7,7 +7,7 @@ import os
 import httpx
 import pytest
 
-from core.executor.allowlists import ExecutableAllowList, UrlAllowList
+from core.outbound.allowlists import ExecutableAllowList, UrlAllowList
 
 
 @pytest.fixture

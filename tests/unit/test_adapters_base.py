@@ -9,11 +9,11 @@ import pytest
 
 from core.domain.plans import StepAction
 from core.errors import Unprocessable
-from core.executor.adapters import StepContext, StepOutcome, StepRefused, adapters_from_settings
-from core.executor.adapters.base import parse_params, step_idempotency_key
-from core.executor.adapters.noop import NoopParams
-from core.executor.capture import BoundedBuffer, truncate
 from core.settings import Settings
+from core.steps.adapters import StepContext, StepOutcome, StepRefused, adapters_from_settings
+from core.steps.adapters.base import parse_params, step_idempotency_key
+from core.steps.adapters.noop import NoopParams
+from core.steps.capture import BoundedBuffer, truncate
 
 
 def test_the_same_step_attempt_always_sends_the_same_key():

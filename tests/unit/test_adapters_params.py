@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from core.executor.adapters import StepContext, StepRefused
-from core.executor.adapters.base import parse_params
-from core.executor.adapters.gateway_flip import FlipParams, GatewayFlipAdapter
-from core.executor.adapters.http import HttpParams, HttpRequestAdapter
-from core.executor.adapters.k8s import RolloutParams, change_argv, status_argv
-from core.executor.adapters.script import ScriptAdapter, ScriptParams
-from core.executor.allowlists import ExecutableAllowList, UrlAllowList
+from core.outbound.allowlists import ExecutableAllowList, UrlAllowList
 from core.settings import InvalidSettings
+from core.steps.adapters import StepContext, StepRefused
+from core.steps.adapters.base import parse_params
+from core.steps.adapters.gateway_flip import FlipParams, GatewayFlipAdapter
+from core.steps.adapters.http import HttpParams, HttpRequestAdapter
+from core.steps.adapters.k8s import RolloutParams, change_argv, status_argv
+from core.steps.adapters.script import ScriptAdapter, ScriptParams
 
 CTX = StepContext.for_step("case", "hash", 0, 1, 1.0)
 

@@ -8,8 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from core.executor.allowlists import UrlAllowList
-from core.executor.evidence import (
+from core.evidence import (
     EvidenceMissing,
     Moment,
     StaticSource,
@@ -18,6 +17,7 @@ from core.executor.evidence import (
     prometheus_value,
     source_from_settings,
 )
+from core.outbound.allowlists import UrlAllowList
 from core.settings import Settings
 
 SOURCE = StaticSource({"error_rate": 0.002, "latency_p95_ms": 640.0, "replicas": 3})

@@ -10,17 +10,17 @@ from pydantic import BaseModel
 
 from core.domain.plan_templates import load_template, template_names
 from core.domain.plans import parse_plan
-from core.executor.adapters.base import StepContext, StepRefused, parse_params
-from core.executor.adapters.gateway_flip import FlipParams
-from core.executor.adapters.http import HttpParams
-from core.executor.adapters.k8s import RolloutParams
-from core.executor.adapters.mcp_call import McpCallParams
-from core.executor.adapters.noop import NoopParams
-from core.executor.adapters.registry import adapters_from_settings
-from core.executor.adapters.script import ScriptParams
-from core.executor.allowlists import UrlAllowList
-from core.executor.evidence import StaticSource, evaluate
+from core.evidence import StaticSource, evaluate
+from core.outbound.allowlists import UrlAllowList
 from core.settings import Settings
+from core.steps.adapters.base import StepContext, StepRefused, parse_params
+from core.steps.adapters.gateway_flip import FlipParams
+from core.steps.adapters.http import HttpParams
+from core.steps.adapters.k8s import RolloutParams
+from core.steps.adapters.mcp_call import McpCallParams
+from core.steps.adapters.noop import NoopParams
+from core.steps.adapters.registry import adapters_from_settings
+from core.steps.adapters.script import ScriptParams
 
 PARAMS: dict[str, type[BaseModel]] = {
     "noop": NoopParams, "script.exec": ScriptParams, "k8s.rollout": RolloutParams,

@@ -12,11 +12,11 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, field_validator
 
 from core.domain.plans import HEADER_VALUE_PATTERN
-from core.executor.adapters.base import StepContext, StepOutcome, StepRefused, parse_params
-from core.executor.allowlists import UrlAllowList, url_problem
-from core.executor.capture import truncate
-from core.executor.http_client import RedirectRefused, is_expected, send
+from core.outbound.allowlists import UrlAllowList, url_problem
+from core.outbound.http import RedirectRefused, is_expected, send
 from core.redact import url_without_credentials
+from core.steps.adapters.base import StepContext, StepOutcome, StepRefused, parse_params
+from core.steps.capture import truncate
 
 BODY_LIMIT = 65536
 _JSON_LIMIT = 262144

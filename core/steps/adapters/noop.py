@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.executor.adapters.base import StepContext, StepOutcome, parse_params
+from core.steps.adapters.base import StepContext, StepOutcome, parse_params
 
 
 class NoopParams(BaseModel):

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from core.executor.allowlists import Origin
+from core.outbound.allowlists import Origin
 
 MAX_REDIRECTS = 5
 _NO_BODY = object()

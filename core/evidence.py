@@ -31,8 +31,8 @@ from core.domain.verify import (
     problem_lines,
 )
 from core.errors import InvalidPlan
-from core.executor.allowlists import Origin, UrlAllowList, url_problem
-from core.executor.http_client import HttpReply, RedirectRefused, is_expected, send
+from core.outbound.allowlists import Origin, UrlAllowList, url_problem
+from core.outbound.http import HttpReply, RedirectRefused, is_expected, send
 from core.settings import Settings
 
 Worst = Literal["max", "min"]

@@ -11,17 +11,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from core.executor.adapters.base import StepContext, StepOutcome, StepRefused, parse_params
-from core.executor.adapters.process_step import (
+from core.outbound.allowlists import resolve_executable
+from core.steps.adapters.base import StepContext, StepOutcome, StepRefused, parse_params
+from core.steps.adapters.process_step import (
     command_line,
     process_detail,
     process_summary,
     start_failure,
     succeeded,
 )
-from core.executor.allowlists import resolve_executable
-from core.executor.capture import truncate
-from core.executor.process import BASE_ENV, ProcessResult, minimal_env, run_process
+from core.steps.capture import truncate
+from core.steps.process import BASE_ENV, ProcessResult, minimal_env, run_process
 
 # kubectl's own configuration, not the plan's: where the cluster is and who we are.
 KUBECTL_ENV = (*BASE_ENV, "HOME", "KUBECONFIG", "KUBERNETES_SERVICE_HOST",

@@ -9,11 +9,11 @@ from typing import Annotated, Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from core.executor.adapters.base import StepContext, StepOutcome, StepRefused, parse_params
-from core.executor.adapters.http import HttpCall, parse_url
-from core.executor.allowlists import Origin
+from core.outbound.allowlists import Origin
 from core.redact import url_without_credentials
 from core.settings_errors import InvalidSettings
+from core.steps.adapters.base import StepContext, StepOutcome, StepRefused, parse_params
+from core.steps.adapters.http import HttpCall, parse_url
 
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
 

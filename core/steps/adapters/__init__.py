@@ -3,14 +3,14 @@ from settings by ``adapters_from_settings``."""
 
 from __future__ import annotations
 
-from core.executor.adapters.base import (
+from core.steps.adapters.base import (
     Adapter,
     StepContext,
     StepOutcome,
     StepRefused,
     step_idempotency_key,
 )
-from core.executor.adapters.registry import adapters_from_settings
+from core.steps.adapters.registry import adapters_from_settings
 
 __all__ = [
     "Adapter",

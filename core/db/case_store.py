@@ -29,7 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from core.adapters.tables import (
+from core.db.tables import (
     case_timeline,
     idempotency,
     ops_case,

@@ -13,10 +13,10 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from core.executor.adapters.base import StepContext, StepOutcome, StepRefused, parse_params
-from core.executor.adapters.process_step import command_line, process_outcome, start_failure
-from core.executor.allowlists import EnvAllowList, ExecutableAllowList
-from core.executor.process import minimal_env, run_process
+from core.outbound.allowlists import EnvAllowList, ExecutableAllowList
+from core.steps.adapters.base import StepContext, StepOutcome, StepRefused, parse_params
+from core.steps.adapters.process_step import command_line, process_outcome, start_failure
+from core.steps.process import minimal_env, run_process
 
 PLAN_ENV: tuple[str, ...] = ("LANG", "LC_*", "TZ")
 """Variables any plan may set; ``OPSGATE_SCRIPT_ENV_ALLOW`` adds the operator's."""

@@ -7,8 +7,8 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
-from core.executor.adapters.base import StepOutcome
-from core.executor.process import ProcessResult
+from core.steps.adapters.base import StepOutcome
+from core.steps.process import ProcessResult
 
 
 def process_summary(result: ProcessResult, label: str) -> str:

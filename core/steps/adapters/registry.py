@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from core.executor.adapters.base import Adapter
-from core.executor.adapters.gateway_flip import GatewayFlipAdapter
-from core.executor.adapters.http import HttpRequestAdapter
-from core.executor.adapters.k8s import K8sRolloutAdapter
-from core.executor.adapters.mcp_call import McpCallAdapter
-from core.executor.adapters.noop import NoopAdapter
-from core.executor.adapters.script import ScriptAdapter
-from core.executor.allowlists import ExecutableAllowList, UrlAllowList
 from core.mcp.remote import load_servers
+from core.outbound.allowlists import ExecutableAllowList, UrlAllowList
 from core.settings import Settings
+from core.steps.adapters.base import Adapter
+from core.steps.adapters.gateway_flip import GatewayFlipAdapter
+from core.steps.adapters.http import HttpRequestAdapter
+from core.steps.adapters.k8s import K8sRolloutAdapter
+from core.steps.adapters.mcp_call import McpCallAdapter
+from core.steps.adapters.noop import NoopAdapter
+from core.steps.adapters.script import ScriptAdapter
 
 
 def adapters_from_settings(settings: Settings) -> dict[str, Adapter]:

@@ -13,8 +13,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from core.executor.allowlists import EnvAllowList
-from core.executor.capture import BoundedBuffer
+from core.outbound.allowlists import EnvAllowList
+from core.steps.capture import BoundedBuffer
 
 # What a step's process inherits from ours; everything else (tokens, database URLs, proxies)
 # stays here. An allow-list: a variable nobody named never reaches a step.

@@ -12,8 +12,6 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, field_validator
 
-from core.executor.adapters.base import StepContext, StepOutcome, StepRefused, parse_params
-from core.executor.capture import truncate
 from core.mcp.remote import (
     SERVER_NAME,
     TOOL_NAME,
@@ -22,6 +20,8 @@ from core.mcp.remote import (
     RemoteUnavailable,
     call_tool,
 )
+from core.steps.adapters.base import StepContext, StepOutcome, StepRefused, parse_params
+from core.steps.capture import truncate
 
 ARGUMENTS_LIMIT = 65536
 ServerName = Annotated[str, StringConstraints(pattern=SERVER_NAME)]
