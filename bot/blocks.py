@@ -53,7 +53,7 @@ def plain(text: str) -> Message:
 
 
 @dataclass(frozen=True)
-class Decision:
+class PlanDecisionView:
     """What the plan message shows once the gate decided (or while it waits for a second yes)."""
 
     verdict: str  # approved | rejected | expired | pending
@@ -81,7 +81,7 @@ def _verify_lines(verify: object) -> str:
 
 def plan_message(case: Mapping[str, Any], plan: PlanLike, plan_hash: str,
                  approval_id: str, requester: str, policy: ApprovalPolicy,
-                 decision: Decision | None = None) -> Message:
+                 decision: PlanDecisionView | None = None) -> Message:
     """The one message a proposed plan is: title, risk, steps, rollback, verify and, until it
     is decided, the ``Approve`` and ``Reject`` buttons bound to ``approval_id``. It shows the
     parsed plan, the steps exactly as the executor would run them; a plan that does not meet
@@ -151,7 +151,7 @@ def approve_confirm(title: str, risk: float, policy: ApprovalPolicy) -> Block:
             "style": "danger"}
 
 
-def _decided(decision: Decision) -> Block:
+def _decided(decision: PlanDecisionView) -> Block:
     by = ", ".join(who(person) for person in decision.by)
     if decision.verdict == "approved":
         return section(f"✅ *Approved* by {by} at {decision.at}")

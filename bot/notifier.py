@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from bot.blocks import Decision, plan_message
+from bot.blocks import PlanDecisionView, plan_message
 from bot.card import outcome_post
 from bot.card_keeper import CardKeeper
 from bot.ids import Action
@@ -115,7 +115,7 @@ class SlackNotifier(Notifier):
             raise RuntimeError(f"chat.update of plan message {ts}: {result.status} "
                                f"{result.error}")
 
-    def _decision(self, case_id: UUID, digest: str, version: int) -> Decision | None:
+    def _decision(self, case_id: UUID, digest: str, version: int) -> PlanDecisionView | None:
         """Where the proposal made at case ``version`` stands at the gate: its latest gate
         fact in the timeline (who decided, when, why; or the yeses so far), never the event
         that asked, so a late or redelivered event does not show less than the message does."""
@@ -141,19 +141,19 @@ def _proposal_rows(rows: list[dict[str, Any]], version: int) -> list[dict[str, A
     return after[:next((n for n, row in enumerate(after) if proposal(row)), len(after))]
 
 
-def _decision_of(row: Mapping[str, Any]) -> Decision:
+def _decision_of(row: Mapping[str, Any]) -> PlanDecisionView:
     """What the plan message shows of one gate fact."""
     meta = row.get("meta") or {}
     at = str(row["created_at"])[:19].replace("T", " ") + " UTC"
     if row["event"] == "gate_approved":
         approvers = (meta.get("context") or {}).get("approvers") or [row["actor"]]
-        return Decision("approved", [str(a) for a in approvers], at)
+        return PlanDecisionView("approved", [str(a) for a in approvers], at)
     if row["event"] == "gate_rejected":
-        return Decision("rejected", [str(row["actor"])], at, reason=row["reason"])
+        return PlanDecisionView("rejected", [str(row["actor"])], at, reason=row["reason"])
     if row["event"] == "gate_expired":
-        return Decision("expired", [str(row["actor"])], at, reason=row["reason"])
-    return Decision("pending", [str(a) for a in meta.get("approvers") or []], at,
-                    needs=int(meta.get("needs") or 0))
+        return PlanDecisionView("expired", [str(row["actor"])], at, reason=row["reason"])
+    return PlanDecisionView("pending", [str(a) for a in meta.get("approvers") or []], at,
+                            needs=int(meta.get("needs") or 0))
 
 
 def _approval_id(blocks: object) -> str | None:

@@ -19,7 +19,8 @@ from core.domain.policy import Approval, Pending, Satisfied, Verdict
 from core.errors import GuardFailed, StalePlan
 
 Row = Mapping[Any, Any]
-Decision = Literal["approved", "rejected", "expired"]
+GateVerdict = Literal["approved", "rejected", "expired"]
+"""What one ``plan_approved`` row records: a yes, a no, or the plan's expiry."""
 
 
 def waited_plan(conn: Connection, case_id: UUID, digest: str | None, *,
@@ -61,7 +62,7 @@ def expiry_of(conn: Connection, plan: Row) -> str | None:
     return None
 
 
-def decision_row(plan: Row, approver: str, verdict: Decision, at: datetime,
+def decision_row(plan: Row, approver: str, verdict: GateVerdict, at: datetime,
                  reason: str | None = None) -> dict[str, Any]:
     """The ``plan_approved`` row of one approver's decision on one proposal (or of its expiry,
     recorded under the gatekeeper)."""

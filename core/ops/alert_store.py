@@ -81,7 +81,7 @@ class Seen:
 
 
 @dataclass(frozen=True)
-class Decision:
+class GroupOutcome:
     """What the group looks like after a notification: the rows with a note still to write,
     the recurrences that have a case (or are opening one), and the notification's own rows."""
 
@@ -91,7 +91,7 @@ class Decision:
     touched: list[Seen]
 
 
-def decide(engine: Engine, claim: Mapping[str, Any], sightings: Sequence[Sighting]) -> Decision:
+def decide(engine: Engine, claim: Mapping[str, Any], sightings: Sequence[Sighting]) -> GroupOutcome:
     """Record one notification's alerts under the group's lock; the group row is inserted by
     the first notification that sees the group (``claim``: its columns)."""
     digest = str(claim["group_key_hash"])
@@ -106,9 +106,9 @@ def decide(engine: Engine, claim: Mapping[str, Any], sightings: Sequence[Sightin
             if not sighting.firing:
                 deciding.resolve(sighting)
         touched = {s.identity for s in sightings}
-        return Decision(deciding.group, _outstanding(conn, digest),
-                        frozenset(_fired(conn, digest)),
-                        [row for key, row in deciding.known.items() if key in touched])
+        return GroupOutcome(deciding.group, _outstanding(conn, digest),
+                            frozenset(_fired(conn, digest)),
+                            [row for key, row in deciding.known.items() if key in touched])
 
 
 def record_case(engine: Engine, digest: str, recurrence: int, case_id: UUID) -> None:

@@ -33,7 +33,7 @@ from sqlalchemy import Connection, Engine
 from core.domain.commands import NoteCase, OpenCase
 from core.ops import alert_store
 from core.ops.alert_render import ALERT_NOTED_TOPIC
-from core.ops.alert_store import OPENED, Decision, Seen, Sighting
+from core.ops.alert_store import OPENED, GroupOutcome, Seen, Sighting
 from core.service import CaseService
 from core.tracing import current
 
@@ -172,28 +172,28 @@ class AlertIntake:
         claim = {"group_key_hash": digest, "group_key": note.groupKey,
                  "receiver": note.receiver[:200], "title": title_of(note),
                  "severity": severity_of(note)}
-        decision = alert_store.decide(self.engine, claim, sightings_of(note, claim["title"]))
-        settling = _Settling(self.engine, self.cases, decision, Intake(group=digest[:16]))
+        outcome = alert_store.decide(self.engine, claim, sightings_of(note, claim["title"]))
+        settling = _Settling(self.engine, self.cases, outcome, Intake(group=digest[:16]))
         settling.write()
         return settling.intake
 
 
 class _Settling:
-    """Writes what a decision calls for: each recurrence's case, then its notes, each note
-    marking its rows. Rows another delivery left unwritten are finished here too; two
+    """Writes what a notification's outcome calls for: each recurrence's case, then its notes,
+    each note marking its rows. Rows another delivery left unwritten are finished here too; two
     deliveries writing the same note meet on its idempotency key."""
 
-    def __init__(self, engine: Engine, cases: CaseService, decision: Decision,
+    def __init__(self, engine: Engine, cases: CaseService, outcome: GroupOutcome,
                  intake: Intake) -> None:
         self.engine = engine
         self.cases = cases
-        self.decision = decision
-        self.group = decision.group
+        self.outcome = outcome
+        self.group = outcome.group
         self.intake = intake
         self.case_ids: dict[int, UUID] = {}
 
     def write(self) -> None:
-        rows = [row for row in self.decision.outstanding if row.recurrence in self.decision.fired]
+        rows = [row for row in self.outcome.outstanding if row.recurrence in self.outcome.fired]
         opening: dict[int, list[Seen]] = defaultdict(list)
         for row in rows:
             if row.role == OPENED and not row.noted:
@@ -210,10 +210,10 @@ class _Settling:
 
     def _tell(self) -> None:
         """The reply's case: that of the newest recurrence the notification's alerts joined."""
-        fired = self.decision.fired
-        joined = [row.recurrence for row in self.decision.touched if row.recurrence in fired]
+        fired = self.outcome.fired
+        joined = [row.recurrence for row in self.outcome.touched if row.recurrence in fired]
         self.intake.resolved_pending = sum(
-            1 for row in self.decision.touched
+            1 for row in self.outcome.touched
             if row.recurrence not in fired and row.ends_at is not None)
         if joined:
             self.intake.recurrence = max(joined)
@@ -237,7 +237,7 @@ class _Settling:
             return group.case_id
         if recurrence == group.recurrence - 1 and group.previous_case_id is not None:
             return group.previous_case_id
-        rows = [*self.decision.touched, *self.decision.outstanding]
+        rows = [*self.outcome.touched, *self.outcome.outstanding]
         return next((row.case_id for row in rows
                      if row.recurrence == recurrence and row.case_id is not None), None)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from bot.blocks import (
-    Decision,
+    PlanDecisionView,
     case_list,
     case_timeline,
     help_message,
@@ -48,14 +48,15 @@ def test_a_risky_plan_says_it_needs_two_approvers() -> None:
 
 
 def test_decided_plan_messages_lose_their_buttons_and_say_who_and_when() -> None:
-    approved = Decision("approved", ["U0BOB", "U0CAROL"], "2026-11-23 07:01:02 UTC")
+    approved = PlanDecisionView("approved", ["U0BOB", "U0CAROL"], "2026-11-23 07:01:02 UTC")
     text, blocks = plan_message(CASE, PLAN, PLAN_HASH, "ap_1", "U0ALICE", POLICY, approved)
     assert buttons(blocks) == [] and "approved by U0BOB, U0CAROL" in text
     assert "Approved* by <@U0BOB>, <@U0CAROL> at 2026-11-23 07:01:02 UTC" in json.dumps(blocks)
-    rejected = Decision("rejected", ["U0BOB"], "2026-11-23 07:01:02 UTC", reason="wrong pods")
+    rejected = PlanDecisionView("rejected", ["U0BOB"], "2026-11-23 07:01:02 UTC",
+                                reason="wrong pods")
     _, blocks = plan_message(CASE, PLAN, PLAN_HASH, "ap_1", "U0ALICE", POLICY, rejected)
     assert buttons(blocks) == [] and "wrong pods" in json.dumps(blocks)
-    pending = Decision("pending", ["U0BOB"], "2026-11-23 07:01:02 UTC", needs=1)
+    pending = PlanDecisionView("pending", ["U0BOB"], "2026-11-23 07:01:02 UTC", needs=1)
     _, blocks = plan_message(CASE, PLAN, PLAN_HASH, "ap_1", "U0ALICE", POLICY, pending)
     assert len(buttons(blocks)) == 2 and "1 more approval(s) needed" in json.dumps(blocks)
 
@@ -101,7 +102,7 @@ def test_the_confirm_dialog_stays_within_slacks_limits_whatever_the_title() -> N
 
 def test_the_plan_message_shows_the_quorums_progress() -> None:
     risky = {**PLAN, "risk_score": 0.9}
-    pending = Decision("pending", ["U0BOB"], "2026-11-23 07:01:02 UTC", needs=1)
+    pending = PlanDecisionView("pending", ["U0BOB"], "2026-11-23 07:01:02 UTC", needs=1)
     _, blocks = plan_message(CASE, risky, PLAN_HASH, "ap_1", "U0ALICE", POLICY, pending)
     shown = json.dumps(blocks, ensure_ascii=False)
     assert "👍 1 of 2: <@U0BOB> · 1 more approval(s) needed" in shown
@@ -109,8 +110,8 @@ def test_the_plan_message_shows_the_quorums_progress() -> None:
 
 
 def test_an_expired_plan_message_loses_its_buttons_and_says_so() -> None:
-    expired = Decision("expired", ["gatekeeper"], "2026-11-23 08:00:00 UTC",
-                       reason="approval expired after 1 h")
+    expired = PlanDecisionView("expired", ["gatekeeper"], "2026-11-23 08:00:00 UTC",
+                                reason="approval expired after 1 h")
     text, blocks = plan_message(CASE, PLAN, PLAN_HASH, "ap_1", "U0ALICE", POLICY, expired)
     assert buttons(blocks) == []
     assert text.endswith("— approval expired after 1 h")
