@@ -38,8 +38,9 @@ peers: ## Prometheus and Alertmanager for the real-peer tests (Debian's packages
 	    (systemctl stop $$unit || service $$unit stop) >/dev/null 2>&1 || true; \
 	  done )
 
-lint: install ## ruff
+lint: install ## ruff, and the import contracts of pyproject's [tool.importlinter]
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 typecheck: install ## mypy --strict on the packages
 	$(BIN)/mypy
@@ -58,4 +59,4 @@ bench: install services ## run the benchmarks (PostgreSQL, Redis)
 	$(BIN)/python bench/librarian.py
 
 clean: ## remove the venv and caches
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis opsgate.db*
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .import_linter_cache opsgate.db*

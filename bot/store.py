@@ -21,6 +21,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     Engine,
+    Index,
     Integer,
     MetaData,
     String,
@@ -68,6 +69,7 @@ slack_approval = Table(
     Column("channel", String(32)),
     Column("message_ts", String(32)),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Index("ix_slack_approval_case", "case_id", "plan_hash"),
 )
 
 
