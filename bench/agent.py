@@ -31,7 +31,7 @@ from agent.prompts import plan_request, system_prompt  # noqa: E402
 from agent.tool_specs import tool_specs  # noqa: E402
 from core.db.database import make_engine  # noqa: E402
 from core.migrate import upgrade_engine  # noqa: E402
-from tests.scenarios.runner import Outcome, load_scenarios, run_scenario  # noqa: E402
+from tests.support.scenarios import Outcome, load_scenarios, run_scenario  # noqa: E402
 
 
 def baseline_prompt_tokens() -> int:

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.migrate import scratch_schema
-from tests.bot.slack_support import (
+from tests.support.slack import (
     ScriptedAgent,
     Stack,
     mention_event,

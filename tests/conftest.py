@@ -1,7 +1,7 @@
 """Shared fixtures: a migrated database per test, on SQLite (a temp file) and on the real local
-PostgreSQL (a schema of its own, dropped afterwards), and the real monitoring peers of
-``tests/peers.py``. Under CI=true an unreachable PostgreSQL or Redis, or a missing Prometheus or
-Alertmanager, fails the run instead of skipping."""
+PostgreSQL (a schema of its own, dropped afterwards), the REST client of a test's app, and the
+real monitoring peers of ``tests/support/peers.py``. Under CI=true an unreachable PostgreSQL or
+Redis, or a missing Prometheus or Alertmanager, fails the run instead of skipping."""
 
 from __future__ import annotations
 
@@ -13,12 +13,15 @@ from pathlib import Path
 
 import pytest
 import redis
+from fastapi.testclient import TestClient
 from sqlalchemy import Engine, create_engine, text
 
+from core.api import create_api
+from core.bootstrap import App
 from core.db.database import make_engine
 from core.migrate import scratch_schema, upgrade_engine
 from core.service import CaseService
-from tests.peers import alertmanager_server, metric_service, prometheus_server  # noqa: F401
+from tests.support.peers import alertmanager_server, metric_service, prometheus_server  # noqa: F401
 
 POSTGRES_URL = os.environ.get("OPSGATE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("OPSGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -81,6 +84,13 @@ def engine(request: pytest.FixtureRequest) -> Engine:
 @pytest.fixture
 def service(engine: Engine) -> CaseService:
     return CaseService(engine)
+
+
+@pytest.fixture
+def client(app: App) -> Iterator[TestClient]:
+    """The REST API of the test's own ``app`` fixture, called in process."""
+    with TestClient(create_api(app)) as test_client:
+        yield test_client
 
 
 @pytest.fixture(scope="session")

@@ -25,7 +25,7 @@ from core.domain.fsm import CaseStatus
 from core.domain.plan_templates import load_template
 from core.domain.plans import plan_hash
 from core.messaging.consumer import ConsumerRunner
-from tests.agent.support import (
+from tests.support.agents import (
     agent_app,
     ai,
     approvals,

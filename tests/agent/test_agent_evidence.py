@@ -27,8 +27,8 @@ from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.plan_templates import load_template
 from core.domain.plans import plan_hash
 from core.library import Library
-from tests.agent.support import agent_app, case_at, events, make_agent, plan_delivery
-from tests.support import REQUESTER, command, key
+from tests.support.agents import agent_app, case_at, events, make_agent, plan_delivery
+from tests.support.cases import REQUESTER, command, key
 
 PAST_TITLE = "checkout p95 latency over 2 s after deploy of v2.3"
 NEW_TITLE = "checkout p95 latency regression after deploy of v2.4"

@@ -19,7 +19,7 @@ from core.domain.fsm import CaseStatus
 from core.domain.plan_templates import load_template
 from core.loop import InProcessLoop
 from core.messaging.consumer import ConsumerRunner
-from tests.agent.support import (
+from tests.support.agents import (
     agent_app,
     approvals,
     case_at,
@@ -28,7 +28,7 @@ from tests.agent.support import (
     plan_delivery,
     plans,
 )
-from tests.support import REQUESTER
+from tests.support.cases import REQUESTER
 
 
 def sample(name: str, **labels: str) -> float:

@@ -17,8 +17,8 @@ from core.bootstrap import App
 from core.domain.fsm import CaseStatus
 from core.domain.plan_templates import load_template
 from core.settings import Settings
-from tests.agent.openai_stub import StubTurn, chat_stub, tool_call
-from tests.agent.support import agent_app, case_at, events, plans, timeline_count
+from tests.support.agents import agent_app, case_at, events, plans, timeline_count
+from tests.support.openai_stub import StubTurn, chat_stub, tool_call
 
 NOOP = load_template("noop")
 

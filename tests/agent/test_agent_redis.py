@@ -19,8 +19,8 @@ from core.domain.plan_templates import load_template
 from core.gateway import build_gateway
 from core.gateway import redis_client as make_redis_client
 from core.settings import Settings
-from tests.agent.support import agent_app, ai, call, case_at, make_agent, plans
 from tests.conftest import REDIS_URL
+from tests.support.agents import agent_app, ai, call, case_at, make_agent, plans
 
 NOOP = load_template("noop")
 

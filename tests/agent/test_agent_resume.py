@@ -16,7 +16,7 @@ from agent.tools import CaseTools, ToolReply
 from core.bootstrap import App
 from core.domain.fsm import CaseStatus
 from core.domain.plan_templates import load_template
-from tests.agent.support import (
+from tests.support.agents import (
     agent_app,
     ai,
     call,

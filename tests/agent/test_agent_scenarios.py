@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import Engine
 
 from core.domain.plan_templates import load_template
-from tests.scenarios.runner import Scenario, load_scenarios, run_scenario
+from tests.support.scenarios import Scenario, load_scenarios, run_scenario
 
 SCENARIOS = load_scenarios()
 

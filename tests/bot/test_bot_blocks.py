@@ -16,8 +16,8 @@ from bot.blocks import (
 )
 from bot.ids import REASON_BLOCK, Action, Subcommand, View
 from core.domain.policy import ApprovalPolicy
-from tests.bot.slack_support import block_kit_problems
-from tests.support import PLAN, PLAN_HASH
+from tests.support.cases import PLAN, PLAN_HASH
+from tests.support.slack import block_kit_problems
 
 CASE = {"case_id": "0f0e0d0c-0000-4000-8000-000000000001", "title": "checkout 5xx",
         "status": "WAIT_GATE", "version": 3, "severity": "SEV2",

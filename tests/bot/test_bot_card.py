@@ -29,8 +29,8 @@ from core.domain.policy import ApprovalPolicy
 from core.messaging.consumer import Delivery
 from core.messaging.envelope import Envelope
 from core.settings import Settings
-from tests.bot.slack_support import block_kit_problems, fake_slack
-from tests.support import APPROVER, PLAN, PLAN_HASH, E, command, key, open_case
+from tests.support.cases import APPROVER, PLAN, PLAN_HASH, E, command, key, open_case
+from tests.support.slack import block_kit_problems, fake_slack
 
 ORDER = ["NEW", "ANALYZING", "PLANNING", "WAIT_GATE", "EXECUTING", "VERIFYING", "CLOSED"]
 

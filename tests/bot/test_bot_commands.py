@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from tests.bot.slack_support import CHANNEL, REQUESTER, Stack, running_bot
+from tests.support.slack import CHANNEL, REQUESTER, Stack, running_bot
 
 
 def ask(bot: Stack, text: str) -> dict[str, Any]:

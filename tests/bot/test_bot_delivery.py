@@ -13,7 +13,7 @@ from sqlalchemy import Engine, func, insert, select
 
 from bot.store import slack_event
 from core.db.tables import ops_case
-from tests.bot.slack_support import ScriptedAgent, mention_event, running_bot
+from tests.support.slack import ScriptedAgent, mention_event, running_bot
 
 
 def cases_count(engine: Engine) -> int:

@@ -18,7 +18,7 @@ from core.db.tables import inbox, outbox
 from core.domain.commands import TransitionCase
 from core.domain.fsm import CaseEvent
 from core.domain.messages import Topic
-from tests.bot.slack_support import (
+from tests.support.slack import (
     APPROVER,
     OUTSIDER,
     REQUESTER,
@@ -87,7 +87,7 @@ def test_clicks_after_the_decision_and_on_a_superseded_plan_are_refused(
         bot.click(Action.REJECT, old_approval, user=APPROVER, message_ts=plan["ts"])
         bot.slack.wait_for(lambda: bool(bot.slack.calls("views.open")), what="the modal")
         view = bot.slack.calls("views.open")[0]["view"]
-        from tests.bot.slack_support import FORM, reason_body
+        from tests.support.slack import FORM, reason_body
 
         empty = bot.send(reason_body(view["private_metadata"], "  ", user=APPROVER), FORM)
         assert empty.json()["response_action"] == "errors"

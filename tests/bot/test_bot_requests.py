@@ -15,7 +15,7 @@ from bot.app import refuse_non_finite_numbers
 from bot.ids import Action
 from bot.store import slack_event
 from core.db.tables import ops_case
-from tests.bot.slack_support import (
+from tests.support.slack import (
     FORM,
     SECRET,
     action_body,

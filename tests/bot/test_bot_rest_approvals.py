@@ -12,7 +12,7 @@ from sqlalchemy import Engine, select
 from bot.ids import Action
 from core import principals
 from core.db.tables import plan_approved
-from tests.bot.slack_support import APPROVER, SECOND, Stack, approval_of, running_bot
+from tests.support.slack import APPROVER, SECOND, Stack, approval_of, running_bot
 
 
 def rest_approve(bot: Stack, case_id: UUID, digest: str, token: str, key: str

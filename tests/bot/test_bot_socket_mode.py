@@ -28,7 +28,8 @@ from bot.socket_mode import start_socket_mode
 from core.bootstrap import Extensions, bootstrap
 from core.db.database import make_engine
 from core.migrate import upgrade_engine
-from tests.bot.slack_support import (
+from tests.support.local_http import Reply
+from tests.support.slack import (
     FORM,
     SECRET,
     ScriptedAgent,
@@ -38,7 +39,6 @@ from tests.bot.slack_support import (
     settings_for,
     signed,
 )
-from tests.integration.local_http import Reply
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ from sqlalchemy import Engine, select
 from bot.ids import Action
 from core.db.tables import tool_call_ledger
 from core.domain.commands import OpenCase
-from tests.bot.slack_support import (
+from tests.support.slack import (
     APPROVER,
     FORM,
     REQUESTER,

@@ -15,7 +15,7 @@ from bot.ids import Action
 from core.db.tables import dead_letter, inbox, outbox
 from core.domain.commands import OpenCase
 from core.domain.messages import Topic
-from tests.bot.slack_support import (
+from tests.support.slack import (
     APPROVER,
     FakeSlack,
     ScriptedAgent,

@@ -29,8 +29,8 @@ from core.gateway import (
     redis_client,
 )
 from core.settings import Settings
-from tests.chaos.proxy import ChaosProxy, Faults
-from tests.chaos.seed_gateway import SeedGateway, SeedToolRequest, seed_redis
+from tests.support.chaos_proxy import ChaosProxy, Faults
+from tests.support.seed_gateway import SeedGateway, SeedToolRequest, seed_redis
 
 pytestmark = [pytest.mark.chaos, pytest.mark.redis, pytest.mark.timeout(150)]
 

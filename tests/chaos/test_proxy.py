@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.chaos.proxy import ChaosProxy, Faults
+from tests.support.chaos_proxy import ChaosProxy, Faults
 
 
 class _Echo(socketserver.BaseRequestHandler):

@@ -21,7 +21,7 @@ from sqlalchemy import Engine, text
 
 from core.migrate import head_revision
 from tests.conftest import POSTGRES_URL
-from tests.e2e.loop_support import clean_env, command
+from tests.support.processes import clean_env, command
 
 STARTUP_DEADLINE_S = 90.0
 

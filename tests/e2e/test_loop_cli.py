@@ -18,7 +18,7 @@ from core.messaging import inbox
 from core.messaging.envelope import Envelope
 from core.migrate import upgrade_engine
 from tests.conftest import REDIS_URL
-from tests.e2e.loop_support import Process, clean_env, command
+from tests.support.processes import Process, clean_env, command
 
 
 def opsgate(cwd, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -45,8 +45,8 @@ from core.messaging.consumer import ConsumerRunner, Delivery
 from core.messaging.streams import StreamConsumer
 from core.settings import Settings
 from tests.conftest import REDIS_URL
-from tests.e2e.loop_support import Process, clean_env
-from tests.integration.local_http import LocalServer, Reply, Seen, local_server
+from tests.support.local_http import LocalServer, Reply, Seen, local_server
+from tests.support.processes import Process, clean_env
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.loop]
 

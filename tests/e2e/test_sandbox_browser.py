@@ -23,7 +23,7 @@ from playwright import sync_api
 from playwright.sync_api import expect
 
 from bot.sandbox.serving import free_port
-from tests.e2e.loop_support import clean_env, command
+from tests.support.processes import clean_env, command
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"

@@ -16,7 +16,7 @@ import pytest
 from bot.sandbox.serving import free_port
 from bot.sandbox.workspace import APPROVER, REQUESTER
 from tests.conftest import REDIS_URL
-from tests.e2e.loop_support import Process, clean_env, command
+from tests.support.processes import Process, clean_env, command
 
 WAIT_S = 30.0
 

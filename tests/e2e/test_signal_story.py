@@ -32,24 +32,11 @@ from core.db.case_store import as_utc
 from core.db.database import make_engine
 from core.db.tables import case_timeline, ops_case
 from core.migrate import upgrade_engine
-from tests.agent.openai_stub import PATH as CHAT_PATH
-from tests.agent.openai_stub import StubTurn, completion, tool_call
-from tests.bot.slack_support import (
-    APPROVER,
-    APPROVERS,
-    CHANNEL,
-    FORM,
-    SECRET,
-    FakeSlack,
-    action_body,
-    approval_of,
-    fake_slack,
-    signed,
-)
 from tests.conftest import REDIS_URL
-from tests.e2e.loop_support import Process, clean_env
-from tests.integration.local_http import Reply, Seen, local_server
-from tests.peers import (
+from tests.support.local_http import Reply, Seen, local_server
+from tests.support.openai_stub import PATH as CHAT_PATH
+from tests.support.openai_stub import StubTurn, completion, tool_call
+from tests.support.peers import (
     BAD_P95_S,
     GAUGE,
     HEALTHY_P95_S,
@@ -60,6 +47,19 @@ from tests.peers import (
     alert_rule,
     free_port,
     poll,
+)
+from tests.support.processes import Process, clean_env
+from tests.support.slack import (
+    APPROVER,
+    APPROVERS,
+    CHANNEL,
+    FORM,
+    SECRET,
+    FakeSlack,
+    action_body,
+    approval_of,
+    fake_slack,
+    signed,
 )
 
 pytestmark = [pytest.mark.loop]

@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 
-from tests.e2e.loop_support import Process, clean_env
 from tests.e2e.test_cli import free_port
+from tests.support.processes import Process, clean_env
 
 TOKEN = "walkthrough-token"
 DEADLINE_S = 60.0

@@ -14,7 +14,7 @@ from core.settings import InvalidSettings, Settings
 from core.steps.adapters import StepContext, StepRefused, adapters_from_settings
 from core.steps.adapters.gateway_flip import GatewayFlipAdapter
 from core.steps.adapters.http import HttpRequestAdapter
-from tests.integration.local_http import Reply, local_server
+from tests.support.local_http import Reply, local_server
 
 
 def ctx(step_index: int = 0, attempt: int = 1, timeout_s: float = 2.0) -> StepContext:

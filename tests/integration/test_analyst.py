@@ -25,9 +25,9 @@ from core.domain.messages import Topic
 from core.errors import Unavailable
 from core.messaging.consumer import ConsumerRunner
 from core.service import CaseService
-from tests.integration.local_http import Reply, Seen, local_server
-from tests.integration.plan_runs import envelope_of, make_app, notes, status
-from tests.support import command, key, open_case
+from tests.support.cases import command, key, open_case
+from tests.support.local_http import Reply, Seen, local_server
+from tests.support.plan_runs import envelope_of, make_app, notes, status
 
 SERIES = Path(__file__).parents[1] / "fixtures" / "series"
 FINDINGS = "evt.analysis.findings.v1"

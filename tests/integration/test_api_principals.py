@@ -25,7 +25,7 @@ from core.domain.plans import plan_hash
 from core.errors import InvalidRequest
 from core.ops.export import export_case
 from core.settings import Settings
-from tests.support import PLAN
+from tests.support.cases import PLAN
 
 SERVICE_TOKEN = "shared-service-token"
 LOW_RISK = PLAN  # risk 0.2: one person approves
@@ -43,12 +43,6 @@ def app(engine: Engine) -> Iterator[App]:
     made = build(engine)
     yield made
     made.close()
-
-
-@pytest.fixture
-def client(app: App) -> Iterator[TestClient]:
-    with TestClient(create_api(app)) as test_client:
-        yield test_client
 
 
 # -- helpers --------------------------------------------------------------------------------

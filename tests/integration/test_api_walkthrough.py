@@ -23,7 +23,8 @@ from core.consumers.steps import StepRunner
 from core.db.tables import case_timeline, outbox
 from core.domain.plans import plan_hash
 from core.stages import Stages
-from tests.integration.plan_runs import (
+from tests.integration.test_api import assert_error, bearer, data, new_key, rows
+from tests.support.plan_runs import (
     counting_script,
     executing_case,
     make_app,
@@ -31,7 +32,6 @@ from tests.integration.plan_runs import (
     runs,
     script_step,
 )
-from tests.integration.test_api import assert_error, bearer, data, new_key, rows
 
 NOOP_STEP = {"action": "noop", "params": {}, "timeout_s": 10, "retry": 0}
 WINDOW = {"metric": "error_rate", "below": 0.01, "for_s": 60}  # static error_rate is 0.001

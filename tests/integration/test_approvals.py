@@ -19,7 +19,7 @@ from core.domain.messages import Topic
 from core.domain.plans import plan_hash
 from core.domain.policy import AUTO_APPROVER, ApprovalPolicy
 from core.service import CaseService, Reply
-from tests.support import PLAN, REQUESTER, command, key, open_case, snapshot
+from tests.support.cases import PLAN, REQUESTER, command, key, open_case, snapshot
 
 E, S = CaseEvent, CaseStatus
 

@@ -12,7 +12,7 @@ from sqlalchemy import Engine, event
 from core.domain.commands import OpenCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.service import CaseService, Reply
-from tests.support import case_in, command, key, snapshot
+from tests.support.cases import case_in, command, key, snapshot
 
 E, S = CaseEvent, CaseStatus
 

@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from core.db.tables import case_timeline, outbox
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.service import Reply
-from tests.support import case_in, command, key
+from tests.support.cases import case_in, command, key
 
 WRITERS = 50
 

@@ -10,7 +10,7 @@ from core.domain.fsm import CaseEvent
 from core.messaging import inbox
 from core.messaging.consumer import ConsumerRunner, Delivery
 from core.messaging.envelope import Envelope
-from tests.support import command, open_case
+from tests.support.cases import command, open_case
 
 
 class StartAnalysis:

@@ -9,7 +9,7 @@ import pytest
 
 from core.evidence import PrometheusSource, StaticSource, evaluate
 from core.outbound.allowlists import UrlAllowList
-from tests.integration.local_http import Reply, local_server
+from tests.support.local_http import Reply, local_server
 
 
 @pytest.fixture

@@ -14,8 +14,9 @@ from core.domain.messages import Topic
 from core.messaging.consumer import ConsumerRunner, Delivery
 from core.messaging.envelope import Envelope
 from tests.conftest import REDIS_URL
-from tests.integration.local_http import Reply, Seen, local_server
-from tests.integration.plan_runs import (
+from tests.support.cases import command, key
+from tests.support.local_http import Reply, Seen, local_server
+from tests.support.plan_runs import (
     E,
     S,
     approve,
@@ -30,7 +31,6 @@ from tests.integration.plan_runs import (
     script_step,
     status,
 )
-from tests.support import command, key
 
 
 class Crash(Exception):

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.domain.fsm import CaseEvent, CaseStatus, allowed_events, fold
-from tests.support import command, key, open_case
+from tests.support.cases import command, key, open_case
 
 
 @settings(max_examples=40, deadline=None,

@@ -30,7 +30,7 @@ from core.messaging.consumer import Consumer, ConsumerRunner, Delivery
 from core.messaging.envelope import Envelope
 from core.messaging.relay import OutboxRelay
 from core.settings import Settings
-from tests.support import PLAN, REQUESTER, command, key
+from tests.support.cases import PLAN, REQUESTER, command, key
 
 E, S = CaseEvent, CaseStatus
 HIGH_RISK = {**PLAN, "title": "Fail over", "risk_score": 0.9,

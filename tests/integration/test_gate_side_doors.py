@@ -31,8 +31,8 @@ from core.messaging.consumer import Delivery
 from core.messaging.envelope import Envelope
 from core.settings import Settings
 from core.steps.adapters import StepContext, StepOutcome
-from tests.integration.plan_runs import envelope_of
-from tests.support import PLAN, command, key, open_case
+from tests.support.cases import PLAN, command, key, open_case
+from tests.support.plan_runs import envelope_of
 from tests.unit.test_executor_plan_shapes import plan_shapes
 
 E, S = CaseEvent, CaseStatus

@@ -25,8 +25,8 @@ from core.library.consumer import Librarian
 from core.library.tables import kb_chunk, kb_doc
 from core.messaging.consumer import ConsumerRunner
 from core.settings import Settings
-from tests.integration.plan_runs import envelope_of
-from tests.support import case_in, command, key, open_case
+from tests.support.cases import case_in, command, key, open_case
+from tests.support.plan_runs import envelope_of
 
 E = CaseEvent
 RUNBOOKS = Path(__file__).parents[1] / "fixtures" / "runbooks"

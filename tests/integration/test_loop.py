@@ -23,7 +23,7 @@ from core.loop_processes import requeue_dead_letter
 from core.messaging import inbox
 from core.messaging.consumer import Delivery
 from core.settings import Settings
-from tests.support import PLAN, PLAN_HASH, open_case
+from tests.support.cases import PLAN, PLAN_HASH, open_case
 
 E, S = CaseEvent, CaseStatus
 

@@ -24,9 +24,9 @@ from core.domain.messages import Topic
 from core.evidence import PrometheusSource, VerifyOutcome, evaluate
 from core.messaging.consumer import ConsumerRunner
 from core.outbound.allowlists import UrlAllowList
-from tests.integration.plan_runs import envelope_of, make_app, notes, status
-from tests.peers import BAD_P95_S, GAUGE, HEALTHY_P95_S, MetricService, Prometheus, poll
-from tests.support import command, key, open_case
+from tests.support.cases import command, key, open_case
+from tests.support.peers import BAD_P95_S, GAUGE, HEALTHY_P95_S, MetricService, Prometheus, poll
+from tests.support.plan_runs import envelope_of, make_app, notes, status
 
 P95 = MetricSpec(GAUGE, GAUGE, "level", ("checkout",))
 CATALOG = {GAUGE: {"query": GAUGE, "kind": "level", "words": ["checkout"]}}

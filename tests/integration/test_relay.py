@@ -17,7 +17,7 @@ from core.messaging.envelope import Envelope
 from core.messaging.relay import OutboxRelay
 from core.ops.readiness import check_relay_lag
 from core.ops.reconcile import Reconciler
-from tests.support import command, key, open_case
+from tests.support.cases import command, key, open_case
 
 
 class Collector:

@@ -12,7 +12,7 @@ from core.db.tables import outbox
 from core.domain.commands import NoteCase, Scheduled
 from core.messaging.bus import InProcessBus
 from core.messaging.relay import OutboxRelay
-from tests.support import open_case
+from tests.support.cases import open_case
 
 
 def rows(engine, case_id):

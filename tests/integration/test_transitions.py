@@ -15,7 +15,7 @@ from core.db.tables import case_timeline, outbox, plan_approved, plan_proposed
 from core.domain.commands import Fence, OpenCase
 from core.domain.fsm import TRANSITIONS, CaseEvent, CaseStatus
 from core.domain.messages import Topic
-from tests.support import (
+from tests.support.cases import (
     APPROVER,
     PATH_TO,
     PLAN,

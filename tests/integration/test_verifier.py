@@ -22,8 +22,8 @@ from core.messaging.bus import InProcessBus
 from core.messaging.consumer import ConsumerRunner, Delivery
 from core.messaging.relay import OutboxRelay
 from core.settings import Settings
-from tests.integration.local_http import Reply, Seen, local_server
-from tests.integration.plan_runs import (
+from tests.support.local_http import Reply, Seen, local_server
+from tests.support.plan_runs import (
     S,
     envelope_of,
     executing_case,

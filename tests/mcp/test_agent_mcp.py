@@ -19,9 +19,9 @@ from core.db.tables import tool_call_ledger
 from core.domain.fsm import CaseStatus
 from core.mcp.remote import RemoteResult, RemoteServer, RemoteTool
 from core.settings import Settings
-from tests.agent.support import agent_app, ai, call, case_at, events, make_agent
-from tests.mcp.local_server import calls
-from tests.mcp.support import REPO
+from tests.support.agents import agent_app, ai, call, case_at, events, make_agent
+from tests.support.mcp_clients import REPO
+from tests.support.ticket_desk import calls
 
 READ, WRITE = "mcp__desk__lookup_ticket", "mcp__desk__restart_worker"
 
@@ -29,7 +29,7 @@ READ, WRITE = "mcp__desk__lookup_ticket", "mcp__desk__restart_worker"
 def desk_config(tmp_path: Path, log: Path, **entry: Any) -> Path:
     """OPSGATE_MCP_SERVERS naming the desk over stdio (or ``entry``'s url)."""
     where = entry or {"command": sys.executable, "cwd": str(REPO),
-                      "args": ["-m", "tests.mcp.local_server", str(log)]}
+                      "args": ["-m", "tests.support.ticket_desk", str(log)]}
     path = tmp_path / "mcp-servers.json"
     path.write_text(json.dumps({"servers": {"desk": {
         **where, "agent_tools": ["lookup_ticket", "restart_worker"],

@@ -14,8 +14,8 @@ from sqlalchemy import Engine
 from core import principals
 from core.bootstrap import bootstrap
 from core.settings import Settings
-from tests.mcp.support import READ_TOOLS, WRITE_TOOLS, World, structured, world
-from tests.peers import serve_api
+from tests.support.mcp_clients import READ_TOOLS, WRITE_TOOLS, World, structured, world
+from tests.support.peers import serve_api
 
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
               "params": {"protocolVersion": "2025-06-18", "capabilities": {},

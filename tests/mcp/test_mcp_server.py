@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy import Engine
 
 from core.domain.fsm import CaseStatus
-from tests.agent.support import approvals, plans
-from tests.e2e.loop_support import clean_env
-from tests.mcp.support import (
+from tests.support.agents import approvals, plans
+from tests.support.cases import PLAN, case_in
+from tests.support.mcp_clients import (
     APPROVER_SLACK,
     READ_TOOLS,
     REPO,
@@ -30,7 +30,7 @@ from tests.mcp.support import (
     structured,
     world,
 )
-from tests.support import PLAN, case_in
+from tests.support.processes import clean_env
 
 
 @pytest.fixture(params=TRANSPORTS)

@@ -18,7 +18,6 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, select
 
 from core.analysis.tables import evidence_link
-from core.api import create_api
 from core.bootstrap import App
 from core.consumers.notifier import Notifier, render
 from core.db.tables import alert_seen, case_timeline, ops_case, outbox
@@ -27,7 +26,7 @@ from core.loop import InProcessLoop
 from core.ops.alert_render import ALERT_NOTED_TOPIC
 from core.ops.alerts import AlertIntake, Notification
 from tests.ops.test_alerts import _app, alert, notification, post
-from tests.support import PATH_TO, command, key
+from tests.support.cases import PATH_TO, command, key
 
 FIRST, SECOND = "2026-11-23T05:00:00.000Z", "2026-11-24T09:00:00.000Z"
 RESOLVED_AT = {FIRST: "2026-11-23T05:30:00.000Z", SECOND: "2026-11-24T09:30:00.000Z"}
@@ -52,12 +51,6 @@ def app(engine: Engine) -> Iterator[App]:
     made = _app(engine)
     yield made
     made.close()
-
-
-@pytest.fixture
-def client(app: App) -> Iterator[TestClient]:
-    with TestClient(create_api(app)) as test_client:
-        yield test_client
 
 
 def deliver(client: TestClient, body: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from core.db.tables import alert_group, alert_seen, case_timeline
 from core.migrate import alembic_config, current_revision, head_revision, upgrade_engine
 from core.ops.alerts import group_digest
 from tests.ops.test_alerts import _app, alert, notification, post
-from tests.support import open_case
+from tests.support.cases import open_case
 
 
 def downgrade(engine: Engine, revision: str) -> None:

@@ -76,12 +76,6 @@ def app(engine: Engine) -> Iterator[App]:
     made.close()
 
 
-@pytest.fixture
-def client(app: App) -> Iterator[TestClient]:
-    with TestClient(create_api(app)) as test_client:
-        yield test_client
-
-
 def cases(engine: Engine) -> list[dict[str, Any]]:
     with engine.connect() as conn:
         return [dict(row) for row in conn.execute(select(ops_case)).mappings()]

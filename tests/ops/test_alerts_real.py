@@ -15,7 +15,7 @@ from sqlalchemy import Engine, select
 from core.bootstrap import App, bootstrap
 from core.db.tables import case_timeline, ops_case
 from core.settings import Settings
-from tests.peers import (
+from tests.support.peers import (
     BAD_P95_S,
     GAUGE,
     HEALTHY_P95_S,

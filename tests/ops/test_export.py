@@ -19,7 +19,7 @@ from core.errors import InvalidRequest, NotFound
 from core.ops.commands import run_export
 from core.ops.export import export_case, find_case
 from core.settings import Settings
-from tests.support import APPROVER, PLAN, PLAN_HASH, REQUESTER, E, S, case_in, command, key
+from tests.support.cases import APPROVER, PLAN, PLAN_HASH, REQUESTER, E, S, case_in, command, key
 
 
 def closed_case(service) -> UUID:

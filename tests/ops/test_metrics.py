@@ -15,7 +15,6 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine, insert
 
-from core.api import create_api
 from core.bootstrap import App, bootstrap
 from core.db.tables import outbox
 from core.domain.commands import ApprovePlan
@@ -24,7 +23,7 @@ from core.messaging.consumer import ConsumerRunner
 from core.messaging.envelope import Envelope
 from core.settings import Settings
 from tests.conftest import REDIS_URL
-from tests.e2e.loop_support import Process, clean_env
+from tests.support.processes import Process, clean_env
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -56,12 +55,6 @@ def app(engine: Engine) -> Iterator[App]:
                      engine=engine)
     yield made
     made.close()
-
-
-@pytest.fixture
-def client(app: App) -> Iterator[TestClient]:
-    with TestClient(create_api(app)) as test_client:
-        yield test_client
 
 
 def _write(client: TestClient, method: str, path: str, key: str, **kwargs: Any) -> Any:

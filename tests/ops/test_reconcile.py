@@ -26,8 +26,8 @@ from core.migrate import upgrade_engine
 from core.ops.commands import run_reconcile
 from core.ops.reconcile import Reconciler
 from core.settings import Settings
-from tests.e2e.loop_support import clean_env, command
-from tests.support import S, case_in
+from tests.support.cases import S, case_in
+from tests.support.processes import clean_env, command
 
 LONG_AGO = datetime.now(UTC) - timedelta(hours=1)
 

@@ -18,7 +18,7 @@ from slack_sdk.signature import SignatureVerifier
 from bot.sandbox.server import Sandbox, create_sandbox_app
 from bot.sandbox.serving import ThreadedServer, free_port
 from bot.sandbox.workspace import APPROVER, BOT, CHANNEL_ID, OUTSIDER, REQUESTER
-from tests.integration.local_http import LocalServer, Reply, Seen, local_server
+from tests.support.local_http import LocalServer, Reply, Seen, local_server
 
 REJECT_MODAL = {
     "type": "modal", "callback_id": "reject_reason",

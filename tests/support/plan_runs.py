@@ -17,7 +17,7 @@ from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.plans import plan_hash
 from core.messaging.envelope import Envelope
 from core.settings import Settings
-from tests.support import APPROVER, command, key, open_case
+from tests.support.cases import APPROVER, command, key, open_case
 
 E, S = CaseEvent, CaseStatus
 

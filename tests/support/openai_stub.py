@@ -1,6 +1,6 @@
 """A local OpenAI-compatible server for the agent tests: ``POST /v1/chat/completions`` answers
 with scripted assistant turns (tool calls or text, optionally slow or failing) and records every
-request, on 127.0.0.1 (built on tests/integration/local_http.py)."""
+request, on 127.0.0.1 (built on tests/support/local_http.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.integration.local_http import LocalServer, Reply, Seen, local_server
+from tests.support.local_http import LocalServer, Reply, Seen, local_server
 
 PATH = "/v1/chat/completions"
 

@@ -2,8 +2,8 @@
 (``lookup_ticket``) and one that changes things (``restart_worker``). Every call it receives is
 appended to a JSON-lines log (tool, arguments, ``_meta``), so a test counts what really ran.
 
-    python -m tests.mcp.local_server LOG          # over stdio
-    with desk_over_http(log) as url: ...          # over streamable HTTP, in a thread
+    python -m tests.support.ticket_desk LOG         # over stdio
+    with desk_over_http(log) as url: ...         # over streamable HTTP, in a thread
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
-from tests.peers import free_port, poll
+from tests.support.peers import free_port, poll
 
 
 def desk(log: Path) -> MCPServer:

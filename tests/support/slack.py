@@ -30,7 +30,7 @@ from core.api import create_api
 from core.bootstrap import App, Extensions, bootstrap
 from core.loop import InProcessLoop
 from core.settings import Settings
-from tests.integration.local_http import LocalServer, Reply, Seen, local_server
+from tests.support.local_http import LocalServer, Reply, Seen, local_server
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 TEAM, CHANNEL, BOT_USER = "T0001", "C0INCIDENT", "U0BOT"

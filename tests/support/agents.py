@@ -21,7 +21,7 @@ from core.domain.messages import Topic
 from core.messaging.consumer import Delivery
 from core.messaging.envelope import Envelope
 from core.settings import Settings
-from tests.support import REQUESTER, key
+from tests.support.cases import REQUESTER, key
 
 RUNBOOKS = Path(__file__).resolve().parents[2] / "docs" / "runbooks"
 _ids = itertools.count(1)

@@ -21,8 +21,8 @@ from core import principals
 from core.bootstrap import App, bootstrap
 from core.db.tables import ops_case
 from core.settings import Settings
-from tests.e2e.loop_support import clean_env
-from tests.peers import serve_api
+from tests.support.peers import serve_api
+from tests.support.processes import clean_env
 
 REPO = Path(__file__).resolve().parents[2]
 RUNBOOKS = REPO / "docs" / "runbooks"

@@ -1,4 +1,4 @@
-"""The standard agent scenarios (the JSON files beside this module): an incident, the case's
+"""The standard agent scenarios (the JSON files in tests/scenarios/): an incident, the case's
 status, the scripted model's turns and what must come out. Used by the scenario tests and by
 ``bench/agent.py`` (model calls and tokens per case).
 
@@ -24,9 +24,9 @@ from agent.scripted import ScriptedChatModel
 from core.bootstrap import App
 from core.domain.fsm import CaseStatus
 from core.domain.plan_templates import load_template
-from tests.agent.support import agent_app, case_at, plan_delivery
+from tests.support.agents import agent_app, case_at, plan_delivery
 
-FOLDER = Path(__file__).resolve().parent
+FOLDER = Path(__file__).resolve().parents[1] / "scenarios"
 
 
 @dataclass(frozen=True)
