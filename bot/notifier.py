@@ -23,7 +23,7 @@ from bot.card import outcome_post
 from bot.card_keeper import CardKeeper
 from bot.ids import Action
 from bot.store import SlackStore
-from core.chat import PINNED_TOPIC, Blocks
+from core.chat import Blocks
 from core.consumers.notifier import Notifier, Payload
 from core.domain.messages import Topic
 from core.gateway import ToolCall
@@ -41,7 +41,7 @@ _DECISIONS = {Topic.PLAN_APPROVED: "gate_approved", Topic.PLAN_REJECTED: "gate_r
 class SlackNotifier(Notifier):
     """The case card, the plan message and its in-place updates, and the thread's few posts."""
 
-    topics: tuple[str, ...] = (*Notifier.topics, PINNED_TOPIC, Topic.VERIFY_RUN)
+    topics: tuple[str, ...] = (*Notifier.topics, Topic.CHAT_PINNED, Topic.VERIFY_RUN)
 
     def __init__(self, app: App, store: SlackStore | None = None) -> None:
         super().__init__(app)

@@ -20,8 +20,9 @@ from uuid import UUID
 from slack_sdk.errors import SlackApiError
 
 from bot.cases import SlackCases
-from core.chat import PINNED_EVENT, PINNED_TOPIC
+from core.chat import PINNED_EVENT
 from core.domain.commands import NoteCase
+from core.domain.messages import Topic
 from core.errors import KeyReuse
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ def pin(cases: SlackCases, reaction: Reaction) -> str:
                           "thread_ts": thread_ts,
                           "permalink": permalink_of(cases, reaction.channel, reaction.ts,
                                                     thread_ts)},
-                    topic=PINNED_TOPIC, correlation_id=reaction.event_id)
+                    topic=Topic.CHAT_PINNED, correlation_id=reaction.event_id)
     return _noted(cases, case_id, note, reaction.key)
 
 

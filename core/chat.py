@@ -16,8 +16,6 @@ Blocks = list[dict[str, Any]]
 PINNED_EVENT = "message_pinned"
 """The timeline note of a chat message someone pinned to the case (author, text, permalink in
 its meta); ``opsgate export`` lists them in the postmortem's timeline."""
-PINNED_TOPIC = "evt.chat.pinned.v1"
-"""The event a pin note emits, so the chat front end can show it (the Slack card does)."""
 
 
 class ChatSink(Protocol):

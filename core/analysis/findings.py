@@ -12,8 +12,6 @@ from core.analysis.sources import SeriesSource
 from core.analysis.stats import DEFAULT_THRESHOLDS, Thresholds, analyse
 from core.evidence import EvidenceMissing
 
-FINDINGS_TOPIC = "evt.analysis.findings.v1"
-
 
 def find(specs: Sequence[MetricSpec], source: SeriesSource, incident_at: datetime,
          limits: Thresholds = DEFAULT_THRESHOLDS) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from uuid import UUID
 from sqlalchemy import Connection
 
 from core.analysis.catalog import catalog, metrics_for
-from core.analysis.findings import FINDINGS_TOPIC, find, summary_line
+from core.analysis.findings import find, summary_line
 from core.analysis.sources import SeriesSource, series_source
 from core.analysis.store import write_findings
 from core.consumers.runs import PlanRun, current_run
@@ -124,7 +124,7 @@ class Analyst:
             write_findings(conn, run.case_id, run.version, findings)
 
         note = NoteCase(run.case_id, FINDINGS_EVENT, self.name, reason=reason, meta=evidence,
-                        topic=FINDINGS_TOPIC, correlation_id=correlation_id)
+                        topic=Topic.ANALYSIS_FINDINGS, correlation_id=correlation_id)
         self.cases.note(note, f"{run.key}:findings", also=evidence_rows).data()
 
 

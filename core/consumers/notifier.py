@@ -10,13 +10,12 @@ from contextlib import suppress
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from core.analysis.findings import FINDINGS_TOPIC
 from core.analysis.render import findings_text
 from core.chat import Blocks, ChatSink, RecordingSink
 from core.domain.messages import Topic
 from core.gateway import ToolCall
 from core.messaging.consumer import Delivery
-from core.ops.alert_render import ALERT_NOTED_TOPIC, alert_text
+from core.ops.alert_render import alert_text
 
 if TYPE_CHECKING:
     from core.bootstrap import App
@@ -26,7 +25,6 @@ __all__ = ["ChatSink", "Notifier", "RecordingSink", "render"]
 log = logging.getLogger(__name__)
 
 POST_WAIT_S = 5.0  # how long a duplicate waits for the first delivery's post to finish
-STEP_RESULT = "evt.exec.step_result.v1"  # the executor's step and rollback results
 # The transition fact of these moves says less than the plan event emitted beside it.
 _TOLD_BY_PLAN_EVENTS = frozenset({"plan_ready", "gate_approved", "gate_rejected",
                                   "gate_expired"})
@@ -102,10 +100,10 @@ _RENDERERS: dict[str, Callable[[Payload], str | None]] = {
     Topic.PLAN_APPROVED: _approved,
     Topic.PLAN_REJECTED: _rejected,
     Topic.PLAN_EXPIRED: _expired,
-    STEP_RESULT: _step,
+    Topic.EXEC_STEP_RESULT: _step,
     Topic.VERIFY_WAITING: _verify_waiting,
-    FINDINGS_TOPIC: findings_text,  # the analyst's findings (core/analysis/render.py)
-    ALERT_NOTED_TOPIC: alert_text,  # Alertmanager's alerts on the case (core/ops/alert_render.py)
+    Topic.ANALYSIS_FINDINGS: findings_text,  # the analyst's findings (core/analysis/render.py)
+    Topic.ALERT_NOTED: alert_text,  # Alertmanager's alerts on the case (core/ops/alert_render.py)
 }
 
 

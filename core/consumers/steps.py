@@ -21,7 +21,6 @@ from core.service import CaseService
 from core.steps.adapters import Adapter, StepContext, StepRefused
 from core.steps.capture import truncate
 
-STEP_RESULT_TOPIC = Topic.EXEC_STEP_RESULT
 NOTE_OUTPUT_LIMIT = 2048  # bytes of a step's output on the timeline and in the event
 LEASE_MARGIN_S = 15.0
 
@@ -159,7 +158,7 @@ class StepRunner:
         if attempt.detail:
             meta["detail"] = dict(attempt.detail)
         note = NoteCase(run.case_id, event, run.consumer, reason=f"{step.label}: {attempt.summary}",
-                        meta=meta, topic=STEP_RESULT_TOPIC)
+                        meta=meta, topic=Topic.EXEC_STEP_RESULT)
         phase = "step" if step.phase == "step" else "rollback"
         self.cases.note(note, f"{run.key}:{phase}:{step.index}:{number}").data()
 

@@ -16,6 +16,8 @@ from core.domain.fsm import Accepted, CaseEvent, CaseStatus
 
 
 class Topic:
+    """Every outbox topic: the FSM's facts and commands, and the notes other services emit."""
+
     CASE_OPENED = "evt.case.opened.v1"
     CASE_TRANSITION = "evt.case.transition.v1"
     PLAN_PROPOSED = "evt.plan.proposed.v1"
@@ -32,6 +34,9 @@ class Topic:
     VERIFY_RUN = "cmd.verify.run"
     EXEC_STEP_RESULT = "evt.exec.step_result.v1"  # one attempt of a plan or rollback step
     VERIFY_WAITING = "evt.verify.waiting.v1"  # verification waits for its window or condition
+    ANALYSIS_FINDINGS = "evt.analysis.findings.v1"  # the analyst's findings, noted on the case
+    ALERT_NOTED = "evt.alert.noted.v1"  # Alertmanager's alerts of the case, one line each
+    CHAT_PINNED = "evt.chat.pinned.v1"  # a chat message pinned to the case (the card shows it)
 
 
 _FOLLOW_UPS: dict[CaseEvent, tuple[str, ...]] = {

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-ALERT_NOTED_TOPIC = "evt.alert.noted.v1"
 MAX_LISTED = 3  # alerts named in one "Firing" line
 
 Payload = Mapping[str, Any]

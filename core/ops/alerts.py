@@ -31,8 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Connection, Engine
 
 from core.domain.commands import NoteCase, OpenCase
+from core.domain.messages import Topic
 from core.ops import alert_store
-from core.ops.alert_render import ALERT_NOTED_TOPIC
 from core.ops.alert_store import OPENED, GroupOutcome, Seen, Sighting
 from core.service import CaseService
 from core.tracing import current
@@ -303,7 +303,7 @@ class _Settling:
             alert_store.write_evidence(conn, case_id, [_evidence(row, status) for row in rows])
 
         note = NoteCase(case_id, event, ACTOR, reason=reason, meta=meta,
-                        topic=ALERT_NOTED_TOPIC, correlation_id=current())
+                        topic=Topic.ALERT_NOTED, correlation_id=current())
         reply = self.cases.note(note, f"alertmanager:{digest[:32]}:{key}", also=evidence)
         reply.data()
         return 0 if reply.replayed else 1

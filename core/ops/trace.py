@@ -16,6 +16,7 @@ from sqlalchemy import Engine, select
 
 from core.db.case_store import as_utc
 from core.db.tables import case_timeline, dead_letter, inbox, outbox, tool_call_ledger
+from core.domain.messages import Topic
 
 _RANK = {"timeline": 0, "outbox": 1, "ledger": 2, "inbox": 3, "dead": 3}
 
@@ -87,7 +88,7 @@ def _timeline_hop(row: Mapping[Any, Any]) -> Hop:
 def _message_hop(row: Mapping[Any, Any], written: dict[tuple[str, int, str], datetime]) -> Hop:
     payload = dict(row["payload"])
     key = (str(payload.get("case_id")), int(payload.get("version") or 0),
-           str(payload.get("event") or ("case_opened" if row["topic"].endswith("opened.v1")
+           str(payload.get("event") or ("case_opened" if row["topic"] == Topic.CASE_OPENED
                                         else "")))
     when = written.get(key, as_utc(row["created_at"]))
     published = row["published_at"]

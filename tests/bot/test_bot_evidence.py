@@ -18,8 +18,8 @@ from sqlalchemy import Engine
 
 from bot.card import CaseState, card_message
 from bot.notifier import SlackNotifier
-from core.analysis.findings import FINDINGS_TOPIC
 from core.analysis.sources import RECORDED_DEMO
+from core.domain.messages import Topic
 from core.library import Library
 from tests.bot.test_bot_commands import ask, shown
 from tests.integration.test_librarian import PAST, closed_case
@@ -80,7 +80,7 @@ def test_the_card_links_each_finding_to_its_graph(sqlite_engine: Engine) -> None
     assert "• http_5xx_ratio 9% vs 0.2% before _(97%)_ " \
            "<http://prometheus:9090/graph?g0.expr=x|graph>" in shown
     with running_bot(sqlite_engine, loop=False) as bot:
-        assert SlackNotifier(bot.app).message(FINDINGS_TOPIC, payload) is None
+        assert SlackNotifier(bot.app).message(Topic.ANALYSIS_FINDINGS, payload) is None
         # A findings message of an older release carried Query buttons: Slack still reports
         # their clicks, and the bot acknowledges them and does nothing.
         click = bot.click("finding_link_http_5xx_ratio", "", user=APPROVER,

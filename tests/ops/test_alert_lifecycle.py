@@ -22,8 +22,8 @@ from core.bootstrap import App
 from core.consumers.notifier import Notifier, render
 from core.db.tables import alert_seen, case_timeline, ops_case, outbox
 from core.domain.fsm import CaseStatus
+from core.domain.messages import Topic
 from core.loop import InProcessLoop
-from core.ops.alert_render import ALERT_NOTED_TOPIC
 from core.ops.alerts import AlertIntake, Notification
 from tests.ops.test_alerts import _app, alert, notification, post
 from tests.support.cases import PATH_TO, command, key
@@ -83,10 +83,10 @@ def alert_notes(engine: Engine, case_id: Any = None) -> list[dict[str, Any]]:
 
 def thread_lines(engine: Engine, case_id: Any) -> list[str]:
     """What the notifier posts for the case's alert events (their outbox rows, rendered)."""
-    query = select(outbox.c.payload).where(outbox.c.topic == ALERT_NOTED_TOPIC,
+    query = select(outbox.c.payload).where(outbox.c.topic == Topic.ALERT_NOTED,
                                            outbox.c.key == str(case_id)).order_by(outbox.c.id)
     with engine.connect() as conn:
-        return [str(render(ALERT_NOTED_TOPIC, p)) for p in conn.execute(query).scalars()]
+        return [str(render(Topic.ALERT_NOTED, p)) for p in conn.execute(query).scalars()]
 
 
 def state(engine: Engine) -> dict[str, Any]:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from core.consumers.notifier import Notifier, render
-from core.ops.alert_render import ALERT_NOTED_TOPIC, alert_text
+from core.domain.messages import Topic
+from core.ops.alert_render import alert_text
 from core.ops.alerts import without_credentials
 
 GRAPH = "http://prom.example.org:9090/graph?g0.expr=up&g0.tab=1"
@@ -27,8 +28,8 @@ ALERT = {"alertname": "checkout_p95", "summary": "p95 above 2s on web-1", "url":
      "checkout_p95 resolved"),
 ])
 def test_each_alert_note_is_one_line_with_its_graph_link(payload, line):
-    assert render(ALERT_NOTED_TOPIC, payload) == line
-    assert ALERT_NOTED_TOPIC in Notifier.topics
+    assert render(Topic.ALERT_NOTED, payload) == line
+    assert Topic.ALERT_NOTED in Notifier.topics
 
 
 def test_a_firing_line_names_three_alerts_and_counts_the_rest():

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from core.analysis.findings import FINDINGS_TOPIC
 from core.analysis.render import findings_blocks, findings_text
 from core.consumers.notifier import render
+from core.domain.messages import Topic
 
 PAYLOAD = {
     "case_id": "c1", "version": 1, "checked": ["latency_p95_ms", "http_5xx_ratio"],
@@ -23,7 +23,7 @@ def test_the_text_lists_findings_similar_cases_and_runbooks():
         "• latency_p95_ms stepped up 222% (confidence 99%)",
         "Similar: checkout slow after deploy (resolved by Roll back checkout)",
         "Runbook: Latency after a deploy"]
-    assert render(FINDINGS_TOPIC, PAYLOAD) == findings_text(PAYLOAD)
+    assert render(Topic.ANALYSIS_FINDINGS, PAYLOAD) == findings_text(PAYLOAD)
 
 
 def test_no_finding_says_so():
