@@ -3,17 +3,22 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+UV_VERSION := 0.13.9
 
 .PHONY: help install demo test lint typecheck unit services browser peers bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
-	@echo "==> installing opsgate into $(VENV)"
+# The versions come from uv.lock (README: "Upgrading dependencies"); --locked refuses a lock that
+# no longer matches pyproject.toml instead of quietly re-resolving, and the sync removes packages
+# the lock no longer names (it leaves the venv's own pip and the uv running it).
+$(STAMP): pyproject.toml uv.lock
+	@echo "==> installing opsgate into $(VENV) from uv.lock"
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip uv
-	@$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e '.[dev]'
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check 'uv==$(UV_VERSION)'
+	@UV_PROJECT_ENVIRONMENT=$(VENV) $(BIN)/uv sync --quiet --locked --extra dev \
+	  --compile-bytecode --python $(BIN)/python
 	@touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install opsgate with its dev tools
