@@ -24,9 +24,9 @@ from agent.graph import ModelUnavailable, RunUsage, build_graph
 from agent.mcp_tools import McpToolbox, toolbox_from_settings
 from agent.models import chat_model, model_name
 from agent.state import usage_of
-from agent.tools import CaseTools, LostLock, session_of
+from agent.tools import CaseTools, LostLock
 from core.errors import NotFound, Unavailable
-from core.gateway import SessionRun
+from core.gateway import SessionRun, session_of
 
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph

@@ -46,6 +46,7 @@ from core.gateway import (
     SessionRun,
     ToolCall,
     canonical_json,
+    session_of,
 )
 from core.mcp.remote import RemoteUnavailable
 from core.service import Reply
@@ -83,11 +84,6 @@ def normalized(text: str) -> str:
 
 def digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
-
-
-def session_of(case_id: UUID) -> str:
-    """The gateway session (and LangGraph thread) of a case."""
-    return f"case:{case_id}"
 
 
 def _reply_data(reply: Reply) -> Any:

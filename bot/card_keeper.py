@@ -26,7 +26,7 @@ from uuid import UUID
 from bot.card import CaseState, card_message, latest_plan_hash
 from bot.store import Card, CardStore
 from core.chat import ChatSink
-from core.gateway import ToolCall
+from core.gateway import ToolCall, session_of
 
 if TYPE_CHECKING:
     from core.bootstrap import App
@@ -56,7 +56,7 @@ class CardKeeper:
         card = self.store.card(case_id)
         if card is None or card.message_ts is None:
             call = ToolCall(tool="chat.post", args={"case_id": str(case_id), "card": "case card"},
-                            actor=ACTOR, session_id=f"case:{case_id}",
+                            actor=ACTOR, session_id=session_of(case_id),
                             business_key=f"card:{case_id}")
             # Not idempotent: a post that may have happened without its result stored is left
             # for reconciliation rather than posted twice.
@@ -149,7 +149,7 @@ class CardKeeper:
                 shown: str) -> None:
         call = ToolCall(tool="chat.update", args={"case_id": str(case_id), "ts": ts,
                                                   "text": text, "blocks": blocks},
-                        actor=ACTOR, session_id=f"case:{case_id}",
+                        actor=ACTOR, session_id=session_of(case_id),
                         business_key=f"card:{case_id}:{number + 1}:{shown}")
         result = self.gateway.run(call, lambda args: self.sink.update(
             str(args["case_id"]), str(args["ts"]), str(args["text"]), args["blocks"]),

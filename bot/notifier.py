@@ -26,7 +26,7 @@ from bot.store import SlackStore
 from core.chat import Blocks
 from core.consumers.notifier import Notifier, Payload
 from core.domain.messages import Topic
-from core.gateway import ToolCall
+from core.gateway import ToolCall, session_of
 from core.messaging.consumer import Delivery
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ class SlackNotifier(Notifier):
         ts = ref.message_ts
         call = ToolCall(tool="chat.update", args={"case_id": str(case_id), "ts": ts,
                                                    "text": text, "blocks": blocks},
-                        actor=self.name, session_id=f"case:{case_id}",
+                        actor=self.name, session_id=session_of(case_id),
                         business_key=f"update:{message_id}")
         result = self.gateway.run(call, lambda args: self.sink.update(
             str(args["case_id"]), str(args["ts"]), str(args["text"]), args["blocks"]),

@@ -38,7 +38,7 @@ from core.domain.plans import PlanStep, parsed_or_none
 from core.domain.policy import AUTO_APPROVER
 from core.errors import IllegalTransition, KeyReuse, Unavailable, Unprocessable
 from core.gate import approval_state, recorded_approvals
-from core.gateway import CallStatus, ToolCall
+from core.gateway import CallStatus, ToolCall, session_of
 from core.service import CaseService, Reply
 from core.steps.adapters import adapters_from_settings
 
@@ -117,7 +117,7 @@ class Stages:
         """``answer()`` the first time the caller's key comes with this request; its reply,
         replayed, every later time; ``KeyReuse`` when the key came with another request."""
         self.cases.get_case(case_id)  # an unknown case is 404, and nothing is kept of it
-        call = ToolCall(STAGE_TOOL, actor=caller.actor, session_id=f"case:{case_id}",
+        call = ToolCall(STAGE_TOOL, actor=caller.actor, session_id=session_of(case_id),
                         args={"endpoint": endpoint, "case_id": str(case_id),
                               "actor": caller.actor, **request},
                         business_key=f"idempotency-key:{caller.key}")

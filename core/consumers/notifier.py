@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from core.analysis.render import findings_text
 from core.chat import Blocks, ChatSink, RecordingSink
 from core.domain.messages import Topic
-from core.gateway import ToolCall
+from core.gateway import ToolCall, session_of
 from core.messaging.consumer import Delivery
 from core.ops.alert_render import alert_text
 
@@ -134,7 +134,7 @@ class Notifier:
         if blocks is not None:
             args["blocks"] = blocks
         call = ToolCall(tool="chat.post", args=args,
-                        actor=self.name, session_id=f"case:{case_id}",
+                        actor=self.name, session_id=session_of(case_id),
                         business_key=f"message:{envelope.message_id}")
         # Not idempotent: a post that may have happened without its result being stored is
         # left for reconciliation rather than posted again.

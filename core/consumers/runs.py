@@ -11,6 +11,7 @@ from uuid import UUID
 
 from core.domain.fsm import CaseStatus
 from core.errors import NotFound
+from core.gateway.keys import session_of
 from core.service import CaseService
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ class PlanRun:
     @property
     def session_id(self) -> str:
         """The gateway session of the case's thread."""
-        return f"case:{self.case_id}"
+        return session_of(self.case_id)
 
 
 def current_run(cases: CaseService, consumer: str, payload: Mapping[str, Any],

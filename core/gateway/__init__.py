@@ -15,7 +15,14 @@ from redis.retry import Retry
 from sqlalchemy import Engine
 
 from core.gateway.gateway import Gateway
-from core.gateway.keys import args_hash, call_key, canonical, canonical_json
+from core.gateway.keys import (
+    args_hash,
+    call_key,
+    canonical,
+    canonical_json,
+    case_of_session,
+    session_of,
+)
 from core.gateway.ledger import Ledger, LedgerEntry, LedgerState
 from core.gateway.model import (
     BusinessRefusal,
@@ -57,8 +64,10 @@ __all__ = [
     "call_key",
     "canonical",
     "canonical_json",
+    "case_of_session",
     "holding",
     "redis_client",
+    "session_of",
     "side_effect",
 ]
 

@@ -1,4 +1,5 @@
-"""Idempotency keys: canonical JSON of a call's arguments and the stable hash a call maps to.
+"""Idempotency keys: canonical JSON of a call's arguments and the stable hash a call maps to;
+and the session a case's calls run in (``session_of``).
 
 Canonical means: keys sorted, integral numbers as integers (``1 == 1.0``), strings in Unicode
 NFC, tuples as lists, sets sorted. Two deliveries of one intent get one key whatever the
@@ -18,6 +19,19 @@ from decimal import Decimal
 from typing import Any
 
 from core.gateway.model import ToolCall
+
+CASE_SESSION = "case:"
+
+
+def session_of(case_id: uuid.UUID | str) -> str:
+    """The gateway session of a case: its lock, its fence, its calls in the ledger, and the
+    agent's conversation thread are all keyed by it."""
+    return f"{CASE_SESSION}{case_id}"
+
+
+def case_of_session(session_id: str) -> str:
+    """The case id ``session_of`` put in ``session_id``; any other session comes back as it is."""
+    return session_id.removeprefix(CASE_SESSION)
 
 
 def canonical(value: Any) -> Any:

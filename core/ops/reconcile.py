@@ -18,6 +18,7 @@ from core.db.case_store import as_utc
 from core.db.database import transaction
 from core.db.tables import case_timeline, ops_case, outbox, session_lock, tool_call_ledger
 from core.domain.fsm import CaseEvent, fold
+from core.gateway.keys import case_of_session
 from core.gateway.ledger import Ledger, LedgerState
 from core.messaging import inbox
 from core.messaging.bus import Bus
@@ -134,7 +135,7 @@ class Reconciler:
                 .group_by(case_timeline.c.case_id)).all()}
         found = []
         for session_id, count in calls:
-            case_id = str(session_id).removeprefix("case:")
+            case_id = case_of_session(str(session_id))
             recorded = noted.get(case_id, 0)
             if int(count) > recorded:
                 found.append(Finding(

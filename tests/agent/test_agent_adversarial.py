@@ -18,12 +18,12 @@ from agent.graph import HISTORY_LIMIT, recent
 from agent.offline import OfflinePlannerModel
 from agent.planner import AgentPlanner
 from agent.scripted import ScriptedChatModel
-from agent.tools import session_of
 from core.bootstrap import App
 from core.db.tables import session_lock, tool_call_ledger
 from core.domain.fsm import CaseStatus
 from core.domain.plan_templates import load_template
 from core.domain.plans import plan_hash
+from core.gateway import session_of
 from core.messaging.consumer import ConsumerRunner
 from tests.support.agents import (
     agent_app,

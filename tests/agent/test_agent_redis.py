@@ -12,11 +12,10 @@ import redis
 from sqlalchemy import Engine
 
 from agent.scripted import ScriptedChatModel
-from agent.tools import session_of
 from core.bootstrap import App
 from core.domain.fsm import CaseStatus
 from core.domain.plan_templates import load_template
-from core.gateway import build_gateway
+from core.gateway import build_gateway, session_of
 from core.gateway import redis_client as make_redis_client
 from core.settings import Settings
 from tests.conftest import REDIS_URL
