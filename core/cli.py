@@ -305,8 +305,9 @@ def _loop_arguments(parser: argparse.ArgumentParser) -> None:
 def _run_relay(args: argparse.Namespace) -> int:
     import threading
 
-    from core.loop import unpublished
-    from core.loop_processes import run_relay, stop_on_signals
+    from core.loop_processes import run_relay
+    from core.messaging.outbox import unpublished
+    from core.messaging.supervisor import stop_on_signals
 
     app = _production_app(args, "relay")
     try:
@@ -340,7 +341,8 @@ def _run_consume(args: argparse.Namespace) -> int:
     import threading
 
     from core.consumers import build_consumers
-    from core.loop_processes import ConsumerProcess, select_consumers, stop_on_signals
+    from core.loop_processes import ConsumerProcess, select_consumers
+    from core.messaging.supervisor import stop_on_signals
 
     if args.workers < 1:
         raise CliError("--workers must be at least 1")

@@ -9,29 +9,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from functools import partial
 from types import TracebackType
-
-from sqlalchemy import Engine, func, select
-from sqlalchemy.exc import SQLAlchemyError
 
 from core.bootstrap import App
 from core.consumers import build_consumers
 from core.db.database import is_sqlite
-from core.db.tables import outbox
+from core.messaging import outbox
 from core.messaging.bus import InProcessBus
 from core.messaging.consumer import Consumer, ConsumerRunner
-from core.messaging.relay import OutboxRelay, due, utcnow
+from core.messaging.relay import OutboxRelay
+from core.messaging.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
-
-
-def unpublished(engine: Engine, now: datetime | None = None) -> int:
-    """Due outbox rows not yet handed to the bus (by any relay): the relay's work in hand. Rows
-    scheduled for later (a verification's next reading) are not counted until due."""
-    with engine.connect() as conn:
-        query = select(func.count()).select_from(outbox).where(due(now or utcnow()))
-        return int(conn.execute(query).scalar_one())
 
 
 class InProcessLoop:
@@ -56,30 +46,31 @@ class InProcessLoop:
                                  poll_s=settings.relay_poll_s)
         self.poll_s = settings.loop_poll_s
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._workers: Supervisor | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> InProcessLoop:
-        if self._thread is not None:
+        if self._workers is not None:
             raise RuntimeError("the in-process loop is already running")
         self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="opsgate-loop", daemon=True)
-        self._thread.start()
+        idle_poll_s = self.poll_s if is_sqlite(self.app.engine) else None
+        self._workers = Supervisor(self._stop, "in-process loop")
+        self._workers.start("opsgate-loop", partial(self.relay.run, idle_poll_s=idle_poll_s),
+                            restart_after_s=self.relay.poll_s)
         return self
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop after the message in hand (a consumer is never cut off mid-effect)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            if self._thread.is_alive():
+        if self._workers is not None:
+            if not self._workers.join(timeout_s):
                 log.warning("in-process loop: still busy after %.0fs; leaving it", timeout_s)
-            self._thread = None
+            self._workers = None
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._workers is not None and self._workers.alive
 
     def __enter__(self) -> InProcessLoop:
         return self.start()
@@ -92,7 +83,7 @@ class InProcessLoop:
 
     def unpublished(self) -> int:
         """Due outbox rows not yet handed to the bus."""
-        return unpublished(self.app.engine)
+        return outbox.unpublished(self.app.engine)
 
     def wait_for(self, done: Callable[[], bool], timeout_s: float,
                  every_s: float = 0.02) -> bool:
@@ -103,30 +94,3 @@ class InProcessLoop:
                 return False
             time.sleep(every_s)
         return True
-
-    # -- the relay thread -----------------------------------------------------------------
-
-    def _run(self) -> None:
-        # The loop's thread must outlive any one failure: a dead relay would silently stop
-        # every case, so whatever escapes is logged and the loop goes on after the poll period.
-        while not self._stop.is_set():
-            try:
-                if is_sqlite(self.app.engine):
-                    self._relay_sqlite()
-                else:
-                    self.relay.run(self._stop)
-            except Exception:
-                log.exception("in-process loop: the relay failed; going on in %.1fs",
-                              self.relay.poll_s)
-                self._stop.wait(self.relay.poll_s)
-
-    def _relay_sqlite(self) -> None:
-        while not self._stop.is_set():
-            try:
-                moved = self.relay.relay_batch()
-            except (SQLAlchemyError, OSError) as exc:
-                log.warning("in-process loop: %s; retrying in %.1fs", exc, self.relay.poll_s)
-                self._stop.wait(self.relay.poll_s)
-                continue
-            if not moved:
-                self._stop.wait(self.poll_s)

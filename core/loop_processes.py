@@ -5,9 +5,7 @@ progress line now and then."""
 
 from __future__ import annotations
 
-import logging
 import os
-import signal
 import socket
 import threading
 import time
@@ -18,20 +16,17 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 import redis
-from sqlalchemy import Engine, update
+from sqlalchemy import Engine
 
 from core.bootstrap import App
-from core.db.tables import outbox
-from core.loop import unpublished
-from core.messaging import inbox
+from core.messaging import inbox, outbox
 from core.messaging.bus import Bus, RedisStreamsBus
 from core.messaging.consumer import Consumer, ConsumerRunner
 from core.messaging.envelope import Envelope
 from core.messaging.relay import OutboxRelay
 from core.messaging.streams import StreamConsumer
+from core.messaging.supervisor import Supervisor
 from core.settings import Settings
-
-log = logging.getLogger(__name__)
 
 STREAM_BLOCK_MS = 1000
 """How long one XREADGROUP waits for new entries: also the longest a stop waits for a consumer."""
@@ -46,17 +41,6 @@ def streams_client(url: str) -> redis.Redis:
 
 def stream_bus(settings: Settings, client: redis.Redis) -> RedisStreamsBus:
     return RedisStreamsBus(client, prefix=settings.stream_prefix)
-
-
-def stop_on_signals(stop: threading.Event) -> None:
-    """SIGTERM and SIGINT ask the process to stop after the work in hand."""
-
-    def _stop(signum: int, _frame: object) -> None:
-        log.info("received %s; stopping", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
 
 
 # -- the relay -------------------------------------------------------------------------------
@@ -81,31 +65,21 @@ def run_relay(app: App, bus: Bus, stop: threading.Event, out: TextIO, *,
     counting = CountingBus(bus)
     relay = OutboxRelay(app.engine, counting, batch_size=settings.relay_batch_size,
                         poll_s=settings.relay_poll_s)
-    worker = threading.Thread(target=_relay_until, args=(relay, stop), name="opsgate-relay",
-                              daemon=True)
+    workers = Supervisor(stop, "relay")
+    workers.start("opsgate-relay", relay.run, restart_after_s=relay.poll_s)
     started, reported = time.monotonic(), 0
-    worker.start()
-    while not stop.wait(progress_every_s):
-        if not worker.is_alive():
-            raise RuntimeError("the relay thread died; see the log above")
+
+    def report() -> None:
+        nonlocal reported
         if counting.published != reported:
             reported = counting.published
             rate = reported / max(time.monotonic() - started, 1e-9)
             print(f"relay: {reported} messages published ({rate:.1f}/s), "
-                  f"{unpublished(app.engine)} waiting", file=out, flush=True)
-    worker.join(settings.relay_poll_s + 30)
+                  f"{outbox.unpublished(app.engine)} waiting", file=out, flush=True)
+
+    workers.watch(progress_every_s, report)
+    workers.join(settings.relay_poll_s + 30)
     return counting.published
-
-
-def _relay_until(relay: OutboxRelay, stop: threading.Event) -> None:
-    # The relay retries database and socket errors itself; anything else (a Redis error, a bug)
-    # would end its thread and, silently, the whole loop: log it and go on after a poll period.
-    while not stop.is_set():
-        try:
-            relay.run(stop)
-        except Exception:
-            log.exception("outbox relay failed; going on in %.1fs", relay.poll_s)
-            stop.wait(relay.poll_s)
 
 
 # -- the consumers ---------------------------------------------------------------------------
@@ -149,19 +123,19 @@ class ConsumerProcess:
     runners: list[CountingRunner] = field(default_factory=list)
 
     def run(self, stop: threading.Event, out: TextIO, *, progress_every_s: float = 10.0) -> None:
-        threads = self._start(stop)
+        workers = self._start(stop)
         reported: dict[str, int] = {}
-        while not stop.wait(progress_every_s):
-            if not any(thread.is_alive() for thread in threads):
-                raise RuntimeError("every consumer thread died; see the log above")
-            line = self.progress()
+
+        def report() -> None:
+            nonlocal reported
             counts = {runner.consumer.name: sum(runner.outcomes.values())
                       for runner in self.runners}
             if counts != reported:
                 reported = counts
-                print(f"consume: {line}", file=out, flush=True)
-        for thread in threads:
-            thread.join(STREAM_BLOCK_MS / 1000 + 30)
+                print(f"consume: {self.progress()}", file=out, flush=True)
+
+        workers.watch(progress_every_s, report)
+        workers.join(STREAM_BLOCK_MS / 1000 + 30)
 
     def progress(self) -> str:
         return "; ".join(
@@ -171,10 +145,10 @@ class ConsumerProcess:
             + (f", {runner.outcomes['dead']} dead" if runner.outcomes["dead"] else "")
             for runner in self.runners)
 
-    def _start(self, stop: threading.Event) -> list[threading.Thread]:
+    def _start(self, stop: threading.Event) -> Supervisor:
         settings = self.app.settings
         claim_idle_ms = int(settings.stream_claim_idle_s * 1000)
-        threads = []
+        workers = Supervisor(stop, "consumer")
         for consumer in self.consumers:
             runner = CountingRunner(self.app.engine, consumer,
                                     max_attempts=settings.consumer_max_attempts)
@@ -184,21 +158,10 @@ class ConsumerProcess:
                                         claim_idle_ms=claim_idle_ms,
                                         name=f"{self.name}-{worker}")
                 stream.ensure_groups()
-                thread = threading.Thread(target=_consume, args=(stream, stop),
-                                          name=f"consume-{consumer.name}-{worker}", daemon=True)
-                thread.start()
-                threads.append(thread)
-        return threads
-
-
-def _consume(stream: StreamConsumer, stop: threading.Event) -> None:
-    # One consumer's unexpected failure must not end the others' threads: log it and go on.
-    while not stop.is_set():
-        try:
-            stream.run(stop)
-        except Exception:
-            log.exception("%s: consumer loop failed; restarting in 1s", stream.group)
-            stop.wait(1.0)
+                # One consumer's unexpected failure must not end the others' threads.
+                workers.start(f"consume-{consumer.name}-{worker}", stream.run,
+                              restart_after_s=1.0)
+        return workers
 
 
 # -- dead letters ----------------------------------------------------------------------------
@@ -214,11 +177,8 @@ def requeue_dead_letter(app: App, dead_letter_id: int,
         envelope = inbox.requeue(conn, dead_letter_id, datetime.now(UTC))
         if envelope is None:
             return None
-        # attempts + 1: a relay still publishing the row's last delivery must not mark it
-        # published over this requeue (relay._mark compares attempts).
-        reset = conn.execute(update(outbox).where(outbox.c.id == envelope.message_id)
-                             .values(published_at=None, attempts=outbox.c.attempts + 1))
-    if reset.rowcount == 0:
+        reset = outbox.mark_unpublished(conn, envelope.message_id)
+    if not reset:
         if direct is None:
             raise LookupError(f"message {envelope.message_id} is no longer in the outbox and "
                               "no bus is configured to publish it directly")

@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     """Start everything, print where to go, and serve until SIGINT/SIGTERM."""
     from bot.sandbox.serving import PortTaken, check_free, free_port
     from core.cli import CliError
-    from core.loop_processes import stop_on_signals
+    from core.messaging.supervisor import stop_on_signals
 
     api_port = args.api_port or free_port(HOST)
     try:

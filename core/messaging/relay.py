@@ -19,14 +19,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import suppress
-from datetime import UTC, datetime
+from datetime import datetime
 
 import psycopg
-from sqlalchemy import ColumnElement, Connection, Engine, func, or_, select, update
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from core.db.case_store import as_utc
-from core.db.tables import outbox
+from core.messaging import outbox
 from core.messaging.bus import Bus
 from core.messaging.envelope import Envelope
 from core.metrics import OUTBOX_PUBLISH
@@ -36,23 +35,11 @@ log = logging.getLogger(__name__)
 NOTIFY_CHANNEL = "opsgate_outbox"
 
 
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def due(now: datetime) -> ColumnElement[bool]:
-    """Unpublished outbox rows the relay may hand out at ``now``: not scheduled, or due. ``now``
-    is bound in UTC (SQLite stores a datetime's wall time and drops its zone)."""
-    return (outbox.c.published_at.is_(None)
-            & or_(outbox.c.deliver_after.is_(None),
-                  outbox.c.deliver_after <= now.astimezone(UTC)))
-
-
 class OutboxRelay:
     """Publishes unpublished outbox rows to ``bus``; ``run`` loops until stopped."""
 
     def __init__(self, engine: Engine, bus: Bus, *, batch_size: int = 200,
-                 poll_s: float = 1.0, clock: Callable[[], datetime] = utcnow) -> None:
+                 poll_s: float = 1.0, clock: Callable[[], datetime] = outbox.utcnow) -> None:
         self.engine = engine
         self.bus = bus
         self.batch_size = batch_size
@@ -64,9 +51,13 @@ class OutboxRelay:
         """Publish one batch; returns how many rows it moved."""
         if self._locking:
             with self.engine.begin() as conn:
-                return self._claim_publish_mark(conn)
+                envelopes = outbox.claim_and_mark(conn, self.clock(), self.batch_size)
+                if envelopes:  # a failed publish rolls the marks back with the claim
+                    self.bus.publish(envelopes)
+            self._count(envelopes)
+            return len(envelopes)
         with self.engine.connect() as conn:
-            claimed = self._claim(conn)
+            claimed = outbox.claim(conn, self.clock(), self.batch_size)
             conn.rollback()
         if not claimed:
             return 0
@@ -75,7 +66,9 @@ class OutboxRelay:
         # consumers' own writes until the busy timeout.
         self.bus.publish(envelopes)
         with self.engine.begin() as conn:
-            return self._mark(conn, claimed)
+            outbox.mark(conn, claimed)
+        self._count(envelopes)
+        return len(claimed)
 
     def drain(self) -> int:
         """Publish until nothing is left; returns the total moved."""
@@ -84,9 +77,12 @@ class OutboxRelay:
             total += moved
         return total
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: threading.Event, *, idle_poll_s: float | None = None) -> None:
         """Relay until ``stop`` is set: a full batch goes again at once, otherwise wait for a
-        notification or the poll period."""
+        notification, the soonest scheduled row or the poll period. With ``idle_poll_s`` (the
+        in-process loop on SQLite, which cannot notify) any batch goes again at once, as the
+        consumers it just ran usually wrote the next messages, and an empty one waits that long.
+        Database and socket errors are retried after the poll period."""
         with _Waker(self.engine) as waker:
             while not stop.is_set():
                 try:
@@ -96,70 +92,23 @@ class OutboxRelay:
                     OUTBOX_PUBLISH.labels(topic="*", status="error").inc()
                     stop.wait(self.poll_s)
                     continue
-                if moved < self.batch_size:
+                if idle_poll_s is not None:
+                    if not moved:
+                        stop.wait(idle_poll_s)
+                elif moved < self.batch_size:
                     waker.wait(self._idle_s(), stop)
 
     def _idle_s(self) -> float:
         """How long to wait for work: the poll period, or less when a scheduled row falls due
         sooner (its NOTIFY came when it was written, not when it is due)."""
         now = self.clock()
-        query = (select(func.min(outbox.c.deliver_after))
-                 .where(outbox.c.published_at.is_(None),
-                        outbox.c.deliver_after > now.astimezone(UTC)))
         try:
-            with self.engine.connect() as conn:
-                soonest = conn.execute(query).scalar()
+            soonest = outbox.soonest_scheduled(self.engine, now)
         except SQLAlchemyError:
             return self.poll_s
         if soonest is None:
             return self.poll_s
-        return max(0.0, min(self.poll_s, (as_utc(soonest) - now).total_seconds()))
-
-    def _claim(self, conn: Connection) -> list[tuple[Envelope, int]]:
-        """Due unpublished rows, each with its ``attempts`` as read (``_mark`` compares it)."""
-        query = (select(outbox.c.id, outbox.c.topic, outbox.c.key, outbox.c.payload,
-                        outbox.c.attempts)
-                 .where(due(self.clock()))
-                 .order_by(outbox.c.id)
-                 .limit(self.batch_size))
-        return [(Envelope(row.id, row.topic, row.key, dict(row.payload)), row.attempts)
-                for row in conn.execute(query)]
-
-    def _claim_publish_mark(self, conn: Connection) -> int:
-        """PostgreSQL: claim and mark in one statement (one round trip, not two), publish, and
-        let the commit make it so; a failed publish rolls the marks back with the claim."""
-        claimable = (select(outbox.c.id)
-                     .where(due(self.clock()))
-                     .order_by(outbox.c.id)
-                     .limit(self.batch_size)
-                     .with_for_update(skip_locked=True))
-        marked = conn.execute(
-            update(outbox)
-            .where(outbox.c.id.in_(claimable))
-            .values(published_at=datetime.now(UTC), attempts=outbox.c.attempts + 1)
-            .returning(outbox.c.id, outbox.c.topic, outbox.c.key, outbox.c.payload)
-        )
-        # RETURNING has no order: the bus gets the batch in id (commit) order.
-        envelopes = sorted((Envelope(row.id, row.topic, row.key, dict(row.payload))
-                            for row in marked.all()), key=lambda envelope: envelope.message_id)
-        if envelopes:
-            self.bus.publish(envelopes)
-        self._count(envelopes)
-        return len(envelopes)
-
-    def _mark(self, conn: Connection, claimed: list[tuple[Envelope, int]]) -> int:
-        """Mark the claimed rows published, unless a row was handed out again meanwhile (a
-        dead letter requeued while its first delivery ran bumps ``attempts``): that one stays
-        unpublished, so the requeue is not lost."""
-        for attempts in {seen for _envelope, seen in claimed}:
-            conn.execute(
-                update(outbox)
-                .where(outbox.c.id.in_([e.message_id for e, seen in claimed if seen == attempts]))
-                .where(outbox.c.published_at.is_(None), outbox.c.attempts == attempts)
-                .values(published_at=datetime.now(UTC), attempts=outbox.c.attempts + 1)
-            )
-        self._count([envelope for envelope, _attempts in claimed])
-        return len(claimed)
+        return max(0.0, min(self.poll_s, (soonest - now).total_seconds()))
 
     @staticmethod
     def _count(envelopes: list[Envelope]) -> None:

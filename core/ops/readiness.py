@@ -8,12 +8,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import redis
-from sqlalchemy import Engine, func, select, text
+from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from core.db.case_store import as_utc
-from core.db.tables import outbox
-from core.messaging.relay import due
+from core.messaging.outbox import oldest_unpublished
 
 if TYPE_CHECKING:
     from core.bootstrap import App
@@ -60,16 +58,6 @@ def check_redis(url: str | None) -> Check:
     finally:
         client.close()
     return {"ok": True, "configured": True}
-
-
-def oldest_unpublished(engine: Engine, now: datetime) -> tuple[datetime | None, int]:
-    """Since when the oldest due unpublished outbox row could have been published (written, or
-    its ``deliver_after``), and how many due rows wait."""
-    since = func.coalesce(outbox.c.deliver_after, outbox.c.created_at)
-    query = select(func.min(since), func.count()).where(due(now))
-    with engine.connect() as conn:
-        oldest, waiting = conn.execute(query).one()
-    return (None if oldest is None else as_utc(oldest)), int(waiting)
 
 
 def check_relay_lag(engine: Engine, bound_s: float, now: datetime) -> Check:

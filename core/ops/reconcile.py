@@ -16,11 +16,11 @@ from sqlalchemy import Connection, Engine, delete, func, select, update
 
 from core.db.case_store import as_utc
 from core.db.database import transaction
-from core.db.tables import case_timeline, ops_case, outbox, session_lock, tool_call_ledger
+from core.db.tables import case_timeline, ops_case, session_lock, tool_call_ledger
 from core.domain.fsm import CaseEvent, fold
 from core.gateway.keys import case_of_session
 from core.gateway.ledger import Ledger, LedgerState
-from core.messaging import inbox
+from core.messaging import inbox, outbox
 from core.messaging.bus import Bus
 from core.messaging.relay import OutboxRelay
 
@@ -149,18 +149,12 @@ class Reconciler:
     # -- the outbox -------------------------------------------------------------------------
 
     def stale_outbox(self, now: datetime, repair: bool) -> list[Finding]:
-        # A scheduled row (a verification's next reading) is late only from its delivery time.
-        cutoff = now - timedelta(seconds=self.outbox_bound_s)
-        since = func.coalesce(outbox.c.deliver_after, outbox.c.created_at)
-        query = (select(outbox.c.id, outbox.c.topic, outbox.c.key, since.label("since"))
-                 .where(outbox.c.published_at.is_(None), since < cutoff.astimezone(UTC))
-                 .order_by(outbox.c.id).limit(1000))
-        with self.engine.connect() as conn:
-            rows = list(conn.execute(query).mappings())
+        rows = outbox.stale(self.engine, now - timedelta(seconds=self.outbox_bound_s))
         if not rows:
             return []
         published = self._republish() if repair and self.bus is not None else 0
-        still = self._unpublished_ids([row["id"] for row in rows]) if published else None
+        still = (outbox.still_unpublished(self.engine, [row["id"] for row in rows])
+                 if published else None)
         advice = ("is a relay running? (`opsgate relay`, or the loop inside `opsgate serve`); "
                   "--repair re-publishes when OPSGATE_REDIS_URL is set")
         found = []
@@ -177,12 +171,6 @@ class Reconciler:
     def _republish(self) -> int:
         assert self.bus is not None
         return OutboxRelay(self.engine, self.bus).drain()
-
-    def _unpublished_ids(self, ids: list[int]) -> set[int]:
-        with self.engine.connect() as conn:
-            query = select(outbox.c.id).where(outbox.c.id.in_(ids),
-                                              outbox.c.published_at.is_(None))
-            return {int(row[0]) for row in conn.execute(query)}
 
     def dead_letters(self) -> list[Finding]:
         return [Finding("dead_letter", f"dead letter {row['id']}",

@@ -15,8 +15,9 @@ from typing import Any
 from sqlalchemy import Engine, select
 
 from core.db.case_store import as_utc
-from core.db.tables import case_timeline, dead_letter, inbox, outbox, tool_call_ledger
+from core.db.tables import case_timeline, dead_letter, inbox, tool_call_ledger
 from core.domain.messages import Topic
+from core.messaging import outbox
 
 _RANK = {"timeline": 0, "outbox": 1, "ledger": 2, "inbox": 3, "dead": 3}
 
@@ -43,9 +44,7 @@ def trace(engine: Engine, correlation_id: str) -> list[Hop]:
         timeline = list(conn.execute(
             select(case_timeline).where(case_timeline.c.correlation_id == correlation_id)
             .order_by(case_timeline.c.id)).mappings())
-        messages = list(conn.execute(
-            select(outbox).where(outbox.c.payload["correlation_id"].as_string()
-                                 == correlation_id).order_by(outbox.c.id)).mappings())
+        messages = outbox.with_correlation(conn, correlation_id)
         ids = [row["id"] for row in messages]
         receipts = list(conn.execute(select(inbox).where(inbox.c.message_id.in_(ids))
                                      ).mappings()) if ids else []

@@ -11,9 +11,9 @@ from sqlalchemy import func, insert, select, text
 
 from core.db.tables import outbox
 from core.domain.fsm import CaseEvent
-from core.loop import unpublished
 from core.messaging.bus import InProcessBus, RedisStreamsBus
 from core.messaging.envelope import Envelope
+from core.messaging.outbox import unpublished
 from core.messaging.relay import OutboxRelay
 from core.ops.readiness import check_relay_lag
 from core.ops.reconcile import Reconciler
