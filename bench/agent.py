@@ -1,6 +1,6 @@
 """Benchmark: model calls and tokens per case for the standard agent scenarios
-(tests/scenarios/), with the scripted model and with the offline planner model, on a scratch
-SQLite database. No network.
+(tests/scenarios/, run by bench/scenarios.py), with the scripted model and with the offline
+planner model, on a scratch SQLite database. No network.
 
 A change that makes the agent chattier shows up here: more model calls per case, or more tokens
 in per call. The baseline, measured in the same run, is the prompt of a single call (system
@@ -29,9 +29,9 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage  # no
 from agent.models import estimate_usage  # noqa: E402
 from agent.prompts import plan_request, system_prompt  # noqa: E402
 from agent.tool_specs import tool_specs  # noqa: E402
+from bench.scenarios import Outcome, load_scenarios, run_scenario  # noqa: E402
 from core.db.database import make_engine  # noqa: E402
 from core.migrate import upgrade_engine  # noqa: E402
-from tests.support.scenarios import Outcome, load_scenarios, run_scenario  # noqa: E402
 
 
 def baseline_prompt_tokens() -> int:

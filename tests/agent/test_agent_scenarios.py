@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine
 
+from bench.scenarios import Scenario, load_scenarios, run_scenario
 from core.domain.plan_templates import load_template
-from tests.support.scenarios import Scenario, load_scenarios, run_scenario
 
 SCENARIOS = load_scenarios()
 

@@ -1,10 +1,10 @@
-"""Helpers of the agent tests: an app on the test's database, cases at a status, scripted tool
-calls, and row counts that show whether anything was written."""
+"""Helpers of the agent tests: an app on the test's database, cases at a status (both shared
+with the agent benchmark, so they live in bench/scenarios.py), scripted tool calls, and row
+counts that show whether anything was written."""
 
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -13,44 +13,13 @@ from langchain_core.messages.tool import ToolCall, invalid_tool_call
 from sqlalchemy import Engine, func, select
 
 from agent.runner import Agent
-from core.bootstrap import App, bootstrap
+from bench.scenarios import agent_app as agent_app  # re-exported for the agent tests
+from bench.scenarios import case_at as case_at
+from bench.scenarios import plan_delivery as plan_delivery
+from core.bootstrap import App
 from core.db.tables import case_timeline, plan_approved, plan_proposed
-from core.domain.commands import OpenCase, TransitionCase
-from core.domain.fsm import CaseEvent, CaseStatus
-from core.domain.messages import Topic
-from core.messaging.consumer import Delivery
-from core.messaging.envelope import Envelope
-from core.settings import Settings
-from tests.support.cases import REQUESTER, key
 
-RUNBOOKS = Path(__file__).resolve().parents[2] / "docs" / "runbooks"
 _ids = itertools.count(1)
-
-
-def agent_app(engine: Engine, **overrides: Any) -> App:
-    settings = Settings(runbooks_dir=str(RUNBOOKS), **overrides)
-    return bootstrap(settings, engine=engine)
-
-
-def case_at(app: App, status: CaseStatus, title: str = "p95 latency after deploy of checkout"
-            ) -> UUID:
-    """A case opened by REQUESTER and moved to ``status`` (NEW, ANALYZING or PLANNING)."""
-    reply = app.cases.open_case(OpenCase(title=title, actor=REQUESTER, severity="SEV2"), key())
-    case_id = UUID(reply.data()["case_id"])
-    path = {CaseStatus.NEW: [], CaseStatus.ANALYZING: [CaseEvent.START_ANALYSIS],
-            CaseStatus.PLANNING: [CaseEvent.START_ANALYSIS, CaseEvent.ANALYSIS_DONE]}[status]
-    for event in path:
-        app.cases.transition(TransitionCase(case_id, event, actor="test"), key()).data()
-    return case_id
-
-
-def plan_delivery(app: App, case_id: UUID, message_id: int | None = None) -> Delivery:
-    """The ``cmd.plan.generate`` delivery for the case as it is now."""
-    case = app.cases.get_case(case_id)
-    payload = {"case_id": str(case_id), "version": case["version"],
-               "correlation_id": f"corr-{case_id}"}
-    envelope = Envelope(message_id or next(_ids), Topic.PLAN_GENERATE, str(case_id), payload)
-    return Delivery("planner", envelope)
 
 
 def call(name: str, call_id: str | None = None, /, **args: Any) -> ToolCall:

@@ -1,11 +1,13 @@
 """The standard agent scenarios (the JSON files in tests/scenarios/): an incident, the case's
-status, the scripted model's turns and what must come out. Used by the scenario tests and by
-``bench/agent.py`` (model calls and tokens per case).
+status, the scripted model's turns and what must come out; and the case and app they run on.
+Used by ``bench/agent.py`` (model calls and tokens per case) and by the agent tests, so the
+benchmark imports no test module.
 
 In a script, ``"$CASE"`` is the case id and ``"$TEMPLATE:<name>"`` a catalog plan."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from dataclasses import dataclass
@@ -21,12 +23,20 @@ from agent.offline import OfflinePlannerModel
 from agent.planner import AgentPlanner
 from agent.runner import Agent
 from agent.scripted import ScriptedChatModel
-from core.bootstrap import App
-from core.domain.fsm import CaseStatus
+from core.bootstrap import App, bootstrap
+from core.domain.commands import OpenCase, TransitionCase
+from core.domain.fsm import CaseEvent, CaseStatus
+from core.domain.messages import Topic
 from core.domain.plan_templates import load_template
-from tests.support.agents import agent_app, case_at, plan_delivery
+from core.messaging.consumer import Delivery
+from core.messaging.envelope import Envelope
+from core.settings import Settings
 
-FOLDER = Path(__file__).resolve().parents[1] / "scenarios"
+ROOT = Path(__file__).resolve().parents[1]
+FOLDER = ROOT / "tests" / "scenarios"
+RUNBOOKS = ROOT / "docs" / "runbooks"
+REQUESTER = "sre@example"  # who opens the cases: the requester of tests/support/cases.py
+_ids = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,33 @@ class Outcome:
     tokens_in: int
     tokens_out: int
     refused: int
+
+
+def agent_app(engine: Engine, **overrides: Any) -> App:
+    settings = Settings(runbooks_dir=str(RUNBOOKS), **overrides)
+    return bootstrap(settings, engine=engine)
+
+
+def case_at(app: App, status: CaseStatus, title: str = "p95 latency after deploy of checkout"
+            ) -> UUID:
+    """A case opened by REQUESTER and moved to ``status`` (NEW, ANALYZING or PLANNING)."""
+    reply = app.cases.open_case(OpenCase(title=title, actor=REQUESTER, severity="SEV2"),
+                               uuid.uuid4().hex)
+    case_id = UUID(reply.data()["case_id"])
+    path = {CaseStatus.NEW: [], CaseStatus.ANALYZING: [CaseEvent.START_ANALYSIS],
+            CaseStatus.PLANNING: [CaseEvent.START_ANALYSIS, CaseEvent.ANALYSIS_DONE]}[status]
+    for event in path:
+        app.cases.transition(TransitionCase(case_id, event, actor="test"), uuid.uuid4().hex).data()
+    return case_id
+
+
+def plan_delivery(app: App, case_id: UUID, message_id: int | None = None) -> Delivery:
+    """The ``cmd.plan.generate`` delivery for the case as it is now."""
+    case = app.cases.get_case(case_id)
+    payload = {"case_id": str(case_id), "version": case["version"],
+               "correlation_id": f"corr-{case_id}"}
+    envelope = Envelope(message_id or next(_ids), Topic.PLAN_GENERATE, str(case_id), payload)
+    return Delivery("planner", envelope)
 
 
 def load_scenarios() -> list[Scenario]:
