@@ -18,7 +18,6 @@ from uuid import UUID
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
-from sqlalchemy import String, cast, select
 
 from bot.agent import Agent
 from bot.blocks import short_id, who
@@ -26,8 +25,6 @@ from bot.card import CaseState
 from bot.card_keeper import CardKeeper
 from bot.store import ApprovalRef, SlackStore
 from core.bootstrap import App
-from core.db.database import connection
-from core.db.tables import ops_case
 from core.domain.commands import ApprovePlan, OpenCase, RejectPlan
 from core.domain.fsm import CaseStatus
 from core.errors import InvalidRequest, NotFound
@@ -39,7 +36,6 @@ log = logging.getLogger(__name__)
 
 OPEN_WAIT_S = 10.0  # a duplicate delivery waits this long for the first one's case
 _MENTION = re.compile(r"<@[A-Z0-9]+(\|[^>]*)?>")
-_PREFIX = re.compile(r"^[0-9a-f-]{4,36}$")
 TITLE_MAX = 200
 THREAD_STATUS = "is working on it…"  # Slack's assistant status: "opsgate is working on it…"
 
@@ -177,19 +173,8 @@ class SlackCases:
     # -- /case ------------------------------------------------------------------------------
 
     def find_case(self, prefix: str) -> dict[str, Any]:
-        """The case whose id starts with ``prefix``; refuses unknown and ambiguous prefixes."""
-        wanted = prefix.strip().lower()
-        if not _PREFIX.match(wanted):
-            raise InvalidRequest(f"`{prefix}` is not a case id: give at least 4 characters "
-                                 "of its id")
-        if len(wanted) == 36:
-            return self.cases.get_case(UUID(wanted))
-        ids = self._ids_starting_with(wanted)
-        if not ids:
-            raise NotFound(f"no case id starts with `{wanted}`")
-        if len(ids) > 1:
-            raise InvalidRequest(f"`{wanted}` matches {len(ids)} cases: give more of the id")
-        return self.cases.get_case(ids[0])
+        """The case whose id starts with ``prefix`` (``CaseService.find_case_id``'s rule)."""
+        return self.cases.get_case(self.cases.find_case_id(prefix))
 
     def evidence(self, prefix: str) -> dict[str, Any]:
         """What the librarian knows for the case ``prefix`` names: its findings, similar past
@@ -201,15 +186,6 @@ class SlackCases:
         """The case ``prefix`` names, as the card and the catch-up show it."""
         case_id = UUID(str(self.find_case(prefix)["case_id"]))
         return self.cards.state(case_id, self.cards.store.card(case_id))
-
-    def _ids_starting_with(self, prefix: str) -> list[UUID]:
-        engine = self.app.engine
-        stored = prefix.replace("-", "") if engine.dialect.name == "sqlite" else prefix
-        query = (select(ops_case.c.id).where(cast(ops_case.c.id, String).like(f"{stored}%"))
-                 .limit(5))
-        with connection(engine) as conn:
-            return [row[0] if isinstance(row[0], UUID) else UUID(str(row[0]))
-                    for row in conn.execute(query)]
 
     def list_cases(self, status: str | None) -> list[dict[str, Any]]:
         wanted = None

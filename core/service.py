@@ -55,6 +55,9 @@ from core.tracing import current as current_correlation_id
 
 log = logging.getLogger(__name__)
 
+MIN_CASE_PREFIX = 4  # hex digits of a case id that name it, when no other case shares them
+HEX_DIGITS = frozenset("0123456789abcdef")
+
 Clock = Callable[[], datetime]
 Row = Mapping[Any, Any]
 # What a write does inside the transaction: read what it needs, gather its rows, return its data.
@@ -233,6 +236,25 @@ class CaseService:
         if row is None:
             raise NotFound(f"no case {case_id}", case_id=str(case_id))
         return case_view(row)
+
+    def find_case_id(self, ref: str) -> UUID:
+        """The case ``ref`` names: its id, or a prefix of at least ``MIN_CASE_PREFIX`` of its
+        hex digits (dashes optional, any case) that no other case shares. ``InvalidRequest``
+        for anything else or a prefix several cases share, ``NotFound`` when none has it."""
+        shown = ref.strip().lower()
+        digits = shown.replace("-", "")
+        if not MIN_CASE_PREFIX <= len(digits) <= 32 or set(digits) - HEX_DIGITS:
+            raise InvalidRequest(f"`{ref}` is not a case id: give at least {MIN_CASE_PREFIX} "
+                                 "hex digits of its id")
+        with self._connection() as conn:
+            found = store.case_ids_starting_with(conn, digits, limit=6)
+        if not found:
+            raise NotFound(f"no case id starts with `{shown}`", case=ref)
+        if len(found) > 1:
+            names = ", ".join(str(case_id)[:13] for case_id in found[:5])
+            raise InvalidRequest(f"`{shown}` matches several cases ({names}…): give more of "
+                                 "the id")
+        return found[0]
 
     def timeline(self, case_id: UUID) -> list[dict[str, Any]]:
         with self._connection() as conn:

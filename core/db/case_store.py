@@ -18,9 +18,12 @@ from sqlalchemy import (
     Connection,
     Insert,
     RowMapping,
+    String,
     Table,
     Update,
     bindparam,
+    cast,
+    func,
     insert,
     select,
     union_all,
@@ -104,6 +107,14 @@ def lock_case_and_recall(
 
 def read_case(conn: Connection, case_id: UUID) -> RowMapping | None:
     return conn.execute(select(ops_case).where(ops_case.c.id == case_id)).mappings().first()
+
+
+def case_ids_starting_with(conn: Connection, digits: str, limit: int) -> list[UUID]:
+    """Up to ``limit`` case ids whose hex digits, dashes left out, start with ``digits`` (the
+    same on PostgreSQL's dashed text and SQLite's bare hex)."""
+    flat = func.replace(func.lower(cast(ops_case.c.id, String)), "-", "")
+    rows = conn.execute(select(ops_case.c.id).where(flat.like(f"{digits}%")).limit(limit))
+    return [row[0] if isinstance(row[0], UUID) else UUID(str(row[0])) for row in rows]
 
 
 def read_timeline(conn: Connection, case_id: UUID) -> list[RowMapping]:

@@ -83,9 +83,9 @@ def export_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_export(app: App, args: argparse.Namespace, out: TextIO) -> int:
-    from core.ops.export import export_case, find_case
+    from core.ops.export import export_case
 
-    markdown = export_case(app.engine, find_case(app.engine, args.case))
+    markdown = export_case(app.engine, app.cases.find_case_id(args.case))
     if args.output:
         with open(args.output, "w", encoding="utf-8") as file:
             file.write(markdown)

@@ -10,34 +10,15 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Engine, String, cast, func, select
+from sqlalchemy import Engine, select
 
 from core.chat import PINNED_EVENT
 from core.db.case_store import as_utc
 from core.db.tables import case_timeline, ops_case, plan_approved, plan_proposed
-from core.errors import InvalidRequest, NotFound
+from core.errors import NotFound
 from core.principals import shown_actor
 
-MIN_PREFIX = 4
 Row = Mapping[Any, Any]
-
-
-def find_case(engine: Engine, ref: str) -> UUID:
-    """The case ``ref`` names: a full id, or an unambiguous prefix of at least 4 characters."""
-    wanted = ref.strip().lower().replace("-", "")
-    if len(wanted) < MIN_PREFIX or any(c not in "0123456789abcdef" for c in wanted):
-        raise InvalidRequest(f"{ref!r} is not a case id or a prefix of at least {MIN_PREFIX} "
-                             "hex digits")
-    flat = func.replace(func.lower(cast(ops_case.c.id, String)), "-", "")
-    with engine.connect() as conn:
-        found = [row[0] for row in conn.execute(
-            select(ops_case.c.id).where(flat.like(f"{wanted}%")).limit(6))]
-    if not found:
-        raise NotFound(f"no case matches {ref!r}", case=ref)
-    if len(found) > 1:
-        names = ", ".join(str(case_id)[:13] for case_id in found[:5])
-        raise InvalidRequest(f"{ref!r} matches several cases ({names}…): give more digits")
-    return UUID(str(found[0]))
 
 
 def export_case(engine: Engine, case_id: UUID) -> str:

@@ -17,7 +17,7 @@ from core.db.tables import ops_case
 from core.domain.commands import NoteCase, TransitionCase
 from core.errors import InvalidRequest, NotFound
 from core.ops.commands import run_export
-from core.ops.export import export_case, find_case
+from core.ops.export import export_case
 from core.settings import Settings
 from tests.support.cases import APPROVER, PLAN, PLAN_HASH, REQUESTER, E, S, case_in, command, key
 
@@ -87,18 +87,18 @@ def test_a_case_without_plan_or_usage_says_so(service, engine):
 
 def test_a_case_is_found_by_id_or_unambiguous_prefix(service, engine):
     case_id = case_in(service, S.NEW)
-    assert find_case(engine, str(case_id)) == case_id
-    assert find_case(engine, str(case_id)[:8]) == case_id
-    assert find_case(engine, str(case_id)[:8].upper()) == case_id
+    assert service.find_case_id(str(case_id)) == case_id
+    assert service.find_case_id(str(case_id)[:8]) == case_id
+    assert service.find_case_id(str(case_id)[:8].upper()) == case_id
     with pytest.raises(InvalidRequest, match="at least 4"):
-        find_case(engine, "ab")
+        service.find_case_id("ab")
     with pytest.raises(InvalidRequest):
-        find_case(engine, "not-hex!")
+        service.find_case_id("not-hex!")
     with pytest.raises(NotFound):
-        find_case(engine, "ffffffffffff" if not str(case_id).startswith("f") else "000000000000")
+        service.find_case_id("ffffffffffff" if not str(case_id).startswith("f") else "000000000000")
 
 
-def test_an_ambiguous_prefix_is_refused(engine):
+def test_an_ambiguous_prefix_is_refused(service, engine):
     now = datetime.now(UTC)
     with engine.begin() as conn:
         for case_id in ("abcd1234-0000-4000-8000-000000000001",
@@ -107,8 +107,8 @@ def test_an_ambiguous_prefix_is_refused(engine):
                 id=UUID(case_id), tenant="default", title="twin", severity="SEV3",
                 status="NEW", version=0, created_at=now, updated_at=now))
     with pytest.raises(InvalidRequest, match="several cases"):
-        find_case(engine, "abcd")
-    assert find_case(engine, "abcd98") == UUID("abcd9876-0000-4000-8000-000000000002")
+        service.find_case_id("abcd")
+    assert service.find_case_id("abcd98") == UUID("abcd9876-0000-4000-8000-000000000002")
 
 
 def test_the_command_writes_the_file(service, engine, tmp_path):
