@@ -25,7 +25,7 @@ from bot.card import CaseState
 from bot.card_keeper import CardKeeper
 from bot.store import ApprovalRef, SlackStore
 from core.bootstrap import App
-from core.domain.commands import ApprovePlan, OpenCase, RejectPlan
+from core.domain.commands import ApprovePlan, ChatThread, OpenCase, RejectPlan
 from core.domain.fsm import CaseStatus
 from core.errors import InvalidRequest, NotFound
 from core.gateway import ToolCall
@@ -82,12 +82,12 @@ class SlackCases:
         found = self.store.case_of_thread(where.team, where.channel, where.thread_ts)
         if found is not None:
             return found, False
-        self.store.reserve_thread(where.team, where.channel, where.thread_ts)
         call = ToolCall(tool="case.open", args={"thread": where.key}, actor=user,
                         session_id=f"slack:{where.key}", business_key=f"slack-thread:{where.key}")
+        thread = ChatThread(where.team, where.channel, where.thread_ts)
 
         def open_case(_args: Any) -> dict[str, Any]:
-            cmd = OpenCase(title=title, actor=user, correlation_id=correlation_id)
+            cmd = OpenCase(title=title, actor=user, correlation_id=correlation_id, thread=thread)
             return {"case_id": self.cases.open_case(cmd, f"slack-thread:{where.key}")
                     .data()["case_id"]}
 
@@ -95,9 +95,7 @@ class SlackCases:
         if not result.ok:
             raise RuntimeError(f"opening the case of thread {where.key}: {result.status} "
                                f"{result.error}")
-        case_id = UUID(str(result.result["case_id"]))
-        self.store.bind_thread(where.team, where.channel, where.thread_ts, case_id)
-        return case_id, result.status == "ok"
+        return UUID(str(result.result["case_id"])), result.status == "ok"
 
     def converse(self, case_id: UUID, where: SlackThread, text: str, *, user: str,
                  opened: bool, event_id: str) -> str:

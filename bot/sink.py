@@ -1,30 +1,22 @@
 """The Slack ``ChatSink``: the notifier's posts go to the case's thread (``chat.postMessage``) and
 decided plan messages are replaced in place (``chat.update``).
 
-A case opened from Slack is bound to its thread a moment after the case commits; its first facts
-may reach the sink before that, so the sink waits (bounded) while a case is being opened. A case
+A case opened from Slack commits with its thread, so its first facts find the thread; a case
 opened elsewhere (REST, alerts) gets a new thread in ``OPSGATE_INCIDENT_CHANNEL``.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 from uuid import UUID
 
 from slack_sdk import WebClient
 
-from bot.store import SlackStore, Thread
+from bot.store import SlackStore
 from core.chat import Blocks
 
 log = logging.getLogger(__name__)
-
-# How long a post waits for a case being opened to get its thread. Opening is one gateway call
-# and one row, but on a loaded machine (SQLite's single writer, Slack retrying the mention) it
-# has taken over 3 s: waiting too little posts the case's first facts in a second thread.
-BIND_WAIT_S = 15.0
-OPENING_WINDOW_S = 30.0  # a reservation younger than this means "a case is being opened"
 
 
 class SlackChatSink:
@@ -39,7 +31,7 @@ class SlackChatSink:
 
     def post(self, case_id: str, text: str, blocks: Blocks | None = None,
              thread_key: str | None = None) -> dict[str, Any]:
-        thread = self._thread(UUID(case_id))
+        thread = self.store.thread_of_case(UUID(case_id))
         if thread is None:
             return self._start_thread(UUID(case_id), text, blocks)
         reply = self.client.chat_postMessage(channel=thread.channel, thread_ts=thread.thread_ts,
@@ -54,16 +46,6 @@ class SlackChatSink:
         reply = self.client.chat_update(channel=thread.channel, ts=ts, text=text,
                                         blocks=blocks or [])
         return {"ok": True, "ts": reply["ts"], "channel": thread.channel}
-
-    def _thread(self, case_id: UUID) -> Thread | None:
-        deadline = time.monotonic() + BIND_WAIT_S
-        while True:
-            thread = self.store.thread_of_case(case_id)
-            if thread is not None or time.monotonic() >= deadline:
-                return thread
-            if not self.store.opening(OPENING_WINDOW_S):
-                return None
-            time.sleep(0.05)
 
     def _start_thread(self, case_id: UUID, text: str, blocks: Blocks | None) -> dict[str, Any]:
         if not self.incident_channel:

@@ -1,9 +1,9 @@
 """What the Slack front end remembers, durably (migration 0004): Slack events already taken
-(``slack_event``), the thread that holds each case (``slack_thread``) and the approval ids the
-plan messages' buttons carry (``slack_approval``).
+(``slack_event``) and the approval ids the plan messages' buttons carry (``slack_approval``); it
+reads the thread that holds each case (the core's ``chat_thread``, bound as the case opens).
 
-Every write is its own short transaction: a claim or a binding must be visible to other replicas
-as soon as it returns.
+Every write is its own short transaction: a claim or an adopted thread must be visible to other
+replicas as soon as it returns.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 
 from core.db.database import connection, transaction
+from core.db.tables import chat_thread
 
 metadata = MetaData()
 
@@ -49,15 +50,6 @@ slack_event = Table(
     Column("owner", String(32), nullable=False),
     Column("claimed_at", DateTime(timezone=True), nullable=False),
     Column("done_at", DateTime(timezone=True)),
-)
-
-slack_thread = Table(
-    "slack_thread", metadata,
-    Column("team", String(32), primary_key=True),
-    Column("channel", String(32), primary_key=True),
-    Column("thread_ts", String(32), primary_key=True),
-    Column("case_id", Uuid(), unique=True),  # NULL while the case is being opened
-    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
 
 slack_approval = Table(
@@ -84,7 +76,7 @@ class Thread:
     team: str
     channel: str
     thread_ts: str
-    case_id: UUID | None
+    case_id: UUID
 
 
 @dataclass(frozen=True)
@@ -156,30 +148,11 @@ class SlackStore:
 
     # -- threads --------------------------------------------------------------------------
 
-    def reserve_thread(self, team: str, channel: str, thread_ts: str) -> None:
-        """Say that a case is being opened for this thread (before the case exists), so the
-        sink waits for its binding instead of posting the case's first facts elsewhere."""
-        try:
-            with transaction(self.engine) as conn:
-                conn.execute(insert(slack_thread).values(
-                    team=team, channel=channel, thread_ts=thread_ts, created_at=utcnow()))
-        except IntegrityError:
-            pass  # reserved (or bound) before: a retry
-
-    def bind_thread(self, team: str, channel: str, thread_ts: str, case_id: UUID) -> None:
-        with transaction(self.engine) as conn:
-            conn.execute(update(slack_thread)
-                         .where(and_(slack_thread.c.team == team,
-                                     slack_thread.c.channel == channel,
-                                     slack_thread.c.thread_ts == thread_ts,
-                                     slack_thread.c.case_id.is_(None)))
-                         .values(case_id=case_id))
-
     def adopt_thread(self, team: str, channel: str, thread_ts: str, case_id: UUID) -> None:
         """Record a thread the bot started itself for a case opened elsewhere (REST, alerts)."""
         try:
             with transaction(self.engine) as conn:
-                conn.execute(insert(slack_thread).values(
+                conn.execute(insert(chat_thread).values(
                     team=team, channel=channel, thread_ts=thread_ts, case_id=case_id,
                     created_at=utcnow()))
         except IntegrityError:
@@ -187,25 +160,16 @@ class SlackStore:
 
     def case_of_thread(self, team: str, channel: str, thread_ts: str) -> UUID | None:
         with connection(self.engine) as conn:
-            found = conn.execute(select(slack_thread.c.case_id).where(and_(
-                slack_thread.c.team == team, slack_thread.c.channel == channel,
-                slack_thread.c.thread_ts == thread_ts))).scalar_one_or_none()
+            found = conn.execute(select(chat_thread.c.case_id).where(and_(
+                chat_thread.c.team == team, chat_thread.c.channel == channel,
+                chat_thread.c.thread_ts == thread_ts))).scalar_one_or_none()
         return found if isinstance(found, UUID) else None
 
     def thread_of_case(self, case_id: UUID) -> Thread | None:
         with connection(self.engine) as conn:
-            row = conn.execute(select(slack_thread)
-                               .where(slack_thread.c.case_id == case_id)).mappings().first()
+            row = conn.execute(select(chat_thread)
+                               .where(chat_thread.c.case_id == case_id)).mappings().first()
         return None if row is None else _thread(row)
-
-    def opening(self, within_s: float) -> bool:
-        """Whether a case is being opened for some thread right now (reserved, not yet bound)."""
-        since = utcnow() - timedelta(seconds=within_s)
-        with connection(self.engine) as conn:
-            found = conn.execute(select(slack_thread.c.thread_ts).where(and_(
-                slack_thread.c.case_id.is_(None),
-                slack_thread.c.created_at >= since)).limit(1)).first()
-        return found is not None
 
     # -- approvals ------------------------------------------------------------------------
 

@@ -379,6 +379,11 @@ class CaseService:
                "severity": cmd.severity, "status": str(INITIAL_STATUS), "version": 0,
                "created_at": now, "updated_at": now}
         writes.new_case = row
+        if cmd.thread is not None:
+            # Bound with the case, so nothing the case causes (its outbox) finds it threadless.
+            writes.thread = {"team": cmd.thread.team, "channel": cmd.thread.channel,
+                             "thread_ts": cmd.thread.thread_ts, "case_id": case_id,
+                             "created_at": now}
         writes.timeline = {
             "case_id": case_id, "event": "case_opened", "actor": cmd.actor, "reason": None,
             "correlation_id": correlation_id, "created_at": now,

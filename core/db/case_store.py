@@ -34,6 +34,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from core.db.tables import (
     case_timeline,
+    chat_thread,
     idempotency,
     ops_case,
     outbox,
@@ -180,10 +181,11 @@ class Writes:
     """Every row one request writes, gathered by the service and written once by ``write``.
 
     Rows are plain mappings keyed by column name; ``write`` keeps the contract's order: new
-    case, plan, approval, case move, timeline, outbox, reply.
+    case, its chat thread, plan, approval, case move, timeline, outbox, reply.
     """
 
     new_case: Mapping[str, Any] | None = None
+    thread: Mapping[str, Any] | None = None
     plan: Mapping[str, Any] | None = None
     approval: Mapping[str, Any] | None = None
     moved_case: Mapping[str, Any] | None = None
@@ -194,7 +196,7 @@ class Writes:
     def parts(self) -> list[tuple[tuple[str, int], dict[str, Any]]]:
         """Each table's share of the writes, in order: ((part, rows), bound parameters)."""
         found: list[tuple[tuple[str, int], dict[str, Any]]] = []
-        for part in ("new_case", "plan", "approval", "moved_case", "timeline"):
+        for part in ("new_case", "thread", "plan", "approval", "moved_case", "timeline"):
             row = getattr(self, part)
             if row is not None:
                 found.append(((part, 1), {f"{part}_{c}": row[c] for c in _COLUMNS[part]}))
@@ -215,6 +217,7 @@ class Writes:
 _COLUMNS: dict[str, tuple[str, ...]] = {
     "new_case": ("id", "tenant", "title", "severity", "status", "version", "created_at",
                  "updated_at"),
+    "thread": ("team", "channel", "thread_ts", "case_id", "created_at"),
     "plan": ("id", "case_id", "case_version", "plan_hash", "plan", "proposed_by"),
     "approval": ("id", "case_id", "plan_id", "plan_hash", "decision"),
     "moved_case": ("id", "status", "version", "updated_at"),
@@ -222,8 +225,8 @@ _COLUMNS: dict[str, tuple[str, ...]] = {
     "reply": ("key", "fingerprint", "status", "body"),
 }
 _TABLES: dict[str, Table] = {
-    "new_case": ops_case, "plan": plan_proposed, "approval": plan_approved,
-    "timeline": case_timeline, "reply": idempotency,
+    "new_case": ops_case, "thread": chat_thread, "plan": plan_proposed,
+    "approval": plan_approved, "timeline": case_timeline, "reply": idempotency,
 }
 _STATEMENTS: dict[tuple[object, ...], Insert | Update] = {}
 

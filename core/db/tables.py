@@ -231,3 +231,13 @@ alert_seen = Table(  # migration 0009: each alert (fingerprint + startsAt) of a 
     _now(),  # first seen
     Index("ix_alert_seen_recurrence", "group_key_hash", "recurrence"),
 )
+
+chat_thread = Table(  # migration 0011: the chat thread of a case, bound as the case opens
+    "chat_thread",
+    metadata,
+    Column("team", String(32), primary_key=True),
+    Column("channel", String(32), primary_key=True),
+    Column("thread_ts", String(32), primary_key=True),
+    Column("case_id", Uuid(), ForeignKey("ops_case.id"), nullable=False, unique=True),
+    _now(),
+)

@@ -26,6 +26,16 @@ class Fence:
 
 
 @dataclass(frozen=True)
+class ChatThread:
+    """A chat thread a case is opened from (Slack: the workspace, the channel and the thread's
+    root message); it becomes the case's thread in the transaction that opens the case."""
+
+    team: str
+    channel: str
+    thread_ts: str
+
+
+@dataclass(frozen=True)
 class OpenCase:
     title: str
     actor: str
@@ -33,11 +43,13 @@ class OpenCase:
     tenant: str | None = None
     correlation_id: str | None = None
     attribution: Attribution = field(default_factory=dict)
+    thread: ChatThread | None = None
 
     def intent(self) -> dict[str, Any]:
         """What identifies the request for idempotency (not transport metadata)."""
+        thread = {} if self.thread is None else {"thread": asdict(self.thread)}
         return {"op": "open_case", "title": self.title, "actor": self.actor,
-                "severity": self.severity, "tenant": self.tenant, **_attributed(self)}
+                "severity": self.severity, "tenant": self.tenant, **_attributed(self), **thread}
 
 
 @dataclass(frozen=True)

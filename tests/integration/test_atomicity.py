@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from uuid import uuid4
 
 import pytest
 from sqlalchemy import Engine, event
 
-from core.domain.commands import OpenCase
+from core.domain.commands import ChatThread, OpenCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.service import CaseService, Reply
 from tests.support.cases import case_in, command, key, snapshot
@@ -54,6 +55,7 @@ def failing_after(engine: Engine, n: int) -> Iterator[None]:
 
 SCENARIOS: dict[str, CaseStatus | None] = {
     "open_case": None,
+    "open_case_in_thread": None,
     "plan_ready": S.PLANNING,
     "gate_approved": S.WAIT_GATE,
     "guard_refusal": S.PLANNING,
@@ -63,6 +65,9 @@ SCENARIOS: dict[str, CaseStatus | None] = {
 def _write_for(name: str, service: CaseService, case_id) -> Callable[[str], Reply]:
     if name == "open_case":
         return lambda k: service.open_case(OpenCase("db down", "pager"), k)
+    if name == "open_case_in_thread":
+        thread = ChatThread("T1", "C1", f"{uuid4().int % 10**10}.000100")
+        return lambda k: service.open_case(OpenCase("db down", "U1", thread=thread), k)
     if name == "plan_ready":
         return lambda k: service.transition(command(case_id, E.PLAN_READY), k)
     if name == "gate_approved":

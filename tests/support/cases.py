@@ -10,6 +10,7 @@ from sqlalchemy import Engine, func, select
 
 from core.db.tables import (
     case_timeline,
+    chat_thread,
     idempotency,
     ops_case,
     outbox,
@@ -91,8 +92,8 @@ def snapshot(engine: Engine, case_id: UUID | None = None) -> dict[str, Any]:
     with engine.connect() as conn:
         counts = {
             table.name: conn.execute(select(func.count()).select_from(table)).scalar_one()
-            for table in (ops_case, case_timeline, outbox, idempotency, plan_proposed,
-                          plan_approved, session_fence)
+            for table in (ops_case, chat_thread, case_timeline, outbox, idempotency,
+                          plan_proposed, plan_approved, session_fence)
         }
         if case_id is not None:
             row = conn.execute(select(ops_case).where(ops_case.c.id == case_id)).mappings().one()
