@@ -219,12 +219,6 @@ class SlackCases:
 
     def may_reject(self, ref: ApprovalRef, user: str) -> bool:
         """Whether the core would accept ``user``'s no to ``ref`` now (asked before the modal
-        opens, so nobody types a reason only to be refused)."""
-        case = self.cases.get_case(ref.case_id)
-        latest = self.cases.proposed_plan(ref.case_id)
-        if case["status"] != CaseStatus.WAIT_GATE or case["version"] != ref.case_version or \
-                latest is None or latest["plan_hash"] != ref.plan_hash:
-            return False
-        refusal = self.cases.policy.refusal(user, str(latest["proposed_by"]), latest["plan"])
-        return refusal is None
-
+        opens, so nobody types a reason only to be refused): the gate's answer, not the bot's."""
+        return self.cases.may_reject(ref.case_id, ref.plan_hash, user,
+                                     expected_version=ref.case_version)

@@ -34,7 +34,7 @@ from core.domain.commands import (
 from core.domain.fsm import INITIAL_STATUS, CaseEvent, CaseStatus, Refused, decide
 from core.domain.messages import Message, MoveContext, Topic, messages_for, opened_message
 from core.domain.plans import canonical_json, plan_hash, plan_problems
-from core.domain.policy import Approval, ApprovalPolicy, Pending, Satisfied
+from core.domain.policy import ApprovalPolicy, Satisfied
 from core.domain.policy import Refused as PolicyRefused
 from core.errors import (
     ApprovalRefused,
@@ -48,7 +48,7 @@ from core.errors import (
     VersionConflict,
     error_from_body,
 )
-from core.gate import approval_state, decision_row, expiry_of, recorded_approvals, waited_plan
+from core.gate import Gate, Ruling, waited_plan
 from core.messaging import inbox
 from core.metrics import count_write
 from core.tracing import current as current_correlation_id
@@ -161,6 +161,12 @@ class CaseService:
         # The default lets anyone but the requester approve: bootstrap passes the configured one.
         self.policy = policy or ApprovalPolicy()
 
+    @property
+    def gate(self) -> Gate:
+        """The gate, judged by this service's policy and stamped by its clock (both read at each
+        decision: tests move the clock)."""
+        return Gate(self.policy, self.clock)
+
     # -- writes ---------------------------------------------------------------------------
 
     def open_case(self, cmd: OpenCase, key: str) -> Reply:
@@ -271,6 +277,17 @@ class CaseService:
             if meta.get("outcome") == "accepted" and meta.get("to") == CaseStatus.PLANNING:
                 round_ = int(meta.get("version", 0))
         return round_
+
+    def may_reject(self, case_id: UUID, plan_hash: str, person: str, *,
+                   expected_version: int | None = None) -> bool:
+        """Whether ``person``'s no to the plan ``plan_hash`` would be taken now, by the gate's
+        own rules (a front end asks before it asks for a reason)."""
+        with self._connection() as conn:
+            case = store.read_case(conn, case_id)
+            if case is None:
+                raise NotFound(f"no case {case_id}", case_id=str(case_id))
+            return self.gate.may_reject(conn, case, plan_hash, person,
+                                        expected_version=expected_version)
 
     def list_cases(self, status: CaseStatus | None = None, limit: int = 50) -> list[dict[str, Any]]:
         with self._connection() as conn:
@@ -419,7 +436,7 @@ class CaseService:
         return {**case_view(case), "note": cmd.event}
 
     def _move(self, conn: Connection, case: Row | None, cmd: TransitionCase,
-              writes: store.Writes) -> dict[str, Any]:
+              writes: store.Writes, ruling: Ruling | None = None) -> dict[str, Any]:
         assert case is not None, "a transition always runs on a locked case"
         status, version = CaseStatus(case["status"]), int(case["version"])
         if cmd.expected_version is not None and cmd.expected_version != version:
@@ -432,7 +449,7 @@ class CaseService:
                                              event=str(cmd.event)))
         now, correlation_id = self.clock(), correlation_of(cmd.correlation_id)
         try:
-            digest = self._guard(conn, case, cmd, version + 1, writes)
+            digest = self._guard(conn, case, cmd, version + 1, writes, ruling)
         except GuardFailed as refused:
             raise _Refusal(refused, self._timeline_row(
                 cmd, now, correlation_id, outcome="refused", source=status, target=None,
@@ -452,12 +469,12 @@ class CaseService:
         return view if digest is None else {**view, "plan_hash": digest}
 
     def _guard(self, conn: Connection, case: Row, cmd: TransitionCase, next_version: int,
-               writes: store.Writes) -> str | None:
+               writes: store.Writes, ruling: Ruling | None) -> str | None:
         """Run the event's guard; record what it admits. Returns the plan hash it concerns."""
         if cmd.event is CaseEvent.PLAN_READY:
             return self._admit_plan(conn, cmd, next_version, writes)
         if cmd.event is CaseEvent.GATE_APPROVED:
-            return self._admit_approval(conn, cmd, writes)
+            return self._admit_approval(conn, cmd, writes, ruling)
         if cmd.event is CaseEvent.GATE_REJECTED:
             return self._admit_rejection(conn, cmd, writes)
         if cmd.event is CaseEvent.GATE_EXPIRED:
@@ -483,51 +500,30 @@ class CaseService:
                        "proposed_by": cmd.requester or cmd.actor}
         return digest
 
-    def _admit_approval(self, conn: Connection, cmd: TransitionCase,
-                        writes: store.Writes) -> str:
-        """gate_approved only when the policy is satisfied by the approvals recorded for the
-        plan plus this one (``writes.approval``: approve_plan's, or the actor's own yes)."""
-        plan = waited_plan(conn, cmd.case_id, cmd.plan_hash)
-        approvals = recorded_approvals(conn, plan)
-        if writes.approval is None and cmd.actor not in {a.approver for a in approvals}:
-            writes.approval = decision_row(plan, cmd.actor, "approved", self.clock())
-        if writes.approval is not None:
-            approvals.append(Approval(writes.approval["decision"]["approver"],
-                                      str(plan["plan_hash"])))
-        verdict = self.policy.evaluate(plan["plan"], str(plan["proposed_by"]), approvals)
-        if isinstance(verdict, PolicyRefused):
-            raise ApprovalRefused(verdict.reason, problems=[f"approver: {verdict.reason}"])
-        if isinstance(verdict, Pending):
-            raise GuardFailed(f"the approvals do not satisfy the policy yet: {verdict.reason}",
-                              problems=[f"approvals: {verdict.needs} more distinct approver(s) "
-                                        "needed"])
-        return str(plan["plan_hash"])
+    def _admit_approval(self, conn: Connection, cmd: TransitionCase, writes: store.Writes,
+                        ruling: Ruling | None) -> str:
+        """gate_approved only when the gate is decided: by the ruling ``approve_plan`` already
+        made on this click, else (a raw gate_approved) by the gate's ruling on the actor's yes."""
+        if ruling is None:
+            plan = waited_plan(conn, cmd.case_id, cmd.plan_hash)
+            ruling = self.gate.approval(conn, plan, cmd.actor)
+        digest = ruling.admitted()
+        writes.approval = ruling.approval
+        return digest
 
     def _admit_rejection(self, conn: Connection, cmd: TransitionCase,
                          writes: store.Writes) -> str:
-        """gate_rejected only by someone the policy lets decide the plan; recorded as a no."""
+        """gate_rejected only by someone the gate lets decide the plan; recorded as a no."""
         plan = waited_plan(conn, cmd.case_id, cmd.plan_hash, hash_required=False)
-        refused = self.policy.refusal(cmd.actor, str(plan["proposed_by"]), plan["plan"])
-        if refused is not None:
-            raise ApprovalRefused(refused, problems=[f"approver: {refused}"])
-        writes.approval = decision_row(plan, cmd.actor, "rejected", self.clock(), cmd.reason)
+        writes.approval = self.gate.rejection(plan, cmd.actor, cmd.reason)
         return str(plan["plan_hash"])
 
     def _admit_expiry(self, conn: Connection, case: Row, cmd: TransitionCase,
                       writes: store.Writes) -> str:
-        """gate_expired only for the plan the case waits on (by hash), once it has waited the
-        policy's approval TTL since it reached the gate; recorded as the plan's expiry."""
+        """gate_expired only for the plan the case waits on (by hash), once the gate says its
+        approval expired; recorded as the plan's expiry."""
         plan = waited_plan(conn, cmd.case_id, cmd.plan_hash)
-        due = self.policy.approval_expires_at(store.as_utc(case["updated_at"]))
-        now = self.clock()
-        if now < due:
-            raise GuardFailed(
-                f"the plan's approval expires at {due:%Y-%m-%d %H:%M:%S} UTC, "
-                f"{self.policy.describe_ttl()} after it reached the gate; not before",
-                problems=[f"expires_at: {due.isoformat()}"])
-        writes.approval = decision_row(plan, cmd.actor, "expired", now,
-                                       cmd.reason or f"approval expired after "
-                                                     f"{self.policy.describe_ttl()}")
+        writes.approval = self.gate.expiry(case, plan, cmd.actor, cmd.reason)
         return str(plan["plan_hash"])
 
     # -- the gate -------------------------------------------------------------------------
@@ -536,12 +532,8 @@ class CaseService:
                  writes: store.Writes) -> dict[str, Any]:
         assert case is not None, "an approval always concerns a locked case"
         plan = self._gate_plan(conn, case, cmd, "plan_approval")
-        digest, requester = str(plan["plan_hash"]), str(plan["proposed_by"])
-        approvals = recorded_approvals(conn, plan)
-        fresh = cmd.approver not in {a.approver for a in approvals}
-        if fresh:
-            approvals.append(Approval(cmd.approver, digest))
-        verdict = self.policy.evaluate(plan["plan"], requester, approvals)
+        ruling = self.gate.approval(conn, plan, cmd.approver)
+        verdict, digest = ruling.verdict, ruling.plan_hash
         if isinstance(verdict, PolicyRefused):
             raise _Refusal(ApprovalRefused(verdict.reason, approver=cmd.approver),
                            self._gate_row(case, "plan_approval", cmd.approver, verdict.reason,
@@ -549,18 +541,16 @@ class CaseService:
                                           extra={"plan_hash": digest,
                                                  "problems": [f"approver: {verdict.reason}"],
                                                  **cmd.attribution}))
-        if fresh:
-            writes.approval = decision_row(plan, cmd.approver, "approved", self.clock())
-        state = approval_state(verdict, recorded=fresh)
         if isinstance(verdict, Satisfied):
             move = TransitionCase(cmd.case_id, CaseEvent.GATE_APPROVED, actor=cmd.approver,
                                   reason=verdict.reason, correlation_id=cmd.correlation_id,
                                   plan_hash=digest, meta={"approvers": list(verdict.approvers)},
                                   attribution=cmd.attribution)
-            return {**self._move(conn, case, move, writes), "approval": state}
-        if fresh:
-            self._record_pending(case, cmd, digest, state, writes)
-        return {**case_view(case), "plan_hash": digest, "approval": state}
+            return {**self._move(conn, case, move, writes, ruling), "approval": ruling.state()}
+        writes.approval = ruling.approval
+        if ruling.approval is not None:
+            self._record_pending(case, cmd, digest, ruling.state(), writes)
+        return {**case_view(case), "plan_hash": digest, "approval": ruling.state()}
 
     def _record_pending(self, case: Row, cmd: ApprovePlan, digest: str, state: dict[str, Any],
                         writes: store.Writes) -> None:
@@ -585,31 +575,19 @@ class CaseService:
 
     def _gate_plan(self, conn: Connection, case: Row, cmd: ApprovePlan | RejectPlan,
                    event: str) -> Row:
-        """The plan the case waits on, which ``cmd`` must name; refusals explain themselves."""
-        status, version = CaseStatus(case["status"]), int(case["version"])
-        if status is not CaseStatus.WAIT_GATE:
-            latest = store.latest_plan(conn, cmd.case_id)
-            decided = latest is not None and latest["plan_hash"] == cmd.plan_hash
-            expired = expiry_of(conn, latest) if decided and latest is not None else None
-            why = ("this plan was already decided" if decided
-                   else "this decision is for an older plan")
-            if expired is not None:
-                why = f"{expired} — ask the agent for a fresh plan"
-            raise _Refusal(IllegalTransition(f"the case is {status}, not waiting at the gate: "
-                                             f"{why}", status=str(status), event=event))
-        if cmd.expected_version is not None and cmd.expected_version != version:
-            raise _Refusal(VersionConflict(
-                f"case is at version {version}, not {cmd.expected_version}: the decision was "
-                "made on an outdated view", expected_version=cmd.expected_version,
-                version=version))
+        """The plan the case waits on, which ``cmd`` must name (the gate decides); refusals
+        explain themselves, and one that concerns the plan leaves an audit row."""
         try:
-            return waited_plan(conn, cmd.case_id, cmd.plan_hash)
+            return self.gate.waiting(conn, case, cmd.plan_hash,
+                                     expected_version=cmd.expected_version, event=event)
         except GuardFailed as refused:
             raise _Refusal(refused, self._gate_row(
                 case, event, cmd.approver, refused.message, cmd.correlation_id,
                 outcome="refused", extra={"problems": refused.details.get("problems", []),
                                           **cmd.attribution},
             )) from None
+        except OpsgateError as refused:  # outside the gate, or an outdated view: nothing to audit
+            raise _Refusal(refused) from None
 
     def _gate_row(self, case: Row, event: str, actor: str, reason: str,
                   correlation_id: str | None, *, outcome: str,

@@ -37,7 +37,7 @@ from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.plans import PlanStep, parsed_or_none
 from core.domain.policy import AUTO_APPROVER
 from core.errors import IllegalTransition, KeyReuse, Unavailable, Unprocessable
-from core.gate import approval_state, recorded_approvals
+from core.gate import approval_state
 from core.gateway import CallStatus, ToolCall, session_of
 from core.service import CaseService, Reply
 from core.steps.adapters import adapters_from_settings
@@ -179,16 +179,17 @@ class Stages:
         why the plan does not approve itself, and where people approve."""
         assert run.plan is not None
         assert run.plan_hash is not None
+        gate = self.cases.gate
         with connection(self.app.engine) as conn:
             plan = store.plan_by_hash(conn, run.case_id, run.plan_hash)
             assert plan is not None
-            approvals = recorded_approvals(conn, plan)
-        policy, requester = self.cases.policy, str(plan["proposed_by"])
-        state = approval_state(policy.evaluate(run.plan, requester, approvals), recorded=False)
+            verdict = gate.standing(conn, plan)
+        state = approval_state(verdict, recorded=False)
         del state["recorded"]  # nobody decided here
-        return {**state, "requester": requester, "eligible": policy.describe_approvers(),
-                "automatic": policy.refusal(AUTO_APPROVER, requester, run.plan), "waiting":
-                waiting, "use": f"POST /case/{run.case_id}/approve"}
+        return {**state, "requester": str(plan["proposed_by"]),
+                "eligible": gate.policy.describe_approvers(),
+                "automatic": gate.refusal(plan, AUTO_APPROVER), "waiting": waiting,
+                "use": f"POST /case/{run.case_id}/approve"}
 
     # -- the execution -----------------------------------------------------------------------
 

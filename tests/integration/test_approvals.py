@@ -7,7 +7,7 @@ import json
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
 from sqlalchemy import Engine, select
@@ -18,6 +18,7 @@ from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic
 from core.domain.plans import plan_hash
 from core.domain.policy import AUTO_APPROVER, ApprovalPolicy
+from core.errors import NotFound
 from core.service import CaseService, Reply
 from tests.support.cases import PLAN, REQUESTER, command, key, open_case, snapshot
 
@@ -216,6 +217,21 @@ def test_a_re_proposed_plan_starts_without_the_old_proposals_approvals(service, 
     assert (again["status"], again["approval"]["approvers"]) == ("WAIT_GATE", ["dave"])
 
 
+def test_one_click_evaluates_the_policy_once(engine):
+    judged: list[str] = []
+
+    class Counting(ApprovalPolicy):
+        def evaluate(self, plan: Any, requester: str, approvals: Any) -> Any:
+            judged.append(requester)
+            return super().evaluate(plan, requester, approvals)
+
+    service = CaseService(engine, policy=Counting())
+    case_id = waiting(service)
+    judged.clear()
+    assert approve(service, case_id, "bob").data()["status"] == "EXECUTING"
+    assert judged == [REQUESTER]
+
+
 # -- rejection ---------------------------------------------------------------------------------
 
 
@@ -249,6 +265,23 @@ def test_a_rejection_needs_a_reason_and_the_current_plan(service):
     assert error(blank)[:2] == (422, "invalid_request")
     stale = service.reject_plan(RejectPlan(case_id, "0" * 64, "bob", "no"), key())
     assert error(stale)[:2] == (422, "stale_plan")
+
+
+def test_may_reject_asks_the_checks_reject_plan_makes_and_writes_nothing(engine):
+    service = CaseService(engine, policy=ApprovalPolicy(approvers=frozenset({"U1", REQUESTER})))
+    case_id = waiting(service)
+    digest = plan_hash(PLAN)
+    before = snapshot(engine, case_id)
+    assert service.may_reject(case_id, digest, "U1", expected_version=3)
+    assert not service.may_reject(case_id, digest, REQUESTER, expected_version=3)
+    assert not service.may_reject(case_id, digest, "U9", expected_version=3)
+    assert not service.may_reject(case_id, digest, "U1", expected_version=2)
+    assert not service.may_reject(case_id, "0" * 64, "U1")
+    assert snapshot(engine, case_id) == before
+    service.reject_plan(RejectPlan(case_id, digest, "U1", "not now"), key()).data()
+    assert not service.may_reject(case_id, digest, "U1")
+    with pytest.raises(NotFound):
+        service.may_reject(uuid4(), digest, "U1")
 
 
 # -- the raw gate_approved transition cannot skip the policy -----------------------------------
