@@ -1,1 +1,2 @@
-"""Delivery of outbox messages: the relay, the bus (Redis Streams or in-process) and the inbox."""
+"""Delivery of outbox messages: the outbox queries, the relay, the bus (Redis Streams or
+in-process), the inbox, and the supervisor that keeps the relay and consumer threads running."""
