@@ -14,6 +14,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 from sqlalchemy import Engine
 
+from core.clock import Clock, utcnow
 from core.gateway.gateway import Gateway
 from core.gateway.keys import (
     args_hash,
@@ -85,17 +86,19 @@ def redis_client(url: str, timeout_s: float = 0.5) -> redis.Redis:
     )
 
 
-def build_gateway(settings: Settings, engine: Engine, redis: redis.Redis | None = None) -> Gateway:
+def build_gateway(settings: Settings, engine: Engine, redis: redis.Redis | None = None, *,
+                  clock: Clock = utcnow) -> Gateway:
     """The gateway for ``settings``: with ``redis`` (or ``settings.redis_url``) Redis is the fast
-    path in front of the ledger; without, the ledger alone is the claim store."""
+    path in front of the ledger; without, the ledger alone is the claim store. The ledger's
+    claims and the SQL session locks expire by ``clock``; Redis' keys by Redis' own."""
     client = redis
     if client is None and settings.redis_url:
         client = redis_client(settings.redis_url, settings.gateway_redis_timeout_s)
     prefix, lease_s = settings.gateway_key_prefix, settings.gateway_lease_s
     locks: SessionLock = (
-        SqlSessionLock(engine, lease_s=lease_s) if client is None
+        SqlSessionLock(engine, lease_s=lease_s, clock=clock) if client is None
         else RedisSessionLock(client, engine, prefix=prefix, lease_s=lease_s)
     )
     claims = None if client is None else RedisClaimStore(client, prefix)
-    return Gateway(Ledger(engine), claims, locks=locks, lease_s=lease_s,
+    return Gateway(Ledger(engine, clock=clock), claims, locks=locks, lease_s=lease_s,
                    result_ttl_s=settings.gateway_result_ttl_s)

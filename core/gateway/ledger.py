@@ -9,10 +9,9 @@ lease is a call that may have run without its result being stored: it is reporte
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -20,18 +19,13 @@ from sqlalchemy import Connection, Engine, RowMapping, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from core.clock import Clock, utcnow
 from core.db import case_store
 from core.db.database import connection, transaction
 from core.db.tables import tool_call_ledger as ledger_table
 from core.errors import Unavailable
 from core.gateway.model import Outcome, ToolCall
 from core.tracing import current as current_correlation_id
-
-Clock = Callable[[], datetime]
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class LedgerState(StrEnum):

@@ -2,8 +2,10 @@
 token. Each acquisition issues a new fence token from the database, so a run that lost its lock
 (lease expired, someone else acquired) is refused by the core when it writes with its old fence.
 
-Redis: SET NX PX, released and renewed by compare-and-set on the owner. Without Redis: the
-``session_lock`` table, with conditional UPDATEs, in the same transaction that issues the fence.
+Redis: SET NX PX, released and renewed by compare-and-set on the owner; the lease runs on
+Redis' own clock (one clock for every process, whatever their hosts' clocks say). Without
+Redis: the ``session_lock`` table, with conditional UPDATEs, in the same transaction that issues
+the fence; its lease runs on the injected clock.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Protocol
 
 import redis
@@ -21,6 +23,7 @@ from sqlalchemy import Connection, Engine, delete, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from core.clock import Clock, utcnow
 from core.db import case_store
 from core.db.database import transaction
 from core.db.tables import session_lock as lock_table
@@ -119,15 +122,16 @@ class RedisSessionLock:
 class SqlSessionLock:
     """The lock as a ``session_lock`` row; acquired and fenced in one transaction."""
 
-    def __init__(self, engine: Engine, *, lease_s: float = 30.0) -> None:
+    def __init__(self, engine: Engine, *, lease_s: float = 30.0, clock: Clock = utcnow) -> None:
         self.engine = engine
         self.lease = timedelta(seconds=lease_s)
+        self.clock = clock
 
     def acquire(self, session_id: str, *, wait_s: float = 0.0) -> SessionRun | None:
         return _poll(lambda: self._try(session_id), wait_s)
 
     def _try(self, session_id: str) -> SessionRun | None:
-        owner, now = uuid.uuid4().hex, datetime.now(UTC)
+        owner, now = uuid.uuid4().hex, self.clock()
         with transaction(self.engine, "the session lock") as conn:
             if not self._take(conn, session_id, owner, now):
                 return None
@@ -155,7 +159,7 @@ class SqlSessionLock:
         statement = (
             update(lock_table)
             .where(lock_table.c.session_id == run.session_id, lock_table.c.owner == run.owner)
-            .values(lease_until=datetime.now(UTC) + self.lease)
+            .values(lease_until=self.clock() + self.lease)
         )
         with transaction(self.engine, "the session lock") as conn:
             return conn.execute(statement).rowcount == 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -24,6 +24,7 @@ from core.db.tables import case_timeline, outbox
 from core.domain.plans import plan_hash
 from core.stages import Stages
 from tests.integration.test_api import assert_error, bearer, data, new_key, rows
+from tests.support.clock import Clock
 from tests.support.plan_runs import (
     counting_script,
     executing_case,
@@ -35,16 +36,6 @@ from tests.support.plan_runs import (
 
 NOOP_STEP = {"action": "noop", "params": {}, "timeout_s": 10, "retry": 0}
 WINDOW = {"metric": "error_rate", "below": 0.01, "for_s": 60}  # static error_rate is 0.001
-
-
-class Clock:
-    """The case service's clock (and so the verifier's), moved by the test."""
-
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -21,6 +21,7 @@ from core.domain.policy import AUTO_APPROVER, ApprovalPolicy
 from core.errors import NotFound
 from core.service import CaseService, Reply
 from tests.support.cases import PLAN, REQUESTER, command, key, open_case, snapshot
+from tests.support.clock import Clock
 
 E, S = CaseEvent, CaseStatus
 
@@ -313,16 +314,6 @@ def test_a_raw_gate_rejected_is_held_to_the_approver_rules(service):
 
 
 # -- the approval's expiry ---------------------------------------------------------------------
-
-
-class Clock:
-    """A clock the test moves: the service stamps and judges by it."""
-
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 def test_a_raw_gate_expired_waits_for_the_ttl_and_names_the_plan(engine):

@@ -4,10 +4,10 @@ owner's record (Redis and ledger), and its writes with the old fence are refused
 from __future__ import annotations
 
 import threading
-import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -36,6 +36,7 @@ from core.gateway import (
 )
 from core.gateway.ledger import Intent
 from core.service import CaseService
+from tests.support.clock import Clock, let_redis_time_pass
 
 
 def intent(owner: str, *, lease_s: float = 0.5, idempotent: bool = True,
@@ -51,7 +52,7 @@ def test_redis_a_zombie_cannot_complete_or_release_the_new_owners_claim(
         redis_client: redis.Redis, redis_prefix: str) -> None:
     store = RedisClaimStore(redis_client, redis_prefix)
     assert store.claim_or_replay("k", "h", "zombie", 100).outcome == "claimed"
-    time.sleep(0.15)
+    let_redis_time_pass(redis_client, redis_prefix, 0.15)
     assert store.claim_or_replay("k", "h", "new-owner", 10_000).outcome == "claimed"
     assert store.complete("k", "zombie", '{"result": "zombie"}', 60) is False
     assert store.release("k", "zombie") is False
@@ -79,10 +80,11 @@ def test_redis_a_retried_claim_recognises_its_own_owner_token(
 def test_ledger_a_zombie_cannot_complete_or_release_the_new_owners_claim(engine: Engine) -> None:
     from core.gateway.model import Outcome
 
-    ledger = Ledger(engine)
+    clock = Clock()
+    ledger = Ledger(engine, clock=clock)
     assert ledger.claim(intent("zombie")).outcome == "claimed"
     assert ledger.claim(intent("new-owner")).outcome == "in_progress"
-    time.sleep(0.6)
+    clock.advance(0.6)
     reclaimed = ledger.claim(intent("new-owner", lease_s=10))
     assert (reclaimed.outcome, reclaimed.attempts) == ("claimed", 2)
     assert ledger.complete(intent("x").key, "zombie", Outcome(result="zombie")) is False
@@ -97,9 +99,10 @@ def test_ledger_a_zombie_cannot_complete_or_release_the_new_owners_claim(engine:
 
 
 def test_ledger_an_expired_non_idempotent_claim_needs_reconciliation(engine: Engine) -> None:
-    ledger = Ledger(engine)
+    clock = Clock()
+    ledger = Ledger(engine, clock=clock)
     assert ledger.claim(intent("first", idempotent=False)).outcome == "claimed"
-    time.sleep(0.6)
+    clock.advance(0.6)
     assert ledger.claim(intent("second", idempotent=False)).outcome == "needs_reconciliation"
     assert [e.owner for e in ledger.stuck()] == ["first"]
 
@@ -107,11 +110,11 @@ def test_ledger_an_expired_non_idempotent_claim_needs_reconciliation(engine: Eng
 @pytest.mark.parametrize("store", ["ledger", "redis"])
 def test_gateway_a_zombie_run_gets_the_new_owners_result(store: str, engine: Engine,
                                                          request: pytest.FixtureRequest) -> None:
-    claims = None
+    claims, clock = None, Clock()
     if store == "redis":
         claims = RedisClaimStore(request.getfixturevalue("redis_client"),
                                  request.getfixturevalue("redis_prefix"))
-    gateway = Gateway(Ledger(engine), claims, lease_s=0.2)
+    gateway = Gateway(Ledger(engine, clock=clock), claims, lease_s=0.2)
     call = ToolCall("exec.step", {"step": 1}, "executor", "case-1")
     zombie_started, new_owner_done = threading.Event(), threading.Event()
 
@@ -124,7 +127,9 @@ def test_gateway_a_zombie_run_gets_the_new_owners_result(store: str, engine: Eng
     with ThreadPoolExecutor(1) as pool:
         late = pool.submit(gateway.run, call, zombie, idempotent=True)
         assert zombie_started.wait(10)
-        time.sleep(0.3)  # the zombie's lease ends while it still runs
+        clock.advance(0.3)  # the zombie's lease ends while it still runs
+        if claims is not None:
+            let_redis_time_pass(claims.client, claims.prefix, 0.3)
         fresh = gateway.run(call, lambda args: {"by": "new owner"}, idempotent=True)
         new_owner_done.set()
         stale = late.result()
@@ -142,21 +147,38 @@ def test_gateway_a_zombie_run_gets_the_new_owners_result(store: str, engine: Eng
 
 # -- fences -------------------------------------------------------------------------------
 
-@pytest.fixture(params=["sql", "redis"])
-def lock_with_lease(request: pytest.FixtureRequest, engine: Engine) -> Callable[[float],
-                                                                                 SessionLock]:
-    def build(lease_s: float) -> SessionLock:
-        if request.param == "sql":
-            return SqlSessionLock(engine, lease_s=lease_s)
-        return RedisSessionLock(request.getfixturevalue("redis_client"), engine,
-                                prefix=request.getfixturevalue("redis_prefix"), lease_s=lease_s)
+@dataclass
+class Leased:
+    """Session locks on one backend with the lease a test picks, and time passing for them: the
+    SQL lock reads the test's clock; Redis keeps the lease on its own (let_redis_time_pass)."""
 
-    return build
+    engine: Engine
+    clock: Clock
+    redis: tuple[redis.Redis, str] | None = None  # the client and this test's key prefix
+
+    def locks(self, lease_s: float) -> SessionLock:
+        if self.redis is None:
+            return SqlSessionLock(self.engine, lease_s=lease_s, clock=self.clock)
+        client, prefix = self.redis
+        return RedisSessionLock(client, self.engine, prefix=prefix, lease_s=lease_s)
+
+    def lapse(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+        if self.redis is not None:
+            let_redis_time_pass(*self.redis, seconds)
+
+
+@pytest.fixture(params=["sql", "redis"])
+def leased(request: pytest.FixtureRequest, engine: Engine) -> Leased:
+    if request.param == "sql":
+        return Leased(engine, Clock())
+    return Leased(engine, Clock(), (request.getfixturevalue("redis_client"),
+                                    request.getfixturevalue("redis_prefix")))
 
 
 @pytest.fixture
-def locks(lock_with_lease: Callable[[float], SessionLock]) -> SessionLock:
-    return lock_with_lease(0.5)
+def locks(leased: Leased) -> SessionLock:
+    return leased.locks(0.5)
 
 
 def rows(engine: Engine) -> tuple[int, int, int]:
@@ -166,14 +188,15 @@ def rows(engine: Engine) -> tuple[int, int, int]:
             for table in (case_timeline, outbox, idempotency))
 
 
-def test_a_run_that_lost_its_lock_is_refused_by_the_core(locks: SessionLock, engine: Engine,
+def test_a_run_that_lost_its_lock_is_refused_by_the_core(locks: SessionLock, leased: Leased,
+                                                         engine: Engine,
                                                          service: CaseService) -> None:
     case_id = service.open_case(OpenCase("db down", "alice"), key="open-1").data()["case_id"]
     session = f"case-{case_id}"
     old = locks.acquire(session)
     assert old is not None
     assert locks.acquire(session) is None  # one run per session
-    time.sleep(0.6)  # the old run stalls past its lease
+    leased.lapse(0.6)  # the old run stalls past its lease
     new = locks.acquire(session)
     assert new is not None and new.fence.token > old.fence.token
     assert locks.release(old) is False  # the zombie cannot drop the new owner's lock
@@ -190,13 +213,13 @@ def test_a_run_that_lost_its_lock_is_refused_by_the_core(locks: SessionLock, eng
     assert locks.acquire(session, wait_s=1.0) is not None
 
 
-def test_the_gateway_refuses_a_stale_fence_and_runs_nothing(locks: SessionLock,
+def test_the_gateway_refuses_a_stale_fence_and_runs_nothing(locks: SessionLock, leased: Leased,
                                                             engine: Engine) -> None:
     gateway = Gateway(Ledger(engine), lease_s=5)
     session = f"case-{uuid.uuid4().hex}"
     old = locks.acquire(session)
     assert old is not None
-    time.sleep(0.6)
+    leased.lapse(0.6)
     new = locks.acquire(session)
     assert new is not None
     ran: list[int] = []
@@ -239,13 +262,12 @@ def test_the_core_refuses_a_stale_fence_before_writing(service: CaseService,
     assert service.transition(never_issued, key="k2").status == 412
 
 
-def test_only_the_owner_renews_or_releases_and_holding_frees_the_lock(
-        lock_with_lease: Callable[[float], SessionLock]) -> None:
-    locks, session = lock_with_lease(1.0), f"case-{uuid.uuid4().hex}"
+def test_only_the_owner_renews_or_releases_and_holding_frees_the_lock(leased: Leased) -> None:
+    locks, session = leased.locks(1.0), f"case-{uuid.uuid4().hex}"
     with holding(locks, session) as run:
-        time.sleep(0.6)
+        leased.lapse(0.6)
         assert locks.renew(run) is True
-        time.sleep(0.6)
+        leased.lapse(0.6)
         assert locks.acquire(session) is None  # renewed at 0.6 s: still held at 1.2 s
         impostor = SessionRun(session, "someone-else", run.fence)
         assert locks.renew(impostor) is False

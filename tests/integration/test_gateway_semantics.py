@@ -25,22 +25,45 @@ from core.gateway import (
     call_key,
     side_effect,
 )
+from tests.support.clock import Clock, let_redis_time_pass
 
 BuildGateway = Callable[..., Gateway]
 
 
 @pytest.fixture(params=["ledger", "redis"])
-def build_gateway(request: pytest.FixtureRequest, engine: Engine) -> BuildGateway:
-    """Gateways on this test's database, with Redis (own key prefix) or without."""
+def claims(request: pytest.FixtureRequest) -> RedisClaimStore | None:
+    """Redis in front of the ledger (own key prefix), or the ledger alone."""
+    if request.param == "ledger":
+        return None
+    return RedisClaimStore(request.getfixturevalue("redis_client"),
+                           request.getfixturevalue("redis_prefix"))
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def build_gateway(claims: RedisClaimStore | None, engine: Engine, clock: Clock) -> BuildGateway:
+    """Gateways on this test's database whose ledger reads the test's clock."""
 
     def build(**options: Any) -> Gateway:
-        claims = None
-        if request.param == "redis":
-            claims = RedisClaimStore(request.getfixturevalue("redis_client"),
-                                     request.getfixturevalue("redis_prefix"))
-        return Gateway(Ledger(engine), claims, **options)
+        return Gateway(Ledger(engine, clock=clock), claims, **options)
 
     return build
+
+
+@pytest.fixture
+def lapse(claims: RedisClaimStore | None, clock: Clock) -> Callable[[float], None]:
+    """Let time pass for the claims: the ledger's clock moves, Redis' keys age as much."""
+
+    def let_pass(seconds: float) -> None:
+        clock.advance(seconds)
+        if claims is not None:
+            let_redis_time_pass(claims.client, claims.prefix, seconds)
+
+    return let_pass
 
 
 @pytest.fixture
@@ -205,7 +228,8 @@ class Crash(BaseException):
     """The process dies: nothing after the executor runs, not even the gateway's handlers."""
 
 
-def test_a_crash_after_the_run_is_reported_not_run_again(build_gateway: BuildGateway) -> None:
+def test_a_crash_after_the_run_is_reported_not_run_again(build_gateway: BuildGateway,
+                                                         lapse: Callable[[float], None]) -> None:
     gateway = build_gateway(lease_s=0.5)
     ran = CountingExecutor()
 
@@ -216,7 +240,7 @@ def test_a_crash_after_the_run_is_reported_not_run_again(build_gateway: BuildGat
     with pytest.raises(Crash):
         gateway.run(order_call(), crash_after_effect)
     assert gateway.run(order_call(), ran).status is CallStatus.IN_PROGRESS  # lease still held
-    time.sleep(0.6)
+    lapse(0.6)
     later = gateway.run(order_call(), ran, wait_s=0.2)
     assert later.status is CallStatus.REFUSED
     assert later.error is not None and later.error["code"] == "needs_reconciliation"
@@ -226,7 +250,8 @@ def test_a_crash_after_the_run_is_reported_not_run_again(build_gateway: BuildGat
         (later.key, "create_order", LedgerState.IN_PROGRESS)]
 
 
-def test_an_idempotent_tool_past_its_lease_may_run_again(build_gateway: BuildGateway) -> None:
+def test_an_idempotent_tool_past_its_lease_may_run_again(build_gateway: BuildGateway,
+                                                         lapse: Callable[[float], None]) -> None:
     gateway = build_gateway(lease_s=0.2)
     ran = CountingExecutor()
 
@@ -236,7 +261,7 @@ def test_an_idempotent_tool_past_its_lease_may_run_again(build_gateway: BuildGat
 
     with pytest.raises(Crash):
         gateway.run(order_call(), crash_after_effect, idempotent=True)
-    time.sleep(0.3)
+    lapse(0.3)
     again = gateway.run(order_call(), ran, idempotent=True)
     assert (again.status, again.attempts) == (CallStatus.OK, 2)
     assert ran.runs == 2

@@ -18,6 +18,7 @@ from core.messaging.relay import OutboxRelay
 from core.ops.readiness import check_relay_lag
 from core.ops.reconcile import Reconciler
 from tests.support.cases import command, key, open_case
+from tests.support.clock import Clock
 
 
 class Collector:
@@ -185,16 +186,6 @@ def test_a_dead_letter_requeued_while_its_row_is_being_published_is_not_lost(sql
     bus2, collector = _bus()
     assert OutboxRelay(engine, bus2).relay_batch() == 1
     assert [e.message_id for e in collector.seen] == [1] and _unpublished(engine) == 0
-
-
-class Clock:
-    """A clock the test moves by hand."""
-
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 def test_a_scheduled_row_waits_until_due_while_due_rows_flow(engine):

@@ -22,6 +22,7 @@ from core.messaging.bus import InProcessBus
 from core.messaging.consumer import ConsumerRunner, Delivery
 from core.messaging.relay import OutboxRelay
 from core.settings import Settings
+from tests.support.clock import Clock
 from tests.support.local_http import Reply, Seen, local_server
 from tests.support.plan_runs import (
     S,
@@ -35,16 +36,6 @@ from tests.support.plan_runs import (
 )
 
 NOOP = [{"action": "noop", "params": {}, "timeout_s": 10, "retry": 0}]
-
-
-class Clock:
-    """The verifier's clock, moved by the test."""
-
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 class Scripted:
