@@ -15,7 +15,7 @@ from core.consumers.planner import case_opener
 from core.consumers.runs import current_run
 from core.domain.commands import NoteCase
 from core.domain.fsm import CaseStatus
-from core.domain.messages import Topic
+from core.domain.messages import CommandPayload, Topic, payload_as
 from core.errors import Unavailable
 from core.messaging.consumer import Delivery
 
@@ -39,7 +39,7 @@ class AgentPlanner:
             app, lock_wait_s=app.settings.gateway_lease_s)
 
     def handle(self, delivery: Delivery) -> None:
-        payload = delivery.envelope.payload
+        payload = payload_as(CommandPayload, delivery.envelope.payload)
         run = current_run(self.app.cases, self.name, payload, CaseStatus.PLANNING,
                           with_plan=False)
         if run is None:

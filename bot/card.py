@@ -18,6 +18,7 @@ from typing import Any
 
 from bot.blocks import Block, Message, section, short_id, who
 from core.chat import PINNED_EVENT
+from core.domain.messages import TransitionPayload
 from core.ops.alert_render import alert_text, escape
 
 Row = Mapping[str, Any]
@@ -301,18 +302,18 @@ def _footer(state: CaseState) -> Block:
 # -- what the thread is told -----------------------------------------------------------------
 
 
-def outcome_post(payload: Mapping[str, Any]) -> str | None:
+def outcome_post(payload: TransitionPayload) -> str | None:
     """The thread post of a move that asks for a human or ends the case (PARKED with why,
     CLOSED); None for every other move (the card shows it)."""
-    to, event = payload.get("to"), payload.get("event")
-    case = f"Case `{short_id(payload.get('case_id'))}`"
+    to, event = payload["to"], payload["event"]
+    case = f"Case `{short_id(payload['case_id'])}`"
     reason = _cut(escape(payload.get("reason") or ""), 1000)
     if to == "CLOSED":
-        return f"✅ {case} is CLOSED: {reason or 'done'} ({event} by {who(payload.get('actor'))})"
+        return f"✅ {case} is CLOSED: {reason or 'done'} ({event} by {who(payload['actor'])})"
     if to != "PARKED":
         return None
     if event == "gate_rejected":
-        why = f"plan rejected by {who(payload.get('actor'))}: {reason}"
+        why = f"plan rejected by {who(payload['actor'])}: {reason}"
     elif event == "exec_failed":
         why = f"the change failed — {reason}"
     elif event == "verify_failed":
@@ -320,7 +321,7 @@ def outcome_post(payload: Mapping[str, Any]) -> str | None:
     elif event == "gate_expired":
         why = f"nobody decided the plan in time ({reason}) — ask the agent for a fresh plan"
     else:
-        why = f"{event} by {who(payload.get('actor'))}" + (f" — {reason}" if reason else "")
+        why = f"{event} by {who(payload['actor'])}" + (f" — {reason}" if reason else "")
     return f"🅿️ {case} is PARKED: {why}. A person decides what happens next."
 
 

@@ -25,7 +25,7 @@ from bot.ids import Action
 from bot.store import SlackStore
 from core.chat import Blocks
 from core.consumers.notifier import Notifier, Payload
-from core.domain.messages import Topic
+from core.domain.messages import Topic, TransitionPayload, payload_as
 from core.gateway import ToolCall, session_of
 from core.messaging.consumer import Delivery
 
@@ -54,9 +54,10 @@ class SlackNotifier(Notifier):
         """What the thread is told: the plan with its buttons, PARKED with why, CLOSED; every
         other fact is on the card only."""
         if topic == Topic.PLAN_PROPOSED:
-            return self._plan_message(payload) or super().message(topic, payload)
+            return (self._plan_message(payload_as(TransitionPayload, payload))
+                    or super().message(topic, payload))
         if topic == Topic.CASE_TRANSITION:
-            text = outcome_post(payload)
+            text = outcome_post(payload_as(TransitionPayload, payload))
             return None if text is None else (text, None)
         return None
 
@@ -68,7 +69,9 @@ class SlackNotifier(Notifier):
             return
         super().handle(delivery)
         if envelope.topic in _DECISIONS:
-            self._update_plan_message(envelope.message_id, envelope.payload)
+            # A decision (a move's fact) or a yes that is not enough: both name the plan.
+            digest = str(envelope.payload.get("plan_hash"))
+            self._update_plan_message(envelope.message_id, case_id, digest)
         self.cards.refresh(case_id)
 
     def _post(self, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -80,7 +83,7 @@ class SlackNotifier(Notifier):
 
     # -- rendering ------------------------------------------------------------------------
 
-    def _plan_message(self, payload: Payload) -> tuple[str, Blocks] | None:
+    def _plan_message(self, payload: TransitionPayload) -> tuple[str, Blocks] | None:
         case_id, digest = UUID(str(payload["case_id"])), str(payload.get("plan_hash"))
         found = self.cases.proposed_plan(case_id, digest)
         if found is None:
@@ -91,8 +94,7 @@ class SlackNotifier(Notifier):
         return plan_message(case, found["plan"], digest, approval_id,
                             str(found["proposed_by"]), self.policy)
 
-    def _update_plan_message(self, message_id: int, payload: Payload) -> None:
-        case_id, digest = UUID(str(payload["case_id"])), str(payload.get("plan_hash"))
+    def _update_plan_message(self, message_id: int, case_id: UUID, digest: str) -> None:
         ref = self.store.approval_of_plan(case_id, digest)
         found = self.cases.proposed_plan(case_id, digest)
         if ref is None or ref.message_ts is None or found is None:

@@ -32,7 +32,15 @@ from core.domain.commands import (
     TransitionCase,
 )
 from core.domain.fsm import INITIAL_STATUS, CaseEvent, CaseStatus, Refused, decide
-from core.domain.messages import Message, MoveContext, Topic, messages_for, opened_message
+from core.domain.messages import (
+    MoveContext,
+    NotePayload,
+    Topic,
+    messages_for,
+    note_message,
+    opened_message,
+    scheduled_message,
+)
 from core.domain.plans import canonical_json, plan_hash, plan_problems
 from core.domain.policy import ApprovalPolicy, Satisfied
 from core.domain.policy import Refused as PolicyRefused
@@ -422,17 +430,15 @@ class CaseService:
         writes.timeline = {"case_id": cmd.case_id, "event": cmd.event, "actor": cmd.actor,
                            "reason": cmd.reason, "correlation_id": correlation_id,
                            "meta": meta, "created_at": self.clock()}
+        note: NotePayload = {"case_id": str(cmd.case_id), "version": case["version"],
+                             "event": cmd.event, "actor": cmd.actor, "reason": cmd.reason,
+                             "correlation_id": correlation_id}
         if cmd.topic is not None:
-            payload = {"case_id": str(cmd.case_id), "version": case["version"],
-                       "event": cmd.event, "actor": cmd.actor, "reason": cmd.reason,
-                       "correlation_id": correlation_id, **cmd.meta}
-            writes.outbox.append(Message(cmd.topic, str(cmd.case_id), payload))
+            writes.outbox.append(note_message(cmd.topic, note, cmd.meta))
         if cmd.schedule is not None:
-            command = {"case_id": str(cmd.case_id), "version": case["version"],
-                       "event": cmd.event, "correlation_id": correlation_id,
-                       **cmd.schedule.payload}
-            writes.outbox.append(Message(cmd.schedule.topic, str(cmd.case_id), command,
-                                         deliver_after=cmd.schedule.deliver_after))
+            writes.outbox.append(scheduled_message(cmd.schedule.topic, note, cmd.event,
+                                                   cmd.schedule.payload,
+                                                   cmd.schedule.deliver_after))
         return {**case_view(case), "note": cmd.event}
 
     def _move(self, conn: Connection, case: Row | None, cmd: TransitionCase,
@@ -559,10 +565,11 @@ class CaseService:
         writes.timeline = self._gate_row(case, "plan_approval", cmd.approver, state["reason"],
                                          cmd.correlation_id, outcome="note",
                                          extra={**facts, **cmd.attribution})
-        payload = {"case_id": str(case["id"]), "version": case["version"],
-                   "event": "plan_approval", "actor": cmd.approver, "reason": state["reason"],
-                   "correlation_id": writes.timeline["correlation_id"], **facts}
-        writes.outbox = [Message(Topic.APPROVAL_RECORDED, str(case["id"]), payload)]
+        note: NotePayload = {"case_id": str(case["id"]), "version": case["version"],
+                             "event": "plan_approval", "actor": cmd.approver,
+                             "reason": state["reason"],
+                             "correlation_id": writes.timeline["correlation_id"]}
+        writes.outbox = [note_message(Topic.APPROVAL_RECORDED, note, facts)]
 
     def _reject(self, conn: Connection, case: Row | None, cmd: RejectPlan,
                 writes: store.Writes) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from core.db import case_store as store
 from core.db.database import connection
 from core.domain.commands import ApprovePlan
 from core.domain.fsm import CaseEvent, CaseStatus
+from core.domain.messages import CommandPayload
 from core.domain.plans import PlanStep, parsed_or_none
 from core.domain.policy import AUTO_APPROVER
 from core.errors import IllegalTransition, KeyReuse, Unavailable, Unprocessable
@@ -144,7 +145,8 @@ class Stages:
         case = self.cases.get_case(case_id)
         run = None
         if case["status"] == expected:
-            command = {"case_id": str(case_id), "version": case["version"]}
+            command: CommandPayload = {"case_id": str(case_id), "version": case["version"],
+                                       "correlation_id": None}
             run = current_run(self.cases, caller.actor, command, expected)
         if run is None:
             return Reply.of_error(IllegalTransition(

@@ -26,7 +26,7 @@ from core.analysis.store import write_findings
 from core.consumers.runs import PlanRun, current_run
 from core.domain.commands import NoteCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
-from core.domain.messages import Topic
+from core.domain.messages import CommandPayload, Topic, payload_as
 from core.errors import Unavailable
 from core.gateway import CallStatus, ToolCall
 from core.library import Library
@@ -59,7 +59,7 @@ class Analyst:
         self.runbooks_dir = app.settings.runbooks_dir
 
     def handle(self, delivery: Delivery) -> None:
-        payload = delivery.envelope.payload
+        payload = payload_as(CommandPayload, delivery.envelope.payload)
         run = current_run(self.cases, self.name, payload, CaseStatus.ANALYZING,
                           with_plan=False)
         if run is None:

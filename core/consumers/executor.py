@@ -15,7 +15,7 @@ from core.consumers.runs import PlanRun, current_run
 from core.consumers.steps import Step, StepResult, StepRunner
 from core.domain.commands import Attribution, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
-from core.domain.messages import Topic
+from core.domain.messages import CommandPayload, Topic, payload_as
 from core.domain.plans import ParsedPlan, parse_plan
 from core.errors import InvalidPlan
 from core.messaging.consumer import Delivery
@@ -55,8 +55,8 @@ class Executor:
                                 lease_s=app.settings.gateway_lease_s)
 
     def handle(self, delivery: Delivery) -> None:
-        run = current_run(self.app.cases, self.name, delivery.envelope.payload,
-                          CaseStatus.EXECUTING)
+        payload = payload_as(CommandPayload, delivery.envelope.payload)
+        run = current_run(self.app.cases, self.name, payload, CaseStatus.EXECUTING)
         if run is None:
             return
         self._finish(run, delivery, execute(run, self.steps))

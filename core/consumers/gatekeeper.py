@@ -19,7 +19,7 @@ from core.consumers.runs import PlanRun, current_run
 from core.db.case_store import as_utc
 from core.domain.commands import ApprovePlan, NoteCase, Scheduled, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
-from core.domain.messages import Topic
+from core.domain.messages import CommandPayload, Topic, payload_as
 from core.domain.policy import AUTO_APPROVER, ApprovalPolicy, PlanLike, plan_risk
 from core.messaging.consumer import Delivery
 
@@ -55,7 +55,7 @@ class Gatekeeper:
         return self.cases.policy
 
     def handle(self, delivery: Delivery) -> None:
-        payload = delivery.envelope.payload
+        payload = payload_as(CommandPayload, delivery.envelope.payload)
         run = current_run(self.cases, self.name, payload, CaseStatus.WAIT_GATE)
         if run is None:
             return  # decided or moved on: a stale evaluation, or a stale expiry check
@@ -86,12 +86,12 @@ class Gatekeeper:
         self.cases.note(note, run.key, inbox_entry=delivery.inbox_entry).data()
 
     def _expire(self, run: PlanRun, delivery: Delivery) -> None:
-        if run.plan is None or run.plan_hash != delivery.envelope.payload.get("plan_hash"):
+        check = payload_as(CommandPayload, delivery.envelope.payload)
+        if run.plan is None or run.plan_hash != check.get("plan_hash"):
             log.warning("gatekeeper: case %s waits on no stored plan %s; no expiry",
-                        run.case_id, delivery.envelope.payload.get("plan_hash"))
+                        run.case_id, check.get("plan_hash"))
             return
-        expire(self.cases, run, delivery.envelope.payload.get("correlation_id"),
-               delivery.inbox_entry)
+        expire(self.cases, run, check.get("correlation_id"), delivery.inbox_entry)
 
 
 def awaiting_approval(cases: CaseService, policy: ApprovalPolicy, run: PlanRun,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from core.consumers.runs import current_run
 from core.domain.commands import TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
-from core.domain.messages import Topic
+from core.domain.messages import CommandPayload, Topic, payload_as
 from core.messaging.consumer import Delivery
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ class Intake:
         self.cases = app.cases
 
     def handle(self, delivery: Delivery) -> None:
-        payload = delivery.envelope.payload
+        payload = payload_as(CommandPayload, delivery.envelope.payload)
         run = current_run(self.cases, self.name, payload, CaseStatus.NEW,
                           with_plan=False)
         if run is None:

@@ -12,7 +12,16 @@ from typing import TYPE_CHECKING, Any
 
 from core.analysis.render import findings_text
 from core.chat import Blocks, ChatSink, RecordingSink
-from core.domain.messages import Topic
+from core.domain.messages import (
+    ApprovalRecordedPayload,
+    AwaitingApprovalPayload,
+    OpenedPayload,
+    StepResultPayload,
+    Topic,
+    TransitionPayload,
+    VerifyWaitingPayload,
+    payload_as,
+)
 from core.gateway import ToolCall, session_of
 from core.messaging.consumer import Delivery
 from core.ops.alert_render import alert_text
@@ -36,58 +45,68 @@ def _short(digest: object) -> str:
     return str(digest or "")[:12]
 
 
-def _opened(p: Payload) -> str:
-    return f"Case opened by {p.get('actor')}: {p.get('title')} ({p.get('severity')})"
+def _opened(raw: Payload) -> str:
+    p = payload_as(OpenedPayload, raw)
+    return f"Case opened by {p['actor']}: {p['title']} ({p['severity']})"
 
 
-def _moved(p: Payload) -> str | None:
-    if p.get("event") in _TOLD_BY_PLAN_EVENTS:
+def _moved(raw: Payload) -> str | None:
+    p = payload_as(TransitionPayload, raw)
+    if p["event"] in _TOLD_BY_PLAN_EVENTS:
         return None
-    line = f"{p.get('from')} → {p.get('to')}: {p.get('event')} by {p.get('actor')}"
+    line = f"{p['from']} → {p['to']}: {p['event']} by {p['actor']}"
     return f"{line} — {p['reason']}" if p.get("reason") else line
 
 
-def _proposed(p: Payload) -> str:
-    return f"Plan {_short(p.get('plan_hash'))} proposed by {p.get('actor')}; waiting at the gate"
+def _proposed(raw: Payload) -> str:
+    p = payload_as(TransitionPayload, raw)
+    return f"Plan {_short(p.get('plan_hash'))} proposed by {p['actor']}; waiting at the gate"
 
 
-def _approval(p: Payload) -> str:
-    return (f"{p.get('actor')} approved plan {_short(p.get('plan_hash'))}; "
-            f"{p.get('needs')} more approval(s) needed")
+def _approval(raw: Payload) -> str:
+    p = payload_as(ApprovalRecordedPayload, raw)
+    return (f"{p['actor']} approved plan {_short(p['plan_hash'])}; "
+            f"{p['needs']} more approval(s) needed")
 
 
-def _awaiting(p: Payload) -> str:
-    return f"Plan {_short(p.get('plan_hash'))}: {p.get('reason')}"
+def _awaiting(raw: Payload) -> str:
+    p = payload_as(AwaitingApprovalPayload, raw)
+    return f"Plan {_short(p['plan_hash'])}: {p['reason']}"
 
 
-def _approved(p: Payload) -> str:
+def _approved(raw: Payload) -> str:
+    p = payload_as(TransitionPayload, raw)
     # The reason names every approver ("approved by bob, carol"); the actor only the last one.
-    how = p.get("reason") or f"approved by {p.get('actor')}"
+    how = p.get("reason") or f"approved by {p['actor']}"
     return f"Plan {_short(p.get('plan_hash'))} {how}; executing"
 
 
-def _rejected(p: Payload) -> str:
-    return f"Plan {_short(p.get('plan_hash'))} rejected by {p.get('actor')}: {p.get('reason')}"
+def _rejected(raw: Payload) -> str:
+    p = payload_as(TransitionPayload, raw)
+    return f"Plan {_short(p.get('plan_hash'))} rejected by {p['actor']}: {p.get('reason')}"
 
 
-def _expired(p: Payload) -> str:
+def _expired(raw: Payload) -> str:
+    p = payload_as(TransitionPayload, raw)
     return (f"Plan {_short(p.get('plan_hash'))}: {p.get('reason') or 'approval expired'}; the "
             "case is parked — ask for a fresh plan")
 
 
-def _step(p: Payload) -> str:
-    mark = "✓" if p.get("ok") else "✗"
-    return f"{mark} {p.get('reason')}"
+def _step(raw: Payload) -> str:
+    p = payload_as(StepResultPayload, raw)
+    mark = "✓" if p["ok"] else "✗"
+    return f"{mark} {p['reason']}"
 
 
-def _verify_waiting(p: Payload) -> str:
-    observed = p.get("observed")
-    now = f"now {observed:g}" if isinstance(observed, int | float) else str(p.get("reason"))
-    deadline = str(p.get("deadline") or "")
+def _verify_waiting(raw: Payload) -> str:
+    p = payload_as(VerifyWaitingPayload, raw)
+    observed = p["observed"]
+    now = f"now {observed:g}" if isinstance(observed, int | float) else str(p["reason"])
+    deadline = str(p["deadline"] or "")
     with suppress(ValueError):
         deadline = f"{datetime.fromisoformat(deadline).astimezone(UTC):%H:%M:%S} UTC"
     what = p.get("waiting_for") or "the verify block to hold"
-    return (f"Verifying plan {_short(p.get('plan_hash'))}: waiting for {what} ({now}); "
+    return (f"Verifying plan {_short(p['plan_hash'])}: waiting for {what} ({now}); "
             f"deadline {deadline}")
 
 

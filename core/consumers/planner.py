@@ -15,7 +15,7 @@ from uuid import UUID
 from core.consumers.runs import current_run
 from core.domain.commands import NoteCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
-from core.domain.messages import Topic
+from core.domain.messages import CommandPayload, Topic, payload_as
 from core.domain.plan_templates import load_template
 from core.domain.plans import plan_problems
 from core.library import Library
@@ -72,7 +72,7 @@ class Planner:
         self.library = Library(app.engine)
 
     def handle(self, delivery: Delivery) -> None:
-        payload = delivery.envelope.payload
+        payload = payload_as(CommandPayload, delivery.envelope.payload)
         run = current_run(self.cases, self.name, payload, CaseStatus.PLANNING,
                           with_plan=False)
         if run is None:

@@ -4,12 +4,12 @@ version the command was emitted at (otherwise the command is stale), and its pla
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
 from core.domain.fsm import CaseStatus
+from core.domain.messages import CommandPayload
 from core.errors import NotFound
 from core.gateway.keys import session_of
 from core.service import CaseService
@@ -39,7 +39,7 @@ class PlanRun:
         return session_of(self.case_id)
 
 
-def current_run(cases: CaseService, consumer: str, payload: Mapping[str, Any],
+def current_run(cases: CaseService, consumer: str, payload: CommandPayload,
                 expected: CaseStatus, *, with_plan: bool = True) -> PlanRun | None:
     """The run the command asks for, or None when it is stale: the case is gone, not in
     ``expected`` or no longer at the payload's version (someone moved it on). Consumers that

@@ -32,7 +32,7 @@ from core.consumers.runs import PlanRun, current_run
 from core.db.case_store import as_utc
 from core.domain.commands import NoteCase, Scheduled, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
-from core.domain.messages import Topic
+from core.domain.messages import CommandPayload, Topic, payload_as
 from core.domain.verify import VerifyBlock, parse_verify, problem_lines
 from core.errors import InvalidPlan, Unavailable
 from core.evidence import MetricSource, Moment, read_block, source_from_settings
@@ -93,11 +93,11 @@ class Verifier:
         self.scale = settings.verify_time_scale
 
     def handle(self, delivery: Delivery) -> None:
-        run = current_run(self.app.cases, self.name, delivery.envelope.payload,
-                          CaseStatus.VERIFYING)
+        payload = payload_as(CommandPayload, delivery.envelope.payload)
+        run = current_run(self.app.cases, self.name, payload, CaseStatus.VERIFYING)
         if run is None:
             return
-        number = int(delivery.envelope.payload.get("reading", 1))
+        number = int(payload.get("reading", 1))
         self.take(run, number, delivery.inbox_entry)
 
     def take(self, run: PlanRun, number: int,

@@ -7,9 +7,10 @@ so consumers can keep per-case order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NotRequired, TypedDict, TypeVar, cast
 from uuid import UUID
 
 from core.domain.fsm import Accepted, CaseEvent, CaseStatus
@@ -39,6 +40,123 @@ class Topic:
     CHAT_PINNED = "evt.chat.pinned.v1"  # a chat message pinned to the case (the card shows it)
 
 
+class CaseRef(TypedDict):
+    """What every payload starts with: the case, its version then, the request behind it."""
+
+    case_id: str
+    version: int
+    correlation_id: str | None
+
+
+class OpenedPayload(CaseRef):
+    """``evt.case.opened.v1``."""
+
+    title: str
+    severity: str
+    actor: str
+
+
+# Every accepted move's messages: ``evt.case.transition.v1``, the ``evt.plan.*`` decisions and
+# the commands of the next stage (``cmd.analysis.run``, ``cmd.plan.generate``,
+# ``cmd.gate.eval``, ``cmd.exec.run``, ``cmd.verify.run``). The functional form because
+# "from" is a keyword.
+TransitionPayload = TypedDict("TransitionPayload", {
+    "case_id": str, "version": int, "event": str, "from": str, "to": str, "actor": str,
+    "correlation_id": str | None, "plan_hash": NotRequired[str], "reason": NotRequired[str]})
+
+
+class NotePayload(CaseRef):
+    """The event of a note (``NoteCase.topic``); the note's facts (its meta) follow these keys."""
+
+    event: str
+    actor: str
+    reason: str | None
+
+
+class ApprovalRecordedPayload(NotePayload):
+    """``evt.plan.approval_recorded.v1``: a yes that is not yet enough."""
+
+    plan_hash: str
+    approvers: list[str]
+    needs: int
+
+
+class AwaitingApprovalPayload(NotePayload):
+    """``evt.plan.awaiting_approval.v1``: who may approve the plan, how many must, and when the
+    approval expires."""
+
+    plan_hash: str | None
+    needs: int
+    approvers: list[str]
+    requester: str
+    expires_at: str
+
+
+class StepResultPayload(NotePayload):
+    """``evt.exec.step_result.v1``: one attempt of a plan or rollback step."""
+
+    phase: str
+    step: int
+    attempt: int
+    attempts_allowed: int
+    action: str
+    ok: bool
+    duration_s: float
+    output: str
+    plan_hash: str | None
+    refused: NotRequired[str]
+    detail: NotRequired[dict[str, object]]
+
+
+class VerifyWaitingPayload(NotePayload):
+    """``evt.verify.waiting.v1``: the first reading of a verification that waits."""
+
+    state: str
+    passed: bool
+    observed: float | None
+    at: NotRequired[str]
+    waiting_for: NotRequired[str]
+    plan_hash: str | None
+    reading: int
+    since: str
+    deadline: str
+    next_reading_at: str
+
+
+class ChatPinnedPayload(NotePayload):
+    """``evt.chat.pinned.v1``: a chat message pinned to the case."""
+
+    author: str
+    channel: str
+    ts: str
+    thread_ts: str
+    permalink: str | None
+
+
+class CommandPayload(CaseRef):
+    """What a ``cmd.*`` consumer reads: a move's command, or one a note scheduled
+    (``cmd.gate.expire``, the next ``cmd.verify.run`` reading) with the scheduling note's event
+    and its own facts."""
+
+    event: NotRequired[str]
+    plan_hash: NotRequired[str | None]
+    reading: NotRequired[int]  # cmd.verify.run: which reading (the move's command: the first)
+    expires_at: NotRequired[str]  # cmd.gate.expire: when the plan's approval expires
+
+
+Payload = OpenedPayload | TransitionPayload | NotePayload | CommandPayload
+"""Every shape an outbox message's payload has (the wire: JSON of these keys)."""
+
+
+P = TypeVar("P", bound=Payload)
+
+
+def payload_as(shape: type[P], payload: Mapping[str, Any]) -> P:
+    """A delivered payload (JSON from the outbox row) read as the shape its topic has, so
+    ``mypy`` checks every key a consumer reads against the shape the builders here write."""
+    return cast(P, payload)
+
+
 _FOLLOW_UPS: dict[CaseEvent, tuple[str, ...]] = {
     CaseEvent.START_ANALYSIS: (Topic.ANALYSIS_RUN,),
     CaseEvent.PLAN_READY: (Topic.PLAN_PROPOSED, Topic.GATE_EVAL),
@@ -55,7 +173,7 @@ class Message:
 
     topic: str
     key: str
-    payload: dict[str, Any] = field(default_factory=dict)
+    payload: Payload
     deliver_after: datetime | None = None  # a scheduled command: the relay waits until then
 
 
@@ -81,7 +199,7 @@ def follow_up_topics(event: CaseEvent, target: CaseStatus) -> tuple[str, ...]:
 
 def messages_for(move: Accepted, ctx: MoveContext) -> list[Message]:
     """The outbox messages of one accepted move, the transition fact first."""
-    base: dict[str, Any] = {
+    base: TransitionPayload = {
         "case_id": str(ctx.case_id),
         "version": ctx.version,
         "event": str(move.event),
@@ -95,12 +213,29 @@ def messages_for(move: Accepted, ctx: MoveContext) -> list[Message]:
     if ctx.reason is not None:
         base["reason"] = ctx.reason
     topics = (Topic.CASE_TRANSITION, *follow_up_topics(move.event, move.target))
-    return [Message(topic, str(ctx.case_id), dict(base)) for topic in topics]
+    return [Message(topic, str(ctx.case_id), base.copy()) for topic in topics]
 
 
 def opened_message(case_id: UUID, title: str, severity: str, actor: str,
                    correlation_id: str | None) -> Message:
     """The fact that a case was opened."""
-    payload = {"case_id": str(case_id), "version": 0, "title": title, "severity": severity,
-               "actor": actor, "correlation_id": correlation_id}
+    payload: OpenedPayload = {"case_id": str(case_id), "version": 0, "title": title,
+                              "severity": severity, "actor": actor,
+                              "correlation_id": correlation_id}
     return Message(Topic.CASE_OPENED, str(case_id), payload)
+
+
+def note_message(topic: str, note: NotePayload, facts: Mapping[str, Any]) -> Message:
+    """The event of a note: its common keys, then the note's own facts (its meta)."""
+    payload = cast(NotePayload, {**note, **facts})
+    return Message(topic, note["case_id"], payload)
+
+
+def scheduled_message(topic: str, ref: CaseRef, event: str, facts: Mapping[str, Any],
+                      deliver_after: datetime) -> Message:
+    """A command a note leaves for later: the case at the note's version, the note's event,
+    then the command's own facts."""
+    payload = cast(CommandPayload, {"case_id": ref["case_id"], "version": ref["version"],
+                                    "event": event, "correlation_id": ref["correlation_id"],
+                                    **facts})
+    return Message(topic, ref["case_id"], payload, deliver_after=deliver_after)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from uuid import UUID
 
 from core.domain.fsm import CaseStatus
-from core.domain.messages import Topic
+from core.domain.messages import Topic, TransitionPayload, payload_as
 from core.library.library import Library
 from core.messaging.consumer import Delivery
 
@@ -30,7 +30,7 @@ class Librarian:
         self.runbooks_dir = app.settings.runbooks_dir
 
     def handle(self, delivery: Delivery) -> None:
-        payload = delivery.envelope.payload
+        payload = payload_as(TransitionPayload, delivery.envelope.payload)
         if payload.get("to") != CaseStatus.CLOSED:
             return
         case_id = UUID(str(payload["case_id"]))
