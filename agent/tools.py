@@ -14,7 +14,6 @@ import json
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -22,7 +21,6 @@ from pydantic import ValidationError
 
 from agent import metrics
 from agent.mcp_tools import McpToolbox, Offered
-from agent.runbooks import runbooks_folder, search_runbooks
 from agent.tool_specs import (
     ARGS,
     GetCase,
@@ -48,6 +46,8 @@ from core.gateway import (
     canonical_json,
     session_of,
 )
+from core.library import Library
+from core.library.runbooks import find_runbooks, runbooks_folder
 from core.mcp.remote import RemoteUnavailable
 from core.service import Reply
 from core.strict_json import non_finite_problems
@@ -106,15 +106,15 @@ class CaseTools:
     """The tools of one run on one case, holding that run's lock and fence."""
 
     def __init__(self, app: App, case_id: UUID, lock: SessionRun, *, requester: str | None,
-                 correlation_id: str | None, runbooks: Path | None = None,
-                 mcp: McpToolbox | None = None) -> None:
+                 correlation_id: str | None, mcp: McpToolbox | None = None) -> None:
         self.app = app
         self.cases = app.cases
         self.case_id = case_id
         self.lock = lock
         self.requester = requester
         self.correlation_id = correlation_id
-        self.runbooks = runbooks or runbooks_folder(app.settings.runbooks_dir)
+        self.library = Library(app.engine)
+        self.runbooks = runbooks_folder(app.settings.runbooks_dir)
         # What the model asked for in this run, for the turn's agent_usage note.
         self.stats: Counter[str] = Counter()
         self.mcp = mcp
@@ -220,7 +220,10 @@ class CaseTools:
         return ToolReply.of(True, {"timeline": slim})
 
     def _search_runbooks(self, args: SearchRunbooks) -> ToolReply:
-        return ToolReply.of(True, {"runbooks": search_runbooks(self.runbooks, args.query)})
+        hits = find_runbooks(self.library, self.runbooks, args.query)
+        return ToolReply.of(True, {"runbooks": [
+            {"runbook": hit["runbook"], "title": hit["title"], "score": hit["score"],
+             "templates": hit["templates"], "excerpt": hit["excerpt"]} for hit in hits]})
 
     def _mcp_read(self, offered: Offered, args: Any) -> ToolReply:
         """A read-only external MCP tool, through the gateway: an identical call in the same

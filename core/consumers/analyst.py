@@ -30,6 +30,7 @@ from core.domain.messages import CommandPayload, Topic, payload_as
 from core.errors import Unavailable
 from core.gateway import CallStatus, ToolCall
 from core.library import Library
+from core.library.runbooks import runbooks_folder
 from core.messaging.consumer import Delivery
 
 if TYPE_CHECKING:
@@ -113,7 +114,7 @@ class Analyst:
             evidence = {**find(specs, self.source, incident_at),
                         "source": type(self.source).__name__}
         if self.runbooks_dir:
-            self.library.index_runbooks(self.runbooks_dir)
+            self.library.index_runbooks(runbooks_folder(self.runbooks_dir))
         return {**evidence, **self.library.recall(title, exclude=UUID(str(args["case_id"])))}
 
     def _note(self, run: PlanRun, evidence: dict[str, Any], reason: str,

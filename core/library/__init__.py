@@ -4,6 +4,8 @@
 them), ``relevant_runbooks(text, limit=3)``, ``best_plan_for(text)`` (the plan of the most
 similar verified case and the case it came from), ``recall(text)`` (both lists, for a thread or
 the agent's context), ``index_case(case_id)`` and ``index_runbooks(folder)``.
+``core.library.runbooks``: the runbooks folder as every reader resolves it, and the runbook search
+the agent's and the MCP server's tools answer with.
 """
 
 from __future__ import annotations

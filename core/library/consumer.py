@@ -11,6 +11,7 @@ from uuid import UUID
 from core.domain.fsm import CaseStatus
 from core.domain.messages import Topic, TransitionPayload, payload_as
 from core.library.library import Library
+from core.library.runbooks import runbooks_folder
 from core.messaging.consumer import Delivery
 
 if TYPE_CHECKING:
@@ -37,4 +38,4 @@ class Librarian:
         if self.library.index_case(case_id):
             log.info("librarian: indexed closed case %s", case_id)
         if self.runbooks_dir:
-            self.library.index_runbooks(self.runbooks_dir)
+            self.library.index_runbooks(runbooks_folder(self.runbooks_dir))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -23,6 +22,7 @@ from core.domain.plans import plan_hash
 from core.errors import NotFound, OpsgateError, Unavailable
 from core.gateway import BusinessRefusal
 from core.library import Library
+from core.library.runbooks import find_runbooks, runbooks_folder
 from core.mcp.schemas import (
     Args,
     CaseRef,
@@ -37,8 +37,6 @@ from core.mcp.schemas import (
 )
 from core.principals import Principal
 from core.service import Reply
-
-EXCERPT_CHARS = 600
 
 
 @dataclass(frozen=True)
@@ -112,16 +110,6 @@ def case_id_of(raw: str) -> UUID:
         raise NotFound(f"{raw!r} is not a case id") from None
 
 
-def runbooks_folder(configured: str) -> Path:
-    """``OPSGATE_RUNBOOKS_DIR``; a relative folder missing from the working directory is looked
-    up in the source tree (``opsgate mcp`` is started from wherever a desktop app likes)."""
-    folder = Path(configured)
-    if folder.is_absolute() or folder.is_dir():
-        return folder
-    shipped = Path(__file__).resolve().parents[2] / folder
-    return shipped if shipped.is_dir() else folder
-
-
 class CaseTools:
     """The tools over one wired app: reads answer at once, writes are ``Intent``s."""
 
@@ -129,7 +117,6 @@ class CaseTools:
         self.app = app
         self.cases = app.cases
         self.library = library or Library(app.engine)
-        self._runbooks_indexed = False
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -169,11 +156,9 @@ class CaseTools:
 
     def _runbooks(self, args: RunbookArgs) -> dict[str, Any]:
         folder = runbooks_folder(self.app.settings.runbooks_dir)
-        if not self._runbooks_indexed:  # unchanged files write nothing: cheap to repeat
-            self.library.index_runbooks(folder)
-            self._runbooks_indexed = True
-        hits = self.library.relevant_runbooks(args.query, limit=args.limit)
-        return {"runbooks": [{**hit, "excerpt": _excerpt(hit.get("path"))} for hit in hits]}
+        hits = find_runbooks(self.library, folder, args.query, limit=args.limit)
+        return {"runbooks": [{"title": hit["title"], "path": hit["path"], "score": hit["score"],
+                              "excerpt": hit["excerpt"]} for hit in hits]}
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -249,10 +234,3 @@ def _case_only(data: dict[str, Any]) -> dict[str, Any]:
     keys = ("case_id", "tenant", "title", "severity", "status", "version", "created_at",
             "updated_at")
     return {key: data[key] for key in keys if key in data}
-
-
-def _excerpt(path: Any) -> str:
-    try:
-        return Path(str(path)).read_text("utf-8")[:EXCERPT_CHARS]
-    except (OSError, UnicodeDecodeError):
-        return ""
