@@ -9,7 +9,7 @@ writes the rows it rules; the Slack front end asks the same rules through the se
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -17,6 +17,7 @@ from uuid import UUID, uuid4
 
 from sqlalchemy import Connection
 
+from core.clock import Clock
 from core.db import case_store as store
 from core.domain.fsm import CaseStatus
 from core.domain.policy import Approval, ApprovalPolicy, Pending, Refused, Satisfied, Verdict
@@ -32,7 +33,6 @@ from core.errors import (
 Row = Mapping[Any, Any]
 GateVerdict = Literal["approved", "rejected", "expired"]
 """What one ``plan_approved`` row records: a yes, a no, or the plan's expiry."""
-Clock = Callable[[], datetime]
 
 
 @dataclass(frozen=True)
