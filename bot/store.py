@@ -37,6 +37,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
+from core.clock import utcnow
 from core.db.database import connection, transaction
 from core.db.tables import chat_thread
 
@@ -63,10 +64,6 @@ slack_approval = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Index("ix_slack_approval_case", "case_id", "plan_hash"),
 )
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)

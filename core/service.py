@@ -14,13 +14,14 @@ import logging
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
+from core.clock import Clock, utcnow
 from core.db import case_store as store
 from core.db.database import connection, transaction
 from core.domain.commands import (
@@ -66,14 +67,9 @@ log = logging.getLogger(__name__)
 MIN_CASE_PREFIX = 4  # hex digits of a case id that name it, when no other case shares them
 HEX_DIGITS = frozenset("0123456789abcdef")
 
-Clock = Callable[[], datetime]
 Row = Mapping[Any, Any]
 # What a write does inside the transaction: read what it needs, gather its rows, return its data.
 Work = Callable[[Connection, Row | None, store.Writes], dict[str, Any]]
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def correlation_of(given: str | None) -> str:

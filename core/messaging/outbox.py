@@ -12,16 +12,13 @@ from datetime import UTC, datetime
 
 from sqlalchemy import ColumnElement, Connection, Engine, RowMapping, func, or_, select, update
 
+from core.clock import utcnow
 from core.db.case_store import as_utc
 from core.db.tables import outbox
 from core.messaging.envelope import Envelope
 
 Claimed = list[tuple[Envelope, int]]
 """Claimed rows, each with its ``attempts`` as read (``mark`` compares it)."""
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def due(now: datetime) -> ColumnElement[bool]:

@@ -17,14 +17,14 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import suppress
-from datetime import datetime
 
 import psycopg
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from core.clock import Clock, utcnow
 from core.messaging import outbox
 from core.messaging.bus import Bus
 from core.messaging.envelope import Envelope
@@ -39,7 +39,7 @@ class OutboxRelay:
     """Publishes unpublished outbox rows to ``bus``; ``run`` loops until stopped."""
 
     def __init__(self, engine: Engine, bus: Bus, *, batch_size: int = 200,
-                 poll_s: float = 1.0, clock: Callable[[], datetime] = outbox.utcnow) -> None:
+                 poll_s: float = 1.0, clock: Clock = utcnow) -> None:
         self.engine = engine
         self.bus = bus
         self.batch_size = batch_size

@@ -7,13 +7,13 @@ again, and drop expired session locks. Everything else is left for a person, wit
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Engine, delete, func, select, update
 
+from core.clock import Clock
 from core.db.case_store import as_utc
 from core.db.database import transaction
 from core.db.tables import case_timeline, ops_case, session_lock, tool_call_ledger
@@ -29,9 +29,6 @@ SAFE_TO_RUN_AGAIN = frozenset({"step.noop", "verify.evaluate"})
 
 STEP_NOTES = ("step_result", "rollback_result")
 """The timeline notes of step attempts: one per gateway call of a plan or rollback step."""
-
-Clock = Callable[[], datetime]
-
 
 @dataclass(frozen=True)
 class Finding:
