@@ -2,11 +2,12 @@
 recurrence and case) and ``alert_seen`` (each alert of a group once, by fingerprint + startsAt:
 the recurrence it belongs to, whether it opened that recurrence, which of its notes are written).
 
-What a notification changes is decided in one transaction with the group row locked
-(``SELECT … FOR UPDATE`` on PostgreSQL; SQLite serialises writers): an alert not seen before
-joins the group's current case, or, when that case is CLOSED, opens the next recurrence. The
-intake then writes the cases and notes the rows call for; each note marks its rows in its own
-transaction (``mark_noted``), so a row still unmarked is work a later delivery finishes.
+What a notification changes is settled in one transaction (``record_notification``) with the
+group row locked (``SELECT … FOR UPDATE`` on PostgreSQL; SQLite serialises writers): an alert
+not seen before joins the group's current case, or, when that case is CLOSED, opens the next
+recurrence. The intake then writes the cases and notes the rows call for; each note marks its
+rows in its own transaction (``mark_noted``), so a row still unmarked is work a later delivery
+finishes.
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ class GroupOutcome:
     touched: list[Seen]
 
 
-def decide(engine: Engine, claim: Mapping[str, Any], sightings: Sequence[Sighting]) -> GroupOutcome:
+def record_notification(engine: Engine, claim: Mapping[str, Any],
+                        sightings: Sequence[Sighting]) -> GroupOutcome:
     """Record one notification's alerts under the group's lock; the group row is inserted by
     the first notification that sees the group (``claim``: its columns)."""
     digest = str(claim["group_key_hash"])

@@ -172,7 +172,8 @@ class AlertIntake:
         claim = {"group_key_hash": digest, "group_key": note.groupKey,
                  "receiver": note.receiver[:200], "title": title_of(note),
                  "severity": severity_of(note)}
-        outcome = alert_store.decide(self.engine, claim, sightings_of(note, claim["title"]))
+        sightings = sightings_of(note, claim["title"])
+        outcome = alert_store.record_notification(self.engine, claim, sightings)
         settling = _Settling(self.engine, self.cases, outcome, Intake(group=digest[:16]))
         settling.write()
         return settling.intake
