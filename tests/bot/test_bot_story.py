@@ -90,8 +90,12 @@ def test_the_story_with_the_real_agent(pg_engine: Engine) -> None:
                            what="the agent's plan message")
         case_id = bot.case_of_thread("3.000100")
         assert case_id is not None
-        replies = [p for p in bot.slack.posts() if p.get("thread_ts") == "3.000100"]
-        assert len(replies) >= 3  # the agent's reply, the case's facts, the plan
+        # The agent's closing reply is posted when its run ends, which may be just after the
+        # plan it proposed reaches the thread.
+        def replies() -> list[dict]:
+            return [p for p in bot.slack.posts() if p.get("thread_ts") == "3.000100"]
+        bot.slack.wait_for(lambda: len(replies()) >= 3, timeout_s=30, what="the agent's reply")
+        assert len(replies()) >= 3  # the agent's reply, the case's facts, the plan
         plan = bot.plan_messages()[0]
         bot.click(Action.APPROVE, approval_of(plan) or "", user=APPROVER, message_ts=plan["ts"])
         bot.slack.wait_for(lambda: bot.app.cases.get_case(case_id)["status"]
