@@ -36,6 +36,7 @@ from agent.models import model_name
 from agent.prompts import system_prompt
 from agent.state import AgentState
 from agent.tools import CaseTools, ToolReply
+from core.errors import InternalError
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +44,10 @@ MAX_PLAN_REPAIRS = 2  # after the first invalid plan, at most this many more tri
 HISTORY_LIMIT = 40  # messages of earlier turns the model sees at most
 
 
-class ModelUnavailable(Exception):
+class ModelUnavailable(InternalError):
     """The model could not answer (unreachable, too slow, erroring): the turn stops."""
+
+    code = "model_unavailable"
 
 
 @dataclass

@@ -16,7 +16,7 @@ from core.consumers.runs import current_run
 from core.domain.commands import NoteCase
 from core.domain.fsm import CaseStatus
 from core.domain.messages import CommandPayload, Topic, payload_as
-from core.errors import Unavailable
+from core.errors import KeyReuse, Unavailable
 from core.messaging.consumer import Delivery
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ class AgentPlanner:
                             reason=result.reply[:500], meta={"outcome": result.outcome},
                             correlation_id=payload.get("correlation_id"))
             reply = self.app.cases.note(note, f"{run.key}:plan_not_proposed")
-            if not reply.ok and "idempotency_key_reused" not in reply.body:
+            if not reply.ok and not isinstance(reply.error, KeyReuse):
                 reply.data()  # raises: the runner retries; a first note of this run stays
 
     def _still_planning(self, case_id: UUID, version: int) -> bool:

@@ -36,7 +36,7 @@ from agent.tool_specs import (
 from core.domain.commands import Fence, NoteCase, OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.plans import plan_hash, plan_problems
-from core.errors import NotFound, OpsgateError, Unavailable
+from core.errors import InternalError, NotFound, OpsgateError, StaleFence, Unavailable
 from core.gateway import (
     BusinessRefusal,
     CallResult,
@@ -61,8 +61,10 @@ TIMELINE_LIMIT = 30
 REFUSED_TOOLS = ("execute_plan", "approve_plan", "run_plan", "gate_approved")
 
 
-class LostLock(Exception):
+class LostLock(InternalError):
     """The run's session lock or fence is no longer the latest: it must stop writing."""
+
+    code = "lost_lock"
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,7 @@ def _reply_data(reply: Reply) -> Any:
     try:
         reply.data()
     except OpsgateError as error:
-        if error.code == "stale_fence":
+        if isinstance(error, StaleFence):
             raise LostLock(error.message) from error
         if isinstance(error, Unavailable):
             raise
@@ -380,8 +382,8 @@ class CaseTools:
         self.renew()
         result = self.app.gateway.run(call, executor, fence=self.lock.fence.token,
                                       wait_s=IN_PROGRESS_WAIT_S, idempotent=idempotent)
-        if result.error is not None and result.error.get("code") == "stale_fence":
-            raise LostLock(str(result.error.get("message")))
+        if isinstance(refused := result.refusal, StaleFence):
+            raise LostLock(refused.message)
         return result
 
     def _own_case(self, raw: str) -> UUID | None:

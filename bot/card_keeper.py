@@ -26,7 +26,8 @@ from uuid import UUID
 from bot.card import CaseState, card_message, latest_plan_hash
 from bot.store import Card, CardStore
 from core.chat import ChatSink
-from core.gateway import ToolCall, session_of
+from core.errors import InternalError
+from core.gateway import ToolCall, ToolCallFailed, session_of
 
 if TYPE_CHECKING:
     from core.bootstrap import App
@@ -63,9 +64,7 @@ class CardKeeper:
             result = self.gateway.run(call, lambda _args: self._post_card(case_id),
                                       wait_s=WAIT_S)
             posted = result.result if isinstance(result.result, Mapping) else {}
-            if not result.ok:
-                raise RuntimeError(f"the card of case {case_id}: {result.status} "
-                                   f"{result.error}")
+            result.raise_for_error(f"the card of case {case_id}")
             if not posted.get("ts"):  # nowhere to post (no thread, no incident channel)
                 log.warning("case %s has no card: %s", case_id, posted.get("error"))
                 return
@@ -101,7 +100,7 @@ class CardKeeper:
         while True:
             card = self.store.card(case_id)
             if card is None or card.message_ts is None:
-                raise RuntimeError(f"the card of case {case_id} vanished while held")
+                raise InternalError(f"the card of case {case_id} vanished while held")
             text, blocks = card_message(self.state(case_id, card))
             shown = digest_of(text, blocks)
             if shown != card.shown:
@@ -155,9 +154,12 @@ class CardKeeper:
             str(args["case_id"]), str(args["ts"]), str(args["text"]), args["blocks"]),
             idempotent=True, wait_s=WAIT_S)
         answer = result.result if isinstance(result.result, Mapping) else {}
-        if not result.ok or answer.get("ok") is False:
-            raise RuntimeError(f"chat.update of the card of case {case_id}: {result.status} "
-                               f"{result.error or answer.get('error')}")
+        doing = f"chat.update of the card of case {case_id}"
+        result.raise_for_error(doing)
+        if answer.get("ok") is False:
+            raise ToolCallFailed(f"{doing}: {result.status} {answer.get('error')}",
+                                 key=result.key, status=str(result.status),
+                                 error=answer.get("error"))
 
 
 def digest_of(text: str, blocks: list[Any]) -> str:

@@ -92,9 +92,7 @@ class SlackCases:
                     .data()["case_id"]}
 
         result = self.app.gateway.run(call, open_case, wait_s=OPEN_WAIT_S)
-        if not result.ok:
-            raise RuntimeError(f"opening the case of thread {where.key}: {result.status} "
-                               f"{result.error}")
+        result.raise_for_error(f"opening the case of thread {where.key}")
         return UUID(str(result.result["case_id"])), result.status == "ok"
 
     def converse(self, case_id: UUID, where: SlackThread, text: str, *, user: str,
@@ -158,8 +156,7 @@ class SlackCases:
             return {"ts": reply["ts"], "channel": reply["channel"]}
 
         result = self.app.gateway.run(call, post, wait_s=5.0)
-        if not result.ok:
-            raise RuntimeError(f"reply in thread {where.key}: {result.status} {result.error}")
+        result.raise_for_error(f"reply in thread {where.key}")
 
     def workspace_url(self) -> str:
         """The workspace's URL (``auth.test``, once), ending in ``/``."""

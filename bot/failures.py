@@ -1,6 +1,6 @@
 """The bot's one error handler: a known opsgate error (a refusal, a missing case) becomes an
-ephemeral message saying why; anything else is logged with the correlation id and the user sees
-a short apology naming it, never a stack trace."""
+ephemeral message saying why; anything else (an ``InternalError`` too) is logged with the
+correlation id and the user sees a short apology naming it, never a stack trace."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from uuid import uuid4
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from core.errors import OpsgateError
+from core.errors import InternalError, OpsgateError
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ def correlation_id(body: dict[str, Any]) -> str:
 
 def failure_text(error: BaseException, correlation: str) -> str:
     """What the user reads about ``error``; unknown errors are logged here."""
-    if isinstance(error, OpsgateError):
+    if isinstance(error, OpsgateError) and not isinstance(error, InternalError):
         log.info("slack request %s refused: %s %s", correlation, error.code, error.message)
         return f"⛔ {error.message}"
     log.error("slack request %s failed", correlation, exc_info=error)

@@ -113,9 +113,7 @@ class SlackNotifier(Notifier):
         result = self.gateway.run(call, lambda args: self.sink.update(
             str(args["case_id"]), str(args["ts"]), str(args["text"]), args["blocks"]),
             idempotent=True, wait_s=5.0)
-        if not result.ok:
-            raise RuntimeError(f"chat.update of plan message {ts}: {result.status} "
-                               f"{result.error}")
+        result.raise_for_error(f"chat.update of plan message {ts}")
 
     def _decision(self, case_id: UUID, digest: str, version: int) -> PlanDecisionView | None:
         """Where the proposal made at case ``version`` stands at the gate: its latest gate

@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from core.errors import OpsgateError
+
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
@@ -35,8 +37,10 @@ EXIT_BAD_SETTINGS = 2
 EXIT_INTERRUPTED = 130
 
 
-class CliError(Exception):
+class CliError(OpsgateError):
     """An expected failure: its message is all the operator needs to see."""
+
+    code = "cli_error"
 
     def __init__(self, message: str, exit_code: int = EXIT_FAILED) -> None:
         super().__init__(message)

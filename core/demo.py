@@ -25,6 +25,7 @@ import httpx
 from core import principals
 from core.api import create_api
 from core.bootstrap import App
+from core.errors import OpsgateError
 from core.loop import InProcessLoop
 from core.settings import Settings
 
@@ -53,8 +54,10 @@ def demo_verification(settings: Settings) -> Settings:
     return settings.model_copy(update=update)
 
 
-class DemoFailed(Exception):
+class DemoFailed(OpsgateError):
     """A step of the demo did not get the reply the case service promises."""
+
+    code = "demo_failed"
 
 
 @dataclass

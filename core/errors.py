@@ -1,42 +1,64 @@
-"""The one error hierarchy of opsgate; each error carries a stable ``code`` and an HTTP status.
+"""The one error hierarchy of opsgate: every error we raise derives from ``OpsgateError`` and
+carries a stable ``code``; the REST API alone maps them to HTTP statuses (``core/api/statuses``).
 
     OpsgateError
-    ├── BadRequest (400)          missing Idempotency-Key, malformed input
-    ├── Unauthorized (401)        missing, unknown or revoked bearer token
-    ├── Forbidden (403)           a known caller whose role does not allow this (REST API)
-    ├── NotFound (404)            unknown case, unknown plan
-    ├── IllegalTransition (409)   the FSM has no such move from the current status
-    ├── PreconditionFailed (412)
+    ├── BadRequest                missing Idempotency-Key, malformed input
+    ├── Unauthorized              missing, unknown or revoked bearer token
+    ├── Forbidden                 a known caller whose role does not allow this (REST API)
+    ├── NotFound                  unknown case, unknown plan
+    ├── IllegalTransition         the FSM has no such move from the current status
+    ├── PreconditionFailed
     │   ├── VersionConflict       expected_version / If-Match does not match
     │   └── StaleFence            a fence token lower than the highest issued for the session
-    ├── PayloadTooLarge (413)     a request body over the API's size limit
-    ├── Unprocessable (422)
+    ├── PayloadTooLarge           a request body over the API's size limit
+    ├── Unprocessable
     │   ├── GuardFailed           the FSM allows the move but a guard refused it
     │   │   ├── ApprovalRefused   the approver may not decide this plan (policy)
     │   │   └── StalePlan         the approval names a plan the case no longer waits on
     │   ├── KeyReuse              an idempotency key sent again with a different request
     │   ├── InvalidPlan           a ChangePlan that fails its JSON Schema
-    │   └── InvalidRequest        a request body or parameter of the wrong shape (REST API)
-    └── Unavailable (503)         a dependency (database, Redis) is unreachable: safe to retry
+    │   ├── InvalidRequest        a request body or parameter of the wrong shape (REST API)
+    │   ├── StepRefused           (core.steps.adapters) a step's params fail validation
+    │   └── OffPlan               (core.stages) a stage run other than the plan's next step
+    ├── Unavailable               a dependency (database, Redis) is unreachable: safe to retry
+    ├── RemoteUnavailable         (core.mcp.remote) an external MCP server did not answer
+    ├── BusinessRefusal           (core.gateway) a tool's deterministic "no", stored and replayed
+    ├── DirectSideEffectCall      (core.gateway) a side effect called around the gateway
+    ├── InvalidSettings           (core.settings_errors) a setting that cannot be used
+    ├── NonFiniteNumber           (core.strict_json) NaN or ±Infinity in JSON; also a ValueError
+    ├── CliError                  (core.cli) an expected command failure, told as it is
+    ├── DemoFailed                (core.demo) the demo did not get the promised reply
+    ├── PortTaken                 (bot.sandbox.serving) the port to serve on is in use
+    ├── SlackError                (bot.sandbox.workspace) the sandbox Slack's ``ok: false``
+    └── InternalError             a fault behind the scenes: logged, never shown to a caller
+        ├── ToolCallFailed        (core.gateway) a gateway call that did not succeed
+        ├── EvidenceMissing       (core.evidence) a source could not produce a value
+        ├── RedirectRefused       (core.outbound.http) a redirect we may not follow
+        ├── ModelUnavailable      (agent.graph) the model could not answer
+        └── LostLock              (agent.tools) the run's session lock or fence is not the latest
 
 Third-party exceptions are translated at the boundary (``raise Unavailable(...) from exc``).
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 
 class OpsgateError(Exception):
     """Base of every error opsgate raises on purpose."""
 
-    code: ClassVar[str] = "error"
-    status: ClassVar[int] = 500
+    code: str = "error"
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
         self.message = message
         self.details = details
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "code" in cls.__dict__:
+            _BY_CODE.setdefault(cls.code, cls)
 
     def to_body(self) -> dict[str, Any]:
         """The error as the REST API and the idempotency store render it."""
@@ -46,34 +68,32 @@ class OpsgateError(Exception):
         return {"error": error}
 
 
+# Every error class by its code, filled as the classes are defined (see ``error_from_body``).
+_BY_CODE: dict[str, type[OpsgateError]] = {OpsgateError.code: OpsgateError}
+
+
 class BadRequest(OpsgateError):
     code = "bad_request"
-    status = 400
 
 
 class Unauthorized(OpsgateError):
     code = "unauthorized"
-    status = 401
 
 
 class Forbidden(OpsgateError):
     code = "forbidden"
-    status = 403
 
 
 class NotFound(OpsgateError):
     code = "not_found"
-    status = 404
 
 
 class IllegalTransition(OpsgateError):
     code = "illegal_transition"
-    status = 409
 
 
 class PreconditionFailed(OpsgateError):
     code = "precondition_failed"
-    status = 412
 
 
 class VersionConflict(PreconditionFailed):
@@ -86,7 +106,6 @@ class StaleFence(PreconditionFailed):
 
 class Unprocessable(OpsgateError):
     code = "unprocessable"
-    status = 422
 
 
 class GuardFailed(Unprocessable):
@@ -115,40 +134,28 @@ class InvalidRequest(Unprocessable):
 
 class PayloadTooLarge(OpsgateError):
     code = "payload_too_large"
-    status = 413
 
 
 class Unavailable(OpsgateError):
     code = "unavailable"
-    status = 503
 
 
-_BY_CODE: dict[str, type[OpsgateError]] = {
-    cls.code: cls
-    for cls in (
-        BadRequest,
-        Unauthorized,
-        Forbidden,
-        NotFound,
-        IllegalTransition,
-        PreconditionFailed,
-        VersionConflict,
-        StaleFence,
-        Unprocessable,
-        GuardFailed,
-        ApprovalRefused,
-        StalePlan,
-        KeyReuse,
-        InvalidPlan,
-        InvalidRequest,
-        PayloadTooLarge,
-        Unavailable,
-    )
-}
+class InternalError(OpsgateError):
+    """A fault behind the scenes (a failed call, a source without data): the log has it all;
+    a caller hears only that something went wrong, as with any unexpected exception."""
+
+    code = "internal_error"
 
 
 def error_from_body(body: dict[str, Any]) -> OpsgateError:
-    """Rebuild the error a stored or received ``{"error": {...}}`` body describes."""
+    """Rebuild the error a stored or received ``{"error": {...}}`` body describes; a code no
+    class claims keeps its code on an ``OpsgateError``."""
     error = body.get("error", {})
-    cls = _BY_CODE.get(str(error.get("code")), OpsgateError)
-    return cls(str(error.get("message", "")), **dict(error.get("details") or {}))
+    code = str(error.get("code"))
+    cls = _BY_CODE.get(code, OpsgateError)
+    rebuilt = cls.__new__(cls)
+    OpsgateError.__init__(rebuilt, str(error.get("message", "")),
+                          **dict(error.get("details") or {}))
+    if cls.code != code:
+        rebuilt.code = code
+    return rebuilt

@@ -30,7 +30,7 @@ from core.domain.verify import (
     parse_verify,
     problem_lines,
 )
-from core.errors import InvalidPlan
+from core.errors import InternalError, InvalidPlan
 from core.outbound.allowlists import Origin, UrlAllowList, url_problem
 from core.outbound.http import HttpReply, RedirectRefused, is_expected, send
 from core.settings import Settings
@@ -56,8 +56,10 @@ class VerifyOutcome:
         return self.state == "held"
 
 
-class EvidenceMissing(Exception):
+class EvidenceMissing(InternalError):
     """A source could not produce a value (no data, NaN, unreachable): the check fails."""
+
+    code = "evidence_missing"
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)

@@ -7,6 +7,7 @@ from typing import Any
 
 from prometheus_client import Counter, Histogram
 
+from core.errors import IllegalTransition, OpsgateError, PreconditionFailed, Unprocessable
 from core.gateway.metrics import REPLAYS  # idempotent_replay_total: gateway and case service
 
 OUTBOX_PUBLISH = Counter(
@@ -44,17 +45,24 @@ SLACK_ACK_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0),
 )
 
-_CONFLICT_STATUSES = frozenset({409, 412, 422})
+# The refusals counted, labelled as the API answers them (the label values are a documented
+# part of the metric, kept as they were when the service itself spoke HTTP).
+_CONFLICT_REASONS: tuple[tuple[type[OpsgateError], str], ...] = (
+    (IllegalTransition, "409"), (PreconditionFailed, "412"), (Unprocessable, "422"))
 
 
-def count_write(status: int, replayed: bool, timeline: Mapping[str, Any] | None) -> None:
-    """Count one committed case-service write: a replay, a refusal (409/412/422) or, when its
-    timeline row records an accepted move or an open, the transition."""
+def count_write(refusal: OpsgateError | None, replayed: bool,
+                timeline: Mapping[str, Any] | None) -> None:
+    """Count one committed case-service write: a replay, a refusal (an illegal move, a stale
+    version or fence, a guard or a reused key) or, when its timeline row records an accepted
+    move or an open, the transition."""
     if replayed:
         REPLAYS.inc()
         return
-    if status in _CONFLICT_STATUSES:
-        CONFLICTS.labels(reason=str(status)).inc()
+    reason = next((label for kind, label in _CONFLICT_REASONS if isinstance(refusal, kind)),
+                  None)
+    if reason is not None:
+        CONFLICTS.labels(reason=reason).inc()
     if timeline is None:
         return
     meta = timeline.get("meta") or {}

@@ -3,7 +3,7 @@
 A transition locks the case row, answers a repeated Idempotency-Key with the first reply, checks
 the fence and the expected version, asks the pure FSM, runs the guards, and writes case
 (version + 1), timeline, outbox and the reply together. Every business outcome, refusals
-included, is a ``Reply``: the HTTP status and the exact JSON bytes the API sends.
+included, is a ``Reply``: its ``ReplyOutcome`` and the exact JSON bytes a repeat gets again.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -53,6 +54,7 @@ from core.errors import (
     KeyReuse,
     NotFound,
     OpsgateError,
+    PreconditionFailed,
     StaleFence,
     VersionConflict,
     error_from_body,
@@ -78,44 +80,71 @@ def correlation_of(given: str | None) -> str:
     return given or current_correlation_id() or uuid4().hex
 
 
+class ReplyOutcome(StrEnum):
+    """What a request to the case service came to."""
+
+    DONE = "done"  # the write was made (or the stage ran)
+    CREATED = "created"  # a case was opened
+    WAITING = "waiting"  # the stage ran and waits on more (a verification before its window)
+    MOVED_ON = "moved_on"  # the case moved on first: the move is illegal from where it is
+    #                        now, or the version or fence the request names is stale
+    REFUSED = "refused"  # refused on its merits: a guard, the policy, a reused key, bad input
+
+
+_DONE = frozenset({ReplyOutcome.DONE, ReplyOutcome.CREATED, ReplyOutcome.WAITING})
+
+
 @dataclass(frozen=True)
 class Reply:
-    """A business outcome as the API sends it: status and canonical JSON body."""
+    """A business outcome and its canonical JSON body: ``{"data": ...}`` when it is done,
+    the refusal's ``{"error": ...}`` otherwise."""
 
-    status: int
+    outcome: ReplyOutcome
     body: str
     replayed: bool = False
 
     @classmethod
-    def of_data(cls, data: Any, status: int = 200) -> Reply:
-        return cls(status, canonical_json({"data": data}))
+    def of_data(cls, data: Any, outcome: ReplyOutcome = ReplyOutcome.DONE) -> Reply:
+        return cls(outcome, canonical_json({"data": data}))
 
     @classmethod
     def of_error(cls, error: OpsgateError) -> Reply:
-        return cls(error.status, canonical_json(error.to_body()))
+        moved_on = isinstance(error, IllegalTransition | PreconditionFailed)
+        return cls(ReplyOutcome.MOVED_ON if moved_on else ReplyOutcome.REFUSED,
+                   canonical_json(error.to_body()))
 
     @property
     def ok(self) -> bool:
-        return self.status < 400
+        return self.outcome in _DONE
+
+    @property
+    def moved_on(self) -> bool:
+        """Another writer moved the case first: a consumer's work on it is already done."""
+        return self.outcome is ReplyOutcome.MOVED_ON
+
+    @property
+    def error(self) -> OpsgateError | None:
+        """The refusal as its typed error (a new one each time); None when it is done."""
+        return None if self.ok else error_from_body(json.loads(self.body))
 
     def data(self) -> Any:
         """The reply's data; the matching ``OpsgateError`` when it is a refusal."""
-        body = json.loads(self.body)
-        if not self.ok:
-            raise error_from_body(body)
-        return body["data"]
+        error = self.error
+        if error is not None:
+            raise error
+        return json.loads(self.body)["data"]
 
 
 def fingerprint(intent: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_json(intent).encode("utf-8")).hexdigest()
 
 
-def _log_written(timeline: Mapping[str, Any], status: int) -> None:
+def _log_written(timeline: Mapping[str, Any], outcome: ReplyOutcome) -> None:
     meta = timeline.get("meta") or {}
     log.info("case %s %s (%s): %s -> %s", timeline["case_id"], timeline["event"],
              meta.get("outcome"), meta.get("from"), meta.get("to"),
              extra={"case_id": str(timeline["case_id"]), "event": timeline["event"],
-                    "outcome": meta.get("outcome"), "status": status,
+                    "outcome": meta.get("outcome"), "reply": str(outcome),
                     "version": meta.get("version")})
 
 
@@ -331,9 +360,9 @@ class CaseService:
                     if inbox_entry is not None:
                         inbox.mark(conn, *inbox_entry)
                 timeline = None if writes is None else writes.timeline
-                count_write(reply.status, reply.replayed, timeline)
+                count_write(reply.error, reply.replayed, timeline)
                 if timeline is not None and log.isEnabledFor(logging.INFO):
-                    _log_written(timeline, reply.status)
+                    _log_written(timeline, reply.outcome)
                 return reply
             except IntegrityError:
                 if attempt == 2:
@@ -365,11 +394,12 @@ class CaseService:
             return Reply.of_error(stale), None
         writes = store.Writes()
         try:
-            reply = Reply.of_data(work(conn, case, writes), status=201 if created else 200)
+            reply = Reply.of_data(work(conn, case, writes),
+                                  ReplyOutcome.CREATED if created else ReplyOutcome.DONE)
         except _Refusal as refusal:
             writes = store.Writes(timeline=refusal.timeline_row)
             reply = Reply.of_error(refusal.error)
-        writes.reply = {"key": key, "fingerprint": digest, "status": reply.status,
+        writes.reply = {"key": key, "fingerprint": digest, "outcome": str(reply.outcome),
                         "body": reply.body}
         store.write(conn, writes)
         return reply, writes
@@ -381,7 +411,7 @@ class CaseService:
                 "this Idempotency-Key was used before for a different request", key=key
             )
             return Reply.of_error(reuse)
-        return Reply(int(prior["status"]), str(prior["body"]), replayed=True)
+        return Reply(ReplyOutcome(prior["outcome"]), str(prior["body"]), replayed=True)
 
     @staticmethod
     def _stale(conn: Connection, fence: Fence) -> StaleFence | None:

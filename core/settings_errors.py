@@ -45,7 +45,6 @@ class InvalidSettings(OpsgateError):
     """A setting that cannot be used; ``problems`` holds one line for each."""
 
     code = "invalid_settings"
-    status = 500
 
     def __init__(self, problems: Sequence[str]) -> None:
         super().__init__("; ".join(problems), problems=list(problems))

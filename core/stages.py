@@ -12,6 +12,7 @@ new key replays what already ran instead of running it again.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -37,10 +38,10 @@ from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import CommandPayload
 from core.domain.plans import PlanStep, parsed_or_none
 from core.domain.policy import AUTO_APPROVER
-from core.errors import IllegalTransition, KeyReuse, Unavailable, Unprocessable
+from core.errors import IllegalTransition, KeyReuse, Unavailable, Unprocessable, error_from_body
 from core.gate import approval_state
 from core.gateway import CallStatus, ToolCall, session_of
-from core.service import CaseService, Reply
+from core.service import CaseService, Reply, ReplyOutcome
 from core.steps.adapters import adapters_from_settings
 
 if TYPE_CHECKING:
@@ -107,7 +108,7 @@ class Stages:
 
     def verify_now(self, case_id: UUID, caller: Caller) -> Reply:
         """One reading of the plan's verify block, the verifier's next: the case closes, parks,
-        or (202) keeps waiting for its window or its condition until the deadline."""
+        or keeps waiting (``WAITING``) for its window or its condition until the deadline."""
         return self._once(caller, "/verify/run", case_id, {},
                           lambda: self._verify(case_id, caller))
 
@@ -117,7 +118,7 @@ class Stages:
               answer: Callable[[], Reply], lease_s: float = 0.0) -> Reply:
         """``answer()`` the first time the caller's key comes with this request; its reply,
         replayed, every later time; ``KeyReuse`` when the key came with another request."""
-        self.cases.get_case(case_id)  # an unknown case is 404, and nothing is kept of it
+        self.cases.get_case(case_id)  # an unknown case is NotFound, and nothing is kept of it
         call = ToolCall(STAGE_TOOL, actor=caller.actor, session_id=session_of(case_id),
                         args={"endpoint": endpoint, "case_id": str(case_id),
                               "actor": caller.actor, **request},
@@ -129,19 +130,18 @@ class Stages:
         if result.status is CallStatus.IN_PROGRESS:
             raise Unavailable("this request is still being carried out; retry with the same "
                               "Idempotency-Key", key=caller.key)
-        if result.error is not None and result.error.get("code") == KeyReuse.code:
+        if isinstance(result.refusal, KeyReuse):
             return Reply.of_error(KeyReuse("this Idempotency-Key was used before for a "
                                            "different request", key=caller.key))
         if result.error is not None or not isinstance(result.result, Mapping):
             raise Unavailable(f"the request's outcome was not kept: {result.error}",
                               key=caller.key)
-        return Reply(int(result.result["status"]), str(result.result["body"]),
-                     replayed=result.status is CallStatus.REPLAYED)
+        return _unkept(result.result, replayed=result.status is CallStatus.REPLAYED)
 
     def _run(self, case_id: UUID, caller: Caller, expected: CaseStatus,
              endpoint: str) -> PlanRun | Reply:
-        """The caller's run of the case's current version, or 409 when the case is not in
-        ``expected``."""
+        """The caller's run of the case's current version, or ``IllegalTransition`` when the
+        case is not in ``expected``."""
         case = self.cases.get_case(case_id)
         run = None
         if case["status"] == expected:
@@ -227,10 +227,9 @@ class Stages:
         """The answer: the case as the run left it, each step this request ran, and the move."""
         moved = None if done is None else finish(self.cases, run, done,
                                                  attribution=caller.attribution)
-        if moved is None or moved.status in (409, 412):  # 409/412: another moved it first
-            case = self.cases.get_case(run.case_id)
-        else:
-            case = moved.data()
+        # Not moved here, or another moved it first: the case as it is now.
+        case = (self.cases.get_case(run.case_id) if moved is None or moved.moved_on
+                else moved.data())
         return Reply.of_data({
             **case, "plan_hash": run.plan_hash,
             "ran": [_step_view(step, result) for step, result in ran],
@@ -273,7 +272,8 @@ class Stages:
         case = moved.data() if moved is not None else self.cases.get_case(case_id)
         return Reply.of_data({**case, "plan_hash": run.plan_hash,
                               "verification": _reading_view(reading)},
-                             status=202 if reading.event is None else 200)
+                             ReplyOutcome.WAITING if reading.event is None
+                             else ReplyOutcome.DONE)
 
 
 class _Recording:
@@ -291,7 +291,22 @@ class _Recording:
 
 def _kept(reply: Reply) -> dict[str, Any]:
     """A reply as the gateway keeps it, for every repeat of the request."""
-    return {"status": reply.status, "body": reply.body}
+    return {"outcome": str(reply.outcome), "body": reply.body}
+
+
+def _unkept(kept: Mapping[str, Any], *, replayed: bool) -> Reply:
+    """The reply ``_kept`` stored. One kept before replies had an outcome (with the status
+    the API sent, for a day in Redis and in older ledger rows) has it read off its body: a
+    refusal's error, or a verification that waits."""
+    body = str(kept["body"])
+    if "outcome" in kept:
+        return Reply(ReplyOutcome(kept["outcome"]), body, replayed=replayed)
+    parsed = json.loads(body)
+    if "error" in parsed:
+        refused = Reply.of_error(error_from_body(parsed)).outcome
+        return Reply(refused, body, replayed=replayed)
+    waits = (parsed["data"].get("verification") or {"event": "-"})["event"] is None
+    return Reply(ReplyOutcome.WAITING if waits else ReplyOutcome.DONE, body, replayed=replayed)
 
 
 def _notes(cases: CaseService, run: PlanRun, event: str) -> list[Mapping[str, Any]]:

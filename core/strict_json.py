@@ -13,11 +13,15 @@ import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from core.errors import OpsgateError
+
 Path = list[str | int]
 
 
-class NonFiniteNumber(ValueError):
-    """A document holds NaN or ±Infinity."""
+class NonFiniteNumber(OpsgateError, ValueError):
+    """A document holds NaN or ±Infinity (a ``ValueError`` too, as ``json.loads`` raises)."""
+
+    code = "non_finite_number"
 
 
 def loads(text: str | bytes) -> Any:

@@ -10,11 +10,15 @@ from typing import Any
 
 import uvicorn
 
+from core.errors import InternalError, OpsgateError
+
 STARTUP_TIMEOUT_S = 15.0
 
 
-class PortTaken(Exception):
+class PortTaken(OpsgateError):
     """The port to bind is already in use."""
+
+    code = "port_taken"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -52,9 +56,9 @@ class ThreadedServer:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not self.server.started:
             if not self._thread.is_alive():
-                raise RuntimeError(f"the server for {self.url} stopped while starting")
+                raise InternalError(f"the server for {self.url} stopped while starting")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the server for {self.url} did not start in time")
+                raise InternalError(f"the server for {self.url} did not start in time")
             time.sleep(0.01)
         return self
 

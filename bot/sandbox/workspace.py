@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.errors import OpsgateError
+
 Blocks = list[dict[str, Any]]
 
 TEAM_ID = "T0SANDBOX"
@@ -78,8 +80,10 @@ INTERACTIVE = frozenset({"button", "plain_text_input", "static_select", "users_s
                          "datepicker", "checkboxes", "radio_buttons", "overflow"})
 
 
-class SlackError(Exception):
+class SlackError(OpsgateError):
     """A Web API call Slack would answer with ``{"ok": false, "error": code}``."""
+
+    code = "slack_error"
 
     def __init__(self, code: str) -> None:
         super().__init__(code)

@@ -3,14 +3,18 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 
+from core.api.statuses import error_status
 from core.domain.plans import canonical_json
-from core.errors import InvalidRequest, OpsgateError, Unauthorized
+from core.errors import InternalError, InvalidRequest, OpsgateError, Unauthorized
+
+log = logging.getLogger(__name__)
 
 JSON = "application/json"
 
@@ -34,8 +38,11 @@ def error_body(code: str, message: str, details: dict[str, Any] | None = None) -
 
 
 def error_response(error: OpsgateError) -> Response:
+    if isinstance(error, InternalError):
+        log.error("internal error: %s", error.message, exc_info=error)
+        return _internal_error()
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(error, Unauthorized) else None
-    return Response(canonical_json(error.to_body()), status_code=error.status,
+    return Response(canonical_json(error.to_body()), status_code=error_status(error),
                     media_type=JSON, headers=headers)
 
 
@@ -78,6 +85,10 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
 
 async def _on_crash(_request: Request, _exc: Exception) -> Response:
     # The server still logs the traceback; the caller learns nothing internal.
+    return _internal_error()
+
+
+def _internal_error() -> Response:
     return Response(error_body("internal_error", "internal error"), status_code=500,
                     media_type=JSON)
 

@@ -32,7 +32,7 @@ def generate_plan(body: GeneratePlanBody, write: Writer, cases: Cases,
     correlation = correlation_id(x_correlation_id)
     if cases.get_case(body.case_id)["status"] == CaseStatus.ANALYZING:
         concluded = conclude_analysis(body, write, cases, correlation)
-        if not concluded.ok and concluded.status != 409:  # 409: the analyst concluded first
+        if not concluded.ok and not concluded.moved_on:  # the analyst concluded first
             return send_reply(concluded)
     cmd = TransitionCase(case_id=body.case_id, event=CaseEvent.PLAN_READY, actor=write.actor,
                          correlation_id=correlation, plan=plan,

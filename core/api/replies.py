@@ -1,4 +1,5 @@
-"""Sends a service ``Reply`` as it is: the stored bytes, its status, and headers derived from it."""
+"""Sends a service ``Reply`` as it is: the stored bytes, the status of its outcome, and headers
+derived from it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from fastapi import Response
 
+from core.api.statuses import reply_status
 from core.domain.plans import canonical_json
 from core.service import Reply
 
@@ -24,7 +26,7 @@ def send_reply(reply: Reply, *, location: bool = False) -> Response:
         headers["ETag"] = etag(case["version"])
         if location:
             headers["Location"] = f"/case/{case['case_id']}"
-    return Response(content=reply.body, status_code=reply.status, media_type=JSON,
+    return Response(content=reply.body, status_code=reply_status(reply), media_type=JSON,
                     headers=headers)
 
 

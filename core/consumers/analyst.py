@@ -28,7 +28,7 @@ from core.domain.commands import NoteCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import CommandPayload, Topic, payload_as
 from core.errors import Unavailable
-from core.gateway import CallStatus, ToolCall
+from core.gateway import CallStatus, ToolCall, ToolCallFailed
 from core.library import Library
 from core.library.runbooks import runbooks_folder
 from core.messaging.consumer import Delivery
@@ -79,7 +79,7 @@ class Analyst:
                              reason=reason, meta=meta, correlation_id=correlation_id,
                              expected_version=run.version)
         reply = self.cases.transition(cmd, run.key, inbox_entry=delivery.inbox_entry)
-        if reply.status in (409, 412):
+        if reply.moved_on:
             log.info("analyst: case %s moved on first (%s)", run.case_id, reply.body)
             return
         reply.data()
@@ -100,8 +100,10 @@ class Analyst:
         if result.status is CallStatus.IN_PROGRESS:
             raise Unavailable("analysis of this case is running elsewhere; retry later",
                               key=result.key)
-        if result.error is not None or not isinstance(result.result, Mapping):
-            raise RuntimeError(f"analysis of case {run.case_id} failed: {result.error}")
+        result.raise_for_error(f"analysis of case {run.case_id}")
+        if not isinstance(result.result, Mapping):
+            raise ToolCallFailed(f"analysis of case {run.case_id}: no evidence kept",
+                                 key=result.key, result=result.result)
         return dict(result.result)
 
     def _evidence(self, args: Mapping[str, Any]) -> dict[str, Any]:

@@ -63,7 +63,7 @@ class Executor:
 
     def _finish(self, run: PlanRun, delivery: Delivery, done: Executed) -> None:
         reply = finish(self.app.cases, run, done, inbox_entry=delivery.inbox_entry)
-        if reply.status in (409, 412):
+        if reply.moved_on:
             # Another delivery of this command finished first and moved the case on.
             log.info("executor: case %s moved on before %s (%s)", run.case_id, done.event,
                      reply.body)
@@ -109,7 +109,7 @@ def finish(cases: CaseService, run: PlanRun, done: Executed, *,
            inbox_entry: tuple[str, int] | None = None,
            attribution: Attribution | None = None) -> Reply:
     """Move the case with what running its plan came to, as the run's actor, once per run (a
-    repeat replays the move; a move made first by another is 409/412)."""
+    repeat replays the move; a move made first by another is ``moved_on``)."""
     cmd = TransitionCase(run.case_id, done.event, actor=run.consumer, reason=done.reason,
                          meta={"plan_hash": run.plan_hash, **done.meta},
                          expected_version=run.version, attribution=attribution or {})

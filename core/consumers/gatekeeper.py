@@ -76,7 +76,7 @@ class Gatekeeper:
         cmd = ApprovePlan(run.case_id, run.plan_hash, AUTO_APPROVER,
                           correlation_id=correlation_id, expected_version=run.version)
         reply = self.cases.approve_plan(cmd, run.key, inbox_entry=delivery.inbox_entry)
-        if reply.status in (409, 412):
+        if reply.moved_on:
             log.info("gatekeeper: case %s was decided first (%s)", run.case_id, reply.body)
             return
         reply.data()
@@ -145,7 +145,7 @@ def expire(cases: CaseService, run: PlanRun, correlation_id: str | None,
                           correlation_id=correlation_id, plan_hash=run.plan_hash,
                           meta={"expires_at": due.isoformat()}, expected_version=run.version)
     reply = cases.transition(move, f"{run.key}:gate_expired", inbox_entry=inbox_entry)
-    if reply.status in (409, 412):
+    if reply.moved_on:
         log.info("gatekeeper: case %s was decided before its plan expired (%s)", run.case_id,
                  reply.body)
         return None

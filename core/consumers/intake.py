@@ -36,7 +36,7 @@ class Intake:
                              correlation_id=payload.get("correlation_id"),
                              expected_version=run.version)
         reply = self.cases.transition(cmd, run.key, inbox_entry=delivery.inbox_entry)
-        if reply.status in (409, 412):
+        if reply.moved_on:
             log.info("intake: case %s moved on first (%s)", run.case_id, reply.body)
             return
         reply.data()

@@ -158,10 +158,8 @@ class Notifier:
         # Not idempotent: a post that may have happened without its result being stored is
         # left for reconciliation rather than posted again.
         result = self.gateway.run(call, self._post, wait_s=POST_WAIT_S)
-        if not result.ok:
-            # Still in progress elsewhere, or refused: raise so the runner retries, then buries.
-            raise RuntimeError(f"chat post for message {envelope.message_id}: "
-                               f"{result.status} {result.error}")
+        # Still in progress elsewhere, or refused: raise so the runner retries, then buries.
+        result.raise_for_error(f"chat post for message {envelope.message_id}")
 
     def message(self, topic: str, payload: Payload) -> tuple[str, Blocks | None] | None:
         """The text (and Block Kit blocks) one event posts; None when it adds nothing. A chat

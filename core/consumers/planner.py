@@ -99,7 +99,7 @@ class Planner:
                              expected_version=run.version,
                              requester=case_opener(self.cases, run.case_id))
         reply = self.cases.transition(cmd, run.key, inbox_entry=delivery.inbox_entry)
-        if reply.status in (409, 412):
+        if reply.moved_on:
             log.info("planner: case %s moved on first (%s)", run.case_id, reply.body)
             return
         reply.data()

@@ -59,7 +59,7 @@ _LOCK_CASE_WITH_REPLY = (
     select(
         ops_case,
         idempotency.c.fingerprint.label("reply_fingerprint"),
-        idempotency.c.status.label("reply_status"),
+        idempotency.c.outcome.label("reply_outcome"),
         idempotency.c.body.label("reply_body"),
     )
     .select_from(ops_case.outerjoin(idempotency, idempotency.c.key == bindparam("key")))
@@ -103,7 +103,7 @@ def lock_case_and_recall(
     if row["reply_fingerprint"] is None:
         return case, None
     return case, {"key": key, "fingerprint": row["reply_fingerprint"],
-                  "status": row["reply_status"], "body": row["reply_body"]}
+                  "outcome": row["reply_outcome"], "body": row["reply_body"]}
 
 
 def read_case(conn: Connection, case_id: UUID) -> RowMapping | None:
@@ -222,7 +222,7 @@ _COLUMNS: dict[str, tuple[str, ...]] = {
     "approval": ("id", "case_id", "plan_id", "plan_hash", "decision"),
     "moved_case": ("id", "status", "version", "updated_at"),
     "timeline": ("case_id", "event", "actor", "reason", "correlation_id", "meta", "created_at"),
-    "reply": ("key", "fingerprint", "status", "body"),
+    "reply": ("key", "fingerprint", "outcome", "body"),
 }
 _TABLES: dict[str, Table] = {
     "new_case": ops_case, "thread": chat_thread, "plan": plan_proposed,

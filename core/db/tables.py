@@ -15,7 +15,6 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
-    SmallInteger,
     String,
     Table,
     Text,
@@ -91,7 +90,7 @@ idempotency = Table(
     metadata,
     Column("key", String(200), primary_key=True),
     Column("fingerprint", String(64), nullable=False),
-    Column("status", SmallInteger, nullable=False),
+    Column("outcome", String(16), nullable=False),  # migration 0012: was the HTTP status
     Column("body", Text, nullable=False),
     _now(),
 )

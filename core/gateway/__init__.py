@@ -31,6 +31,7 @@ from core.gateway.model import (
     CallStatus,
     DirectSideEffectCall,
     ToolCall,
+    ToolCallFailed,
 )
 from core.gateway.redis_store import Claim, RedisClaimStore
 from core.gateway.registry import SideEffect, side_effect
@@ -60,6 +61,7 @@ __all__ = [
     "SideEffect",
     "SqlSessionLock",
     "ToolCall",
+    "ToolCallFailed",
     "args_hash",
     "build_gateway",
     "call_key",

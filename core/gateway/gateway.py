@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import redis
 
-from core.errors import Unavailable
+from core.errors import KeyReuse, StaleFence, Unavailable
 from core.gateway import metrics
 from core.gateway.keys import args_hash, call_key
 from core.gateway.ledger import Intent, Ledger, LedgerClaim, LedgerEntry
@@ -41,9 +41,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _REFUSALS = {
-    "mismatch": ("idempotency_key_reused",
+    "mismatch": (KeyReuse.code,
                  "this idempotency key was used before with different arguments"),
-    "stale_fence": ("stale_fence",
+    "stale_fence": (StaleFence.code,
                     "the fence token is lower than the highest issued for the session"),
     "needs_reconciliation": (
         "needs_reconciliation",

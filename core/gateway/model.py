@@ -1,5 +1,6 @@
-"""What the gateway speaks: a tool call, the result envelope every caller gets, and the
-business refusal a tool body raises for a deterministic "no"."""
+"""What the gateway speaks: a tool call, the result envelope every caller gets (it raises
+``ToolCallFailed`` on demand), and the business refusal a tool body raises for a deterministic
+"no"."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from core.errors import OpsgateError
+from core.errors import InternalError, OpsgateError, error_from_body
 
 ToolBody = Callable[[Mapping[str, Any]], Any]
 """The function behind a tool: it receives the call's arguments and does the side effect."""
@@ -49,29 +50,45 @@ class CallResult:
         """The side effect happened (now or earlier) and succeeded."""
         return self.status in (CallStatus.OK, CallStatus.REPLAYED) and self.error is None
 
+    @property
+    def refusal(self) -> OpsgateError | None:
+        """The stored refusal as its typed error (``KeyReuse``, ``StaleFence``, a tool's own
+        refusal); None when nothing was refused."""
+        return None if self.error is None else error_from_body({"error": self.error})
 
-class BusinessRefusal(Exception):
+    def raise_for_error(self, doing: str) -> None:
+        """Raise ``ToolCallFailed`` unless the side effect happened and succeeded; ``doing``
+        says what the call was for."""
+        if not self.ok:
+            raise ToolCallFailed(f"{doing}: {self.status} {self.error}", key=self.key,
+                                 status=str(self.status), error=self.error)
+
+
+class ToolCallFailed(InternalError):
+    """A gateway call that did not succeed: refused, or still running elsewhere. Details: the
+    call's ``key``, its ``status`` and the stored ``error``."""
+
+    code = "tool_call_failed"
+
+
+class BusinessRefusal(OpsgateError):
     """Raised by an executor for a deterministic business "no" (insufficient funds, unknown
     SKU): stored and replayed to every repeat, never retried."""
 
+    code = "business_refusal"
+
     def __init__(self, message: str, code: str = "business_refusal", **details: Any) -> None:
-        super().__init__(message)
+        super().__init__(message, **details)
         self.code = code
-        self.message = message
-        self.details = details
 
     def to_error(self) -> dict[str, Any]:
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.details:
-            error["details"] = self.details
-        return error
+        return dict(self.to_body()["error"])
 
 
 class DirectSideEffectCall(OpsgateError):
     """A ``@side_effect`` function was called directly instead of through ``Gateway.invoke``."""
 
     code = "direct_side_effect_call"
-    status = 500
 
 
 @dataclass(frozen=True)

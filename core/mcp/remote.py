@@ -46,7 +46,6 @@ class RemoteUnavailable(OpsgateError):
     known to have happened there."""
 
     code = "mcp_server_unavailable"
-    status = 502
 
 
 class RemoteServer(BaseModel):

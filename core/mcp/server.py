@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from core.bootstrap import App
 from core.domain.plans import plan_problems
-from core.errors import NotFound, Unavailable
+from core.errors import KeyReuse, NotFound, Unavailable
 from core.gateway import BusinessRefusal, CallResult, CallStatus, ToolCall, call_key
 from core.mcp.schemas import OUTPUTS, ProposePlanArgs, input_schema
 from core.mcp.tools import BY_NAME, TOOLS, CaseTool, CaseTools
@@ -117,7 +117,7 @@ def _answer(result: CallResult, caller_key: Any) -> types.CallToolResult:
                       meta=meta)
     if result.error is not None:
         error = dict(result.error)
-        if error.get("code") == "idempotency_key_reused":
+        if isinstance(result.refusal, KeyReuse):
             named = (f"the idempotency key {caller_key!r}" if caller_key is not None
                      else "this call's business key")
             error["message"] = (f"{named} was used before with other arguments; nothing ran "

@@ -11,17 +11,20 @@ from typing import Any
 
 import httpx
 
+from core.errors import InternalError
 from core.outbound.allowlists import Origin
 
 MAX_REDIRECTS = 5
 _NO_BODY = object()
 
 
-class RedirectRefused(Exception):
+class RedirectRefused(InternalError):
     """The server redirected somewhere we may not go; the first request did go out."""
 
+    code = "redirect_refused"
+
     def __init__(self, location: str, why: str) -> None:
-        super().__init__(f"redirect to {location} refused: {why}")
+        super().__init__(f"redirect to {location} refused: {why}", location=location)
         self.location = location
 
 

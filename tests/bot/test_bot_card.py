@@ -21,6 +21,7 @@ from bot.blocks import plan_message
 from bot.card import CaseState, card_message
 from bot.card_keeper import CardKeeper
 from bot.notifier import SlackNotifier
+from core.api.statuses import reply_status
 from core.bootstrap import App, bootstrap
 from core.chat import ChatMessage, RecordingSink
 from core.domain.commands import NoteCase
@@ -64,7 +65,7 @@ def status_of(message: ChatMessage) -> str:
 
 def move(app: App, case_id: UUID, event: E, **overrides: Any) -> None:
     reply = app.cases.transition(command(case_id, event, **overrides), key())
-    assert reply.status == 200, reply.body
+    assert reply_status(reply) == 200, reply.body
 
 
 def note(app: App, case_id: UUID, event: str, reason: str, **meta: Any) -> None:

@@ -31,6 +31,7 @@ import pytest
 import redis
 from sqlalchemy import Engine, select, text
 
+from core.api.statuses import reply_status
 from core.bootstrap import App, bootstrap
 from core.consumers import build_consumers
 from core.consumers.planner import case_opener
@@ -92,7 +93,7 @@ class EffectPlanner:
                              expected_version=run.version,
                              requester=case_opener(self.cases, run.case_id))
         reply = self.cases.transition(cmd, run.key, inbox_entry=delivery.inbox_entry)
-        if reply.status not in (409, 412):
+        if reply_status(reply) not in (409, 412):
             reply.data()
 
 

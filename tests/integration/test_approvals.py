@@ -12,6 +12,7 @@ from uuid import UUID, uuid4
 import pytest
 from sqlalchemy import Engine, select
 
+from core.api.statuses import reply_status
 from core.db.tables import case_timeline, outbox, plan_approved
 from core.domain.commands import ApprovePlan, RejectPlan, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
@@ -51,7 +52,7 @@ def approve(service: CaseService, case_id: UUID, approver: str, plan: dict[str, 
 def error(reply: Reply) -> tuple[int, str, str]:
     assert not reply.ok, reply.body
     err = json.loads(reply.body)["error"]
-    return reply.status, err["code"], err["message"]
+    return reply_status(reply), err["code"], err["message"]
 
 
 def rows(engine: Engine, table: Any, case_id: UUID) -> list[Any]:
@@ -414,7 +415,7 @@ def test_three_approvers_at_once_on_a_low_risk_plan_make_one_decision(service, e
     case_id = waiting(service)
     replies = race(*(lambda who=who: approve(service, case_id, who)
                      for who in ("bob", "carol", "dave")))
-    assert sorted(r.status for r in replies) == [200, 409, 409]
+    assert sorted(reply_status(r) for r in replies) == [200, 409, 409]
     assert [r["event"] for r in rows(engine, case_timeline, case_id)].count("gate_approved") == 1
     assert len(rows(engine, plan_approved, case_id)) == 1
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
+from core.api.statuses import reply_status
 from core.db.tables import case_timeline
 from core.domain.fsm import CaseEvent
 from core.messaging import inbox
@@ -31,7 +32,7 @@ class StartAnalysis:
         reply = self.service.transition(command(UUID(case_id), CaseEvent.START_ANALYSIS),
                                         delivery.idempotency_key,
                                         inbox_entry=delivery.inbox_entry)
-        assert reply.status in (200, 409), reply.body
+        assert reply_status(reply) in (200, 409), reply.body
 
 
 class Poison:

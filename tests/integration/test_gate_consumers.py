@@ -10,6 +10,7 @@ from uuid import UUID
 import pytest
 from sqlalchemy import Engine, select
 
+from core.api.statuses import reply_status
 from core.bootstrap import App, bootstrap
 from core.chat import RecordingSink
 from core.consumers import build_consumers
@@ -269,7 +270,7 @@ def test_a_plan_nobody_decides_expires_from_a_scheduled_row_that_survives_a_rest
         f"Plan {plan_hash(HIGH_RISK)[:12]}: approval expired after 1 h; the case is parked — "
         "ask for a fresh plan")
     late = restarted.cases.approve_plan(ApprovePlan(case_id, plan_hash(HIGH_RISK), "bob"), key())
-    assert late.status == 409 and "approval expired after 1 h" in late.body
+    assert reply_status(late) == 409 and "approval expired after 1 h" in late.body
 
 
 def test_a_decision_before_the_ttl_makes_the_expiry_check_a_no_op(engine):
@@ -390,7 +391,7 @@ def test_a_two_person_case_runs_to_closed_after_two_approvers_and_not_before(eng
     assert status(app, case_id) == ("WAIT_GATE", 3)
     digest = app.cases.proposed_plan(case_id)["plan_hash"]
     own = app.cases.approve_plan(ApprovePlan(case_id, digest, REQUESTER), key())
-    assert own.status == 422
+    assert reply_status(own) == 422
     assert app.cases.approve_plan(ApprovePlan(case_id, digest, "bob"), key()).data()[
         "status"] == "WAIT_GATE"
     pump(app, consumers)

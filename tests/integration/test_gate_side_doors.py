@@ -18,6 +18,7 @@ from sqlalchemy import Engine, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from core.api import create_api
+from core.api.statuses import reply_status
 from core.bootstrap import App, bootstrap
 from core.consumers.executor import Executor
 from core.consumers.gatekeeper import Gatekeeper
@@ -121,7 +122,7 @@ def test_the_rollback_with_both_shapes_is_refused_at_the_guard(app, engine, touc
     case_id = planning(app)
     reply = app.cases.transition(
         command(case_id, E.PLAN_READY, plan=red_team_rollback(touch, marker)), key())
-    assert reply.status == 422 and json.loads(reply.body)["error"]["code"] == "guard_failed"
+    assert reply_status(reply) == 422 and json.loads(reply.body)["error"]["code"] == "guard_failed"
     problems = json.loads(reply.body)["error"]["details"]["problems"]
     assert any(p.startswith('plan.rollback: has both "action" and "steps"') for p in problems)
     assert status(app, case_id) == S.PLANNING and app.cases.proposed_plan(case_id) is None
@@ -146,7 +147,7 @@ def test_such_a_plan_stored_before_is_neither_approved_nor_run(app, engine, touc
     assert "two distinct approvers" in waiting["reason"]
     for person in ("lead@example", "oncall@example"):
         refused = app.cases.approve_plan(ApprovePlan(case_id, digest, person), key())
-        assert refused.status == 422 and "ChangePlan schema" in refused.body
+        assert reply_status(refused) == 422 and "ChangePlan schema" in refused.body
     assert status(app, case_id) == S.WAIT_GATE and not marker.exists()
 
 
@@ -178,7 +179,7 @@ def test_a_nan_risk_is_refused_by_the_guard(app, touch, marker):
     case_id = planning(app)
     reply = app.cases.transition(command(case_id, E.PLAN_READY, plan=nan_risk(touch, marker)),
                                  key())
-    assert reply.status == 422
+    assert reply_status(reply) == 422
     assert json.loads(reply.body)["error"]["details"]["problems"] == [
         "plan.risk_score: nan is not a number JSON allows (NaN and Infinity are refused)"]
     assert status(app, case_id) == S.PLANNING and not marker.exists()
@@ -219,7 +220,7 @@ def test_a_nan_plan_stored_before_is_approved_by_nobody(app, engine, touch, mark
     Gatekeeper(app).handle(gate_eval_for(engine, case_id, digest))
     for person in ("lead@example", "oncall@example"):  # one yes used to be enough
         refused = app.cases.approve_plan(ApprovePlan(case_id, digest, person), key())
-        assert refused.status == 422, refused.body
+        assert reply_status(refused) == 422, refused.body
     assert status(app, case_id) == S.WAIT_GATE and not marker.exists()
 
 
@@ -248,7 +249,7 @@ def test_through_the_real_gate_an_automatic_approval_only_ever_runs_noop(app, en
     proposed = app.cases.transition(command(case_id, E.PLAN_READY, plan=plan), key())
     if not proposed.ok:
         event("refused by the guard")
-        assert proposed.status == 422 and parsed_or_none(plan) is None
+        assert reply_status(proposed) == 422 and parsed_or_none(plan) is None
         return
     Gatekeeper(app).handle(Delivery(Gatekeeper.name,
                                     envelope_of(engine, case_id, Topic.GATE_EVAL)))

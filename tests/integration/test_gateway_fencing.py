@@ -15,6 +15,7 @@ import redis
 from prometheus_client import REGISTRY
 from sqlalchemy import Engine, func, select
 
+from core.api.statuses import reply_status
 from core.db.tables import case_timeline, idempotency, outbox
 from core.domain.commands import Fence, OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent
@@ -204,11 +205,11 @@ def test_a_run_that_lost_its_lock_is_refused_by_the_core(locks: SessionLock, lea
     before = rows(engine)
     stale = service.transition(TransitionCase(uuid.UUID(case_id), CaseEvent.START_ANALYSIS,
                                               "agent", fence=old.fence), key="move-old")
-    assert stale.status == 412 and '"stale_fence"' in stale.body
+    assert reply_status(stale) == 412 and '"stale_fence"' in stale.body
     assert rows(engine) == before  # refused before any row was written
     moved = service.transition(TransitionCase(uuid.UUID(case_id), CaseEvent.START_ANALYSIS,
                                               "agent", fence=new.fence), key="move-new")
-    assert moved.status == 200 and moved.data()["version"] == 1
+    assert reply_status(moved) == 200 and moved.data()["version"] == 1
     assert locks.release(new) is True
     assert locks.acquire(session, wait_s=1.0) is not None
 
@@ -250,16 +251,16 @@ def test_the_core_refuses_a_stale_fence_before_writing(service: CaseService,
     before = rows(engine)
     move = TransitionCase(case_id, CaseEvent.START_ANALYSIS, "agent", fence=first)
     refused = service.transition(move, key="k1")
-    assert refused.status == 412 and '"code":"stale_fence"' in refused.body
+    assert reply_status(refused) == 412 and '"code":"stale_fence"' in refused.body
     assert rows(engine) == before
     assert service.get_case(case_id)["version"] == 0
     # Nothing was stored under the key: the same request with the current fence goes through.
     accepted = service.transition(
         TransitionCase(case_id, CaseEvent.START_ANALYSIS, "agent", fence=second), key="k1")
-    assert accepted.status == 200
+    assert reply_status(accepted) == 200
     never_issued = TransitionCase(case_id, CaseEvent.ANALYSIS_DONE, "agent",
                                   fence=Fence("unknown-session", 7))
-    assert service.transition(never_issued, key="k2").status == 412
+    assert reply_status(service.transition(never_issued, key="k2")) == 412
 
 
 def test_only_the_owner_renews_or_releases_and_holding_frees_the_lock(leased: Leased) -> None:

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import select
 
+from core.api.statuses import reply_status
 from core.db.tables import case_timeline, outbox, plan_approved, plan_proposed
 from core.domain.commands import Fence, OpenCase
 from core.domain.fsm import TRANSITIONS, CaseEvent, CaseStatus
@@ -57,14 +58,14 @@ def test_every_cell_of_the_fsm(service, engine, status):
         reply = service.transition(command(case_id, event), key())
         target = TRANSITIONS.get((status, event))
         if target is None:
-            assert reply.status == 409, (status, event, reply.body)
+            assert reply_status(reply) == 409, (status, event, reply.body)
             assert json.loads(reply.body)["error"]["code"] == "illegal_transition"
             after = snapshot(engine, case_id)
             assert after["case"] == before["case"]
             for table in ("case_timeline", "outbox", "plan_proposed", "plan_approved"):
                 assert after[table] == before[table], table
         else:
-            assert reply.status == 200, (status, event, reply.body)
+            assert reply_status(reply) == 200, (status, event, reply.body)
             case = service.get_case(case_id)
             assert (case["status"], case["version"]) == (target, len(PATH_TO[status]) + 1)
 
@@ -72,7 +73,7 @@ def test_every_cell_of_the_fsm(service, engine, status):
 def test_a_move_writes_case_timeline_and_outbox_together(service, engine):
     case_id = case_in(service, S.PLANNING)
     reply = service.transition(command(case_id, E.PLAN_READY, correlation_id="corr-1"), key())
-    assert reply.status == 200
+    assert reply_status(reply) == 200
     assert reply.data()["plan_hash"] == PLAN_HASH
     last = service.timeline(case_id)[-1]
     assert last["event"] == "plan_ready" and last["correlation_id"] == "corr-1"
@@ -93,14 +94,14 @@ def test_approval_is_bound_to_the_plan_hash(service, engine):
     case_id = case_in(service, S.WAIT_GATE)
     before = snapshot(engine, case_id)
     wrong = service.transition(command(case_id, E.GATE_APPROVED, plan_hash="0" * 64), key())
-    assert wrong.status == 422
+    assert reply_status(wrong) == 422
     assert json.loads(wrong.body)["error"]["code"] == "stale_plan"
     after = snapshot(engine, case_id)
     assert after["case"] == before["case"]
     assert after["case_timeline"] == before["case_timeline"] + 1
     assert (after["outbox"], after["plan_approved"]) == (before["outbox"], before["plan_approved"])
     right = service.transition(command(case_id, E.GATE_APPROVED), key())
-    assert right.status == 200
+    assert reply_status(right) == 200
     with engine.connect() as conn:
         approval = conn.execute(select(plan_approved)).mappings().one()
     assert approval["plan_hash"] == PLAN_HASH
@@ -120,7 +121,7 @@ def test_failed_guard_is_422_with_one_timeline_row_and_nothing_else(service, eng
     case_id = case_in(service, S.PLANNING)
     before = snapshot(engine, case_id)
     reply = service.transition(command(case_id, E.PLAN_READY, plan=plan), key())
-    assert reply.status == 422
+    assert reply_status(reply) == 422
     error = json.loads(reply.body)["error"]
     assert error["code"] == "guard_failed" and error["details"]["problems"]
     after = snapshot(engine, case_id)
@@ -136,13 +137,13 @@ def test_version_mismatch_is_412_and_changes_nothing(service, engine):
     case_id = case_in(service, S.ANALYZING)
     before = snapshot(engine, case_id)
     reply = service.transition(command(case_id, E.ANALYSIS_DONE, expected_version=0), key())
-    assert reply.status == 412
+    assert reply_status(reply) == 412
     assert json.loads(reply.body)["error"]["code"] == "version_conflict"
     after = snapshot(engine, case_id)
     assert {k: v for k, v in after.items() if k != "idempotency"} == {
         k: v for k, v in before.items() if k != "idempotency"}
     ok = service.transition(command(case_id, E.ANALYSIS_DONE, expected_version=1), key())
-    assert ok.status == 200
+    assert reply_status(ok) == 200
 
 
 def test_unknown_case_is_404_and_not_stored(service, engine):
@@ -150,7 +151,7 @@ def test_unknown_case_is_404_and_not_stored(service, engine):
 
     before = snapshot(engine)
     reply = service.transition(command(uuid.uuid4(), E.START_ANALYSIS), key())
-    assert reply.status == 404
+    assert reply_status(reply) == 404
     assert snapshot(engine) == before
 
 
@@ -163,7 +164,7 @@ def test_replay_returns_the_first_reply_byte_for_byte_and_writes_nothing(service
     first = service.transition(cmd, k)
     before = snapshot(engine, case_id)
     again = service.transition(cmd, k)
-    assert (again.status, again.body) == (first.status, first.body)
+    assert (reply_status(again), again.body) == (reply_status(first), first.body)
     assert again.replayed and not first.replayed
     assert snapshot(engine, case_id) == before
 
@@ -171,10 +172,10 @@ def test_replay_returns_the_first_reply_byte_for_byte_and_writes_nothing(service
 def test_same_key_different_request_is_422_and_writes_nothing(service, engine):
     case_id = case_in(service, S.NEW)
     k = key()
-    assert service.transition(command(case_id, E.START_ANALYSIS), k).status == 200
+    assert reply_status(service.transition(command(case_id, E.START_ANALYSIS), k)) == 200
     before = snapshot(engine, case_id)
     reuse = service.transition(command(case_id, E.START_ANALYSIS, reason="different"), k)
-    assert reuse.status == 422
+    assert reply_status(reuse) == 422
     assert json.loads(reuse.body)["error"]["code"] == "idempotency_key_reused"
     assert snapshot(engine, case_id) == before
 
@@ -193,9 +194,9 @@ def test_open_case_is_idempotent(service, engine):
     first = service.open_case(cmd, k)
     before = snapshot(engine)
     again = service.open_case(cmd, k)
-    assert (again.status, again.body) == (first.status, first.body) and again.replayed
+    assert (reply_status(again), again.body) == (reply_status(first), first.body) and again.replayed
     assert snapshot(engine) == before
-    assert service.open_case(OpenCase(title="other", actor="pager"), k).status == 422
+    assert reply_status(service.open_case(OpenCase(title="other", actor="pager"), k)) == 422
 
 
 def test_stale_fence_is_refused_before_any_row_is_written(service, engine):
@@ -205,13 +206,14 @@ def test_stale_fence_is_refused_before_any_row_is_written(service, engine):
     assert new.token == old.token + 1
     before = snapshot(engine, case_id)
     stale = service.transition(command(case_id, E.START_ANALYSIS, fence=old), key())
-    assert stale.status == 412
+    assert reply_status(stale) == 412
     assert json.loads(stale.body)["error"]["code"] == "stale_fence"
     assert snapshot(engine, case_id) == before
     unknown = service.transition(
         command(case_id, E.START_ANALYSIS, fence=Fence("never-issued", 99)), key())
-    assert unknown.status == 412
-    assert service.transition(command(case_id, E.START_ANALYSIS, fence=new), key()).status == 200
+    assert reply_status(unknown) == 412
+    assert reply_status(service.transition(command(case_id, E.START_ANALYSIS, fence=new),
+                                           key())) == 200
 
 
 def test_fence_tokens_are_per_session_and_monotonic(service):
@@ -222,9 +224,9 @@ def test_fence_tokens_are_per_session_and_monotonic(service):
 
 def test_resume_from_parked_asks_for_a_new_plan_and_reuses_the_last_one(service, engine):
     case_id = case_in(service, S.PARKED)
-    assert service.transition(command(case_id, E.RESUME), key()).status == 200
+    assert reply_status(service.transition(command(case_id, E.RESUME), key())) == 200
     again = service.transition(command(case_id, E.PLAN_READY, plan=None), key())
-    assert again.status == 200 and again.data()["plan_hash"] == PLAN_HASH
+    assert reply_status(again) == 200 and again.data()["plan_hash"] == PLAN_HASH
     with engine.connect() as conn:
         topics = conn.execute(select(outbox.c.topic).order_by(outbox.c.id)).scalars().all()
         events = conn.execute(select(case_timeline.c.event)).scalars().all()
@@ -241,7 +243,7 @@ def test_a_note_records_a_fact_without_moving_the_case(service, engine):
                    meta={"step": 0, "ok": True}, topic="evt.exec.step_result.v1")
     k = key()
     reply = service.note(cmd, k)
-    assert reply.status == 200
+    assert reply_status(reply) == 200
     after = snapshot(engine, case_id)
     assert after["case"] == before["case"]
     assert (after["case_timeline"], after["outbox"]) == (before["case_timeline"] + 1,
@@ -254,4 +256,4 @@ def test_a_note_records_a_fact_without_moving_the_case(service, engine):
     assert again.replayed
     assert snapshot(engine, case_id) == {**after}
     illegal = service.note(NoteCase(case_id, "exec_done", "executor"), key())
-    assert illegal.status == 422
+    assert reply_status(illegal) == 422

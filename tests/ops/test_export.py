@@ -11,6 +11,7 @@ from uuid import UUID
 import pytest
 from sqlalchemy import insert
 
+from core.api.statuses import reply_status
 from core.bootstrap import bootstrap
 from core.chat import PINNED_EVENT
 from core.db.tables import ops_case
@@ -35,12 +36,12 @@ def closed_case(service) -> UUID:
     service.note(NoteCase(case_id, "agent_usage", "agent", reason="1 model call",
                           meta={"model": "gpt-4o-mini", "model_calls": 1, "tokens_in": 500,
                                 "tokens_out": 80}), key()).data()
-    assert service.transition(command(case_id, E.EXEC_DONE), key()).status == 200
+    assert reply_status(service.transition(command(case_id, E.EXEC_DONE), key())) == 200
     service.note(NoteCase(case_id, "verify_result", "verifier", reason="error_rate 0.001 < 0.01",
                           meta={"passed": True, "observed": 0.001}), key()).data()
     done = TransitionCase(case_id, E.VERIFY_PASS, actor="verifier", reason="the check passed",
                           correlation_id="verify-corr")
-    assert service.transition(done, key()).status == 200
+    assert reply_status(service.transition(done, key())) == 200
     return case_id
 
 

@@ -8,6 +8,7 @@ from uuid import UUID
 
 from sqlalchemy import Engine, func, select
 
+from core.api.statuses import reply_status
 from core.db.tables import (
     case_timeline,
     chat_thread,
@@ -74,7 +75,7 @@ def command(case_id: UUID, event: CaseEvent, **overrides: Any) -> TransitionCase
 
 def open_case(service: CaseService, title: str = "p95 latency spike on checkout") -> UUID:
     reply = service.open_case(OpenCase(title=title, actor=REQUESTER), key())
-    assert reply.status == 201, reply.body
+    assert reply_status(reply) == 201, reply.body
     return UUID(reply.data()["case_id"])
 
 
@@ -82,7 +83,7 @@ def case_in(service: CaseService, status: CaseStatus) -> UUID:
     case_id = open_case(service)
     for event in PATH_TO[status]:
         reply = service.transition(command(case_id, event), key())
-        assert reply.status == 200, reply.body
+        assert reply_status(reply) == 200, reply.body
     assert service.get_case(case_id)["status"] == status
     return case_id
 

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from core.api.statuses import error_status
 from core.domain.plans import StepAction
 from core.errors import Unprocessable
 from core.settings import Settings
@@ -35,7 +36,7 @@ def test_an_outcome_is_json_able():
 def test_a_refusal_is_a_422_that_lists_every_problem():
     with pytest.raises(StepRefused) as refused:
         parse_params(NoopParams, {"note": 7, "extra": 1}, "noop")
-    assert isinstance(refused.value, Unprocessable) and refused.value.status == 422
+    assert isinstance(refused.value, Unprocessable) and error_status(refused.value) == 422
     assert refused.value.to_body()["error"]["code"] == "step_refused"
     problems = refused.value.details["problems"]
     assert len(problems) == 2
