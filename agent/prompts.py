@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from core.domain.views import CaseView
 
 SYSTEM = """You are opsgate's incident agent for SRE case {case_id}.
 Investigate with the read-only tools (get_case, list_cases, get_timeline, search_runbooks), then
@@ -21,7 +21,7 @@ def system_prompt(case_id: str) -> str:
     return SYSTEM.format(case_id=case_id)
 
 
-def plan_request(case: Mapping[str, object]) -> str:
+def plan_request(case: CaseView) -> str:
     """The turn the planner consumer starts for a case that needs a plan."""
     return PLAN_REQUEST.format(case_id=case["case_id"], severity=case["severity"],
                                title=case["title"])

@@ -15,6 +15,7 @@ from typing import Any
 from bot.ids import COMMAND, REASON_BLOCK, REASON_INPUT, Action, Subcommand, View
 from core.domain.plans import PlanStep, parsed_or_none
 from core.domain.policy import ApprovalPolicy, PlanLike, plan_risk
+from core.domain.views import CaseView, TimelineEntry
 from core.library.render import evidence_text
 
 Block = dict[str, Any]
@@ -79,7 +80,7 @@ def _verify_lines(verify: object) -> str:
     return f"`{json.dumps(verify, ensure_ascii=False)[:200]}`"
 
 
-def plan_message(case: Mapping[str, Any], plan: PlanLike, plan_hash: str,
+def plan_message(case: CaseView, plan: PlanLike, plan_hash: str,
                  approval_id: str, requester: str, policy: ApprovalPolicy,
                  decision: PlanDecisionView | None = None) -> Message:
     """The one message a proposed plan is: title, risk, steps, rollback, verify and, until it
@@ -116,7 +117,7 @@ def plan_message(case: Mapping[str, Any], plan: PlanLike, plan_hash: str,
     return text, blocks
 
 
-def _unreadable_plan(case: Mapping[str, Any], plan_hash: str) -> Message:
+def _unreadable_plan(case: CaseView, plan_hash: str) -> Message:
     return plain(f"Plan `{plan_hash[:12]}` for case `{short_id(case['case_id'])}` does not meet "
                  "the ChangePlan schema: it cannot be approved or run.")
 
@@ -187,7 +188,7 @@ def reject_modal(approval_id: str, private_metadata: str) -> dict[str, Any]:
 # -- /case ------------------------------------------------------------------------------------
 
 
-def case_status(case: Mapping[str, Any]) -> Message:
+def case_status(case: CaseView) -> Message:
     mark = _STATUS_MARK.get(str(case["status"]), "•")
     text = (f"{mark} Case `{short_id(case['case_id'])}` *{case['title']}*\n"
             f"*Status* {case['status']} · *Severity* {case['severity']} · "
@@ -196,7 +197,7 @@ def case_status(case: Mapping[str, Any]) -> Message:
         section(text), context(f"id `{case['case_id']}` · updated {case['updated_at']}")]
 
 
-def case_timeline(case: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> Message:
+def case_timeline(case: CaseView, rows: Sequence[TimelineEntry]) -> Message:
     shown = rows[-TIMELINE_ROWS:]
     lines = []
     for row in shown:
@@ -213,7 +214,7 @@ def case_timeline(case: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) ->
              *more, section("\n".join(lines) or "—")])
 
 
-def case_list(cases: Sequence[Mapping[str, Any]], status: str | None) -> Message:
+def case_list(cases: Sequence[CaseView], status: str | None) -> Message:
     title = f"Cases in {status}" if status else "Latest cases"
     if not cases:
         return plain(f"{title}: none")

@@ -19,9 +19,8 @@ from typing import Any
 from bot.blocks import Block, Message, section, short_id, who
 from core.chat import PINNED_EVENT
 from core.domain.messages import TransitionPayload
+from core.domain.views import CaseView, TimelineEntry
 from core.ops.alert_render import alert_text, escape
-
-Row = Mapping[str, Any]
 
 CARD_BLOCK = "case_card"
 """The ``block_id`` of the card's first block; the card's other blocks start with it too."""
@@ -42,8 +41,8 @@ ALERT_EVENTS = ("alert_firing", "alert_new", "alert_resolved", "alert_recurrence
 class CaseState:
     """What the card and the catch-up are rendered from."""
 
-    case: Mapping[str, Any]  # case_id, title, severity (and status, for a case with no rows)
-    rows: Sequence[Row]  # the case's timeline, oldest first
+    case: CaseView
+    rows: Sequence[TimelineEntry]  # the case's timeline, oldest first
     plan: Mapping[str, Any] | None = None  # the latest proposed plan: plan_hash, plan, proposed_by
     needs: int = 1  # distinct approvers that plan needs
     approvers: str = "anyone but the requester"  # who may approve, in words
@@ -61,7 +60,7 @@ class CaseState:
     def plan_hash(self) -> str | None:
         return None if self.plan is None else str(self.plan["plan_hash"])
 
-    def of_plan(self, *events: str) -> list[Row]:
+    def of_plan(self, *events: str) -> list[TimelineEntry]:
         """The rows of ``events`` about the latest plan, since it was proposed (a plan proposed
         again after a resume starts afresh, even with the same hash)."""
         start = next((n for n in range(len(self.rows) - 1, -1, -1)
@@ -73,7 +72,7 @@ class CaseState:
                 and _facts(row).get("plan_hash", self.plan_hash) == self.plan_hash]
 
 
-def latest_plan_hash(rows: Sequence[Row]) -> str | None:
+def latest_plan_hash(rows: Sequence[TimelineEntry]) -> str | None:
     """The hash of the plan the case's latest accepted ``plan_ready`` proposed."""
     for row in reversed(rows):
         meta = row.get("meta") or {}
@@ -206,7 +205,7 @@ def _steps(state: CaseState) -> list[str]:
     """Each plan step with its latest attempt (✓ done, ✗ failed, ↻ retried, ▶ running,
     · not yet), then the rollback steps that ran."""
     assert state.plan is not None
-    latest: dict[tuple[str, int], Row] = {}
+    latest: dict[tuple[str, int], TimelineEntry] = {}
     for row in state.of_plan("step_result", "rollback_result"):
         facts = _facts(row)
         latest[(str(facts.get("phase", "step")), int(facts.get("step") or 0))] = row
@@ -225,7 +224,7 @@ def _steps(state: CaseState) -> list[str]:
     return lines
 
 
-def _result_line(row: Row) -> str:
+def _result_line(row: TimelineEntry) -> str:
     facts = _facts(row)
     attempt, allowed = int(facts.get("attempt") or 1), int(facts.get("attempts_allowed") or 1)
     if facts.get("ok"):
@@ -280,7 +279,7 @@ def _pins(state: CaseState) -> list[str]:
     return lines
 
 
-def _pin_line(row: Row) -> str:
+def _pin_line(row: TimelineEntry) -> str:
     facts = _facts(row)
     said = _cut(row.get("reason") or "", 160)  # Slack's own text: mrkdwn, escaped already
     link = str(facts.get("permalink") or "")
@@ -366,7 +365,7 @@ def waiting_on(state: CaseState) -> str:
     return "*opsgate*: the analysis and the plan"
 
 
-def _event_line(row: Row) -> str:
+def _event_line(row: TimelineEntry) -> str:
     meta = row.get("meta") or {}
     move = f" {meta.get('from')} → {meta.get('to')}" \
         if meta.get("outcome") == "accepted" and meta.get("from") != meta.get("to") else ""
@@ -397,7 +396,7 @@ def _decisions(state: CaseState) -> list[str]:
 # -- text ------------------------------------------------------------------------------------
 
 
-def _facts(row: Row) -> Mapping[str, Any]:
+def _facts(row: TimelineEntry) -> Mapping[str, Any]:
     """What a row says besides the move: a note's context, or a move's own meta."""
     meta = row.get("meta") or {}
     found = meta.get("context")
@@ -431,7 +430,7 @@ def _people(people: Iterable[object]) -> str:
     return ", ".join(who(person) for person in people)
 
 
-def _at(row: Row) -> str:
+def _at(row: TimelineEntry) -> str:
     return _clock(row.get("created_at"))
 
 

@@ -27,6 +27,7 @@ from bot.store import ApprovalRef, SlackStore
 from core.bootstrap import App
 from core.domain.commands import ApprovePlan, ChatThread, OpenCase, RejectPlan
 from core.domain.fsm import CaseStatus
+from core.domain.views import CaseView
 from core.errors import InvalidRequest, NotFound
 from core.gateway import ToolCall
 from core.library import Library
@@ -167,7 +168,7 @@ class SlackCases:
 
     # -- /case ------------------------------------------------------------------------------
 
-    def find_case(self, prefix: str) -> dict[str, Any]:
+    def find_case(self, prefix: str) -> CaseView:
         """The case whose id starts with ``prefix`` (``CaseService.find_case_id``'s rule)."""
         return self.cases.get_case(self.cases.find_case_id(prefix))
 
@@ -182,7 +183,7 @@ class SlackCases:
         case_id = UUID(str(self.find_case(prefix)["case_id"]))
         return self.cards.state(case_id, self.cards.store.card(case_id))
 
-    def list_cases(self, status: str | None) -> list[dict[str, Any]]:
+    def list_cases(self, status: str | None) -> list[CaseView]:
         wanted = None
         if status:
             try:

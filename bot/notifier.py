@@ -26,6 +26,7 @@ from bot.store import SlackStore
 from core.chat import Blocks
 from core.consumers.notifier import Notifier, Payload
 from core.domain.messages import Topic, TransitionPayload, payload_as
+from core.domain.views import CaseView, TimelineEntry
 from core.gateway import ToolCall, session_of
 from core.messaging.consumer import Delivery
 
@@ -89,7 +90,7 @@ class SlackNotifier(Notifier):
         if found is None:
             return None
         version = int(payload["version"])
-        case = {**self.cases.get_case(case_id), "version": version}
+        case: CaseView = {**self.cases.get_case(case_id), "version": version}
         approval_id = self.store.save_approval(case_id, digest, version)
         return plan_message(case, found["plan"], digest, approval_id,
                             str(found["proposed_by"]), self.policy)
@@ -102,7 +103,7 @@ class SlackNotifier(Notifier):
         decision = self._decision(case_id, digest, ref.case_version)
         if decision is None:
             return
-        case = {**self.cases.get_case(case_id), "version": ref.case_version}
+        case: CaseView = {**self.cases.get_case(case_id), "version": ref.case_version}
         text, blocks = plan_message(case, found["plan"], digest, ref.approval_id,
                                     str(found["proposed_by"]), self.policy, decision)
         ts = ref.message_ts
@@ -126,7 +127,7 @@ class SlackNotifier(Notifier):
         return None if not facts else _decision_of(facts[-1])
 
 
-def _proposal_rows(rows: list[dict[str, Any]], version: int) -> list[dict[str, Any]]:
+def _proposal_rows(rows: list[TimelineEntry], version: int) -> list[TimelineEntry]:
     """The timeline rows after the proposal made at case ``version`` (its ``plan_ready``), up
     to the next proposal."""
     def proposal(row: Mapping[str, Any]) -> bool:

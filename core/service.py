@@ -46,6 +46,7 @@ from core.domain.messages import (
 from core.domain.plans import canonical_json, plan_hash, plan_problems
 from core.domain.policy import ApprovalPolicy, Satisfied
 from core.domain.policy import Refused as PolicyRefused
+from core.domain.views import CaseView, TimelineEntry
 from core.errors import (
     ApprovalRefused,
     GuardFailed,
@@ -71,7 +72,7 @@ HEX_DIGITS = frozenset("0123456789abcdef")
 
 Row = Mapping[Any, Any]
 # What a write does inside the transaction: read what it needs, gather its rows, return its data.
-Work = Callable[[Connection, Row | None, store.Writes], dict[str, Any]]
+Work = Callable[[Connection, Row | None, store.Writes], Mapping[str, Any]]
 
 
 def correlation_of(given: str | None) -> str:
@@ -148,7 +149,7 @@ def _log_written(timeline: Mapping[str, Any], outcome: ReplyOutcome) -> None:
                     "version": meta.get("version")})
 
 
-def case_view(row: Mapping[Any, Any]) -> dict[str, Any]:
+def case_view(row: Mapping[Any, Any]) -> CaseView:
     """A case as every reply shows it."""
     return {
         "case_id": str(row["id"]),
@@ -162,7 +163,7 @@ def case_view(row: Mapping[Any, Any]) -> dict[str, Any]:
     }
 
 
-def timeline_view(row: Mapping[Any, Any]) -> dict[str, Any]:
+def timeline_view(row: Mapping[Any, Any]) -> TimelineEntry:
     return {
         "id": row["id"],
         "event": row["event"],
@@ -269,7 +270,7 @@ class CaseService:
 
     # -- reads ----------------------------------------------------------------------------
 
-    def get_case(self, case_id: UUID) -> dict[str, Any]:
+    def get_case(self, case_id: UUID) -> CaseView:
         with self._connection() as conn:
             row = store.read_case(conn, case_id)
         if row is None:
@@ -295,7 +296,7 @@ class CaseService:
                                  "the id")
         return found[0]
 
-    def timeline(self, case_id: UUID) -> list[dict[str, Any]]:
+    def timeline(self, case_id: UUID) -> list[TimelineEntry]:
         with self._connection() as conn:
             if store.read_case(conn, case_id) is None:
                 raise NotFound(f"no case {case_id}", case_id=str(case_id))
@@ -322,7 +323,7 @@ class CaseService:
             return self.gate.may_reject(conn, case, plan_hash, person,
                                         expected_version=expected_version)
 
-    def list_cases(self, status: CaseStatus | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    def list_cases(self, status: CaseStatus | None = None, limit: int = 50) -> list[CaseView]:
         with self._connection() as conn:
             rows = store.list_cases(conn, None if status is None else str(status), limit)
         return [case_view(row) for row in rows]
@@ -423,7 +424,7 @@ class CaseService:
             session_id=fence.session_id, token=fence.token, latest=latest,
         )
 
-    def _open(self, cmd: OpenCase, writes: store.Writes) -> dict[str, Any]:
+    def _open(self, cmd: OpenCase, writes: store.Writes) -> CaseView:
         case_id, now = uuid4(), self.clock()
         correlation_id = correlation_of(cmd.correlation_id)
         row = {"id": case_id, "tenant": cmd.tenant or self.tenant, "title": cmd.title,
@@ -468,7 +469,7 @@ class CaseService:
         return {**case_view(case), "note": cmd.event}
 
     def _move(self, conn: Connection, case: Row | None, cmd: TransitionCase,
-              writes: store.Writes, ruling: Ruling | None = None) -> dict[str, Any]:
+              writes: store.Writes, ruling: Ruling | None = None) -> Mapping[str, Any]:
         assert case is not None, "a transition always runs on a locked case"
         status, version = CaseStatus(case["status"]), int(case["version"])
         if cmd.expected_version is not None and cmd.expected_version != version:
@@ -598,7 +599,7 @@ class CaseService:
         writes.outbox = [note_message(Topic.APPROVAL_RECORDED, note, facts)]
 
     def _reject(self, conn: Connection, case: Row | None, cmd: RejectPlan,
-                writes: store.Writes) -> dict[str, Any]:
+                writes: store.Writes) -> Mapping[str, Any]:
         assert case is not None, "a rejection always concerns a locked case"
         plan = self._gate_plan(conn, case, cmd, "gate_rejected")
         move = TransitionCase(cmd.case_id, CaseEvent.GATE_REJECTED, actor=cmd.approver,

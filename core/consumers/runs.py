@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from core.domain.fsm import CaseStatus
 from core.domain.messages import CommandPayload
+from core.domain.views import CaseView
 from core.errors import NotFound
 from core.gateway.keys import session_of
 from core.service import CaseService
@@ -27,7 +28,8 @@ class PlanRun:
     version: int
     plan_hash: str | None
     plan: dict[str, Any] | None  # None: the plan the command names is not stored (or not read)
-    case: dict[str, Any] = field(default_factory=dict)  # the case as read for the stale check
+    # The case as read for the stale check (a run built by hand may leave it empty).
+    case: CaseView = field(default_factory=lambda: cast(CaseView, {}))
 
     @property
     def key(self) -> str:
