@@ -34,6 +34,7 @@ carries a stable ``code``; the REST API alone maps them to HTTP statuses (``core
         ├── ToolCallFailed        (core.gateway) a gateway call that did not succeed
         ├── EvidenceMissing       (core.evidence) a source could not produce a value
         ├── RedirectRefused       (core.outbound.http) a redirect we may not follow
+        ├── WorkersDied           (core.messaging.supervisor) every worker thread died
         ├── ModelUnavailable      (agent.graph) the model could not answer
         └── LostLock              (agent.tools) the run's session lock or fence is not the latest
 

@@ -15,6 +15,7 @@ from types import TracebackType
 from core.bootstrap import App
 from core.consumers import build_consumers
 from core.db.database import is_sqlite
+from core.errors import InternalError
 from core.messaging import outbox
 from core.messaging.bus import InProcessBus
 from core.messaging.consumer import Consumer, ConsumerRunner
@@ -52,7 +53,7 @@ class InProcessLoop:
 
     def start(self) -> InProcessLoop:
         if self._workers is not None:
-            raise RuntimeError("the in-process loop is already running")
+            raise InternalError("the in-process loop is already running")
         self._stop.clear()
         idle_poll_s = self.poll_s if is_sqlite(self.app.engine) else None
         self._workers = Supervisor(self._stop, "in-process loop")

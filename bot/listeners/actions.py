@@ -16,7 +16,6 @@ from bot.cases import SlackCases
 from bot.failures import correlation_id, failure_text, tell
 from bot.ids import FINDING_LINK, REASON_BLOCK, REASON_INPUT, Action, View
 from bot.listeners import Body, acknowledge, lazy
-from core.errors import error_from_body
 
 REFUSED_EARLY = "(refused before a reason was asked)"
 
@@ -83,8 +82,6 @@ def reject(cases: SlackCases, body: Body) -> str | None:
         ref = cases.approval(str(json.loads(view["private_metadata"])["approval_id"]))
         reply = cases.reject(ref, str(body["user"]["id"]), reason.strip(),
                              str(body.get("trigger_id") or view.get("id") or cid), cid)
-        if reply.ok:
-            return None
-        return failure_text(error_from_body(json.loads(reply.body)), cid)
+        return None if reply.error is None else failure_text(reply.error, cid)
     except Exception as error:  # the one error handler's wording, in the modal
         return failure_text(error, cid)

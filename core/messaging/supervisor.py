@@ -9,10 +9,18 @@ import signal
 import threading
 from collections.abc import Callable
 
+from core.errors import InternalError
+
 log = logging.getLogger(__name__)
 
 Work = Callable[[threading.Event], None]
 """A worker's loop: runs until the event is set (it retries its own expected failures)."""
+
+
+class WorkersDied(InternalError, RuntimeError):
+    """Every worker thread of a supervisor died; each one's failure is in the log."""
+
+    code = "workers_died"
 
 
 def stop_on_signals(stop: threading.Event) -> None:
@@ -59,11 +67,11 @@ class Supervisor:
         return any(thread.is_alive() for thread in self.threads)
 
     def watch(self, every_s: float, report: Callable[[], None]) -> None:
-        """Call ``report`` every ``every_s`` until the stop event is set; raises RuntimeError
+        """Call ``report`` every ``every_s`` until the stop event is set; ``WorkersDied``
         when every worker thread has died meanwhile."""
         while not self.stop.wait(every_s):
             if not self.alive:
-                raise RuntimeError(f"every {self.role} thread died; see the log above")
+                raise WorkersDied(f"every {self.role} thread died; see the log above")
             report()
 
     def join(self, timeout_s: float) -> bool:
