@@ -3,23 +3,9 @@ prefixes work; unknown subcommands get the help, refusals say why."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import Engine
 
-from tests.support.slack import CHANNEL, REQUESTER, Stack, running_bot
-
-
-def ask(bot: Stack, text: str) -> dict[str, Any]:
-    answer = bot.command(text)
-    assert answer.status_code == 200
-    body = dict(answer.json())
-    assert body["response_type"] == "ephemeral" and body["blocks"]
-    return body
-
-
-def shown(body: dict[str, Any]) -> str:
-    return " ".join(str(block.get("text", {}).get("text", "")) for block in body["blocks"])
+from tests.support.slack import CHANNEL, REQUESTER, ask, running_bot, shown
 
 
 def test_case_commands(engine: Engine) -> None:

@@ -21,11 +21,10 @@ from bot.notifier import SlackNotifier
 from core.analysis.sources import RECORDED_DEMO
 from core.domain.messages import Topic
 from core.library import Library
-from tests.bot.test_bot_commands import ask, shown
-from tests.integration.test_librarian import PAST, closed_case
 from tests.support.cases import APPROVER as CASE_APPROVER
 from tests.support.cases import open_case
-from tests.support.slack import APPROVER, Stack, running_bot
+from tests.support.library import PAST, closed_case
+from tests.support.slack import APPROVER, Stack, ask, running_bot, shown
 
 RUNBOOKS = Path(__file__).parents[1] / "fixtures" / "runbooks"
 NEW_TITLE = "checkout latency regression after the v2.4 deploy"  # PAST[0] is the one to pick

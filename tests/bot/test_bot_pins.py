@@ -15,8 +15,16 @@ from sqlalchemy import Engine, func, select
 from core.chat import PINNED_EVENT
 from core.db.tables import case_timeline
 from core.ops.export import export_case
-from tests.bot.test_bot_thread import card_of, texts, to_the_gate
-from tests.support.slack import APPROVER, REQUESTER, SECOND, Stack, running_bot
+from tests.support.slack import (
+    APPROVER,
+    REQUESTER,
+    SECOND,
+    Stack,
+    card_of,
+    running_bot,
+    texts,
+    to_the_gate,
+)
 
 ROOT, SAID_A, SAID_B, ELSEWHERE = "5.000100", "5.000300", "5.000400", "6.000100"
 LINK = "https://t.slack.com/archives/C0INCIDENT/p"

@@ -5,7 +5,6 @@ latecomer where the case stands, at the gate and once closed."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from uuid import UUID
 
@@ -17,12 +16,14 @@ from core.domain.commands import OpenCase
 from core.domain.messages import Topic
 from tests.support.slack import (
     APPROVER,
-    FakeSlack,
     ScriptedAgent,
     Stack,
     approval_of,
     block_kit_problems,
+    card_of,
     running_bot,
+    texts,
+    to_the_gate,
 )
 
 ORDER = ["NEW", "ANALYZING", "PLANNING", "WAIT_GATE", "EXECUTING", "VERIFYING", "CLOSED"]
@@ -32,28 +33,8 @@ agent's reply, "Case opened", three transitions, the plan, "waiting for approval
 the step, "Verifying … waiting for", "VERIFYING → CLOSED"."""
 
 
-def card_of(slack: FakeSlack) -> dict[str, Any]:
-    return next(p for p in slack.posts() if str(p.get("text")).startswith("🔎 Case"))
-
-
-def texts(update: dict[str, Any]) -> str:
-    blocks = update["blocks"]
-    blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
-    return "\n".join(b["text"]["text"] if isinstance(b.get("text"), dict) else
-                     " ".join(e["text"] for e in b.get("elements") or []) for b in blocks)
-
-
 def status(update: dict[str, Any]) -> str:
     return texts(update).split(" ")[1]
-
-
-def to_the_gate(bot: Stack, ts: str, title: str = "checkout returns 500s"
-                ) -> tuple[UUID, dict[str, Any]]:
-    bot.mention(f"<@U0BOT> {title}", event_id=f"Ev{ts}", ts=ts)
-    bot.slack.wait_for(lambda: bool(bot.plan_messages()), what="the plan message")
-    case_id = bot.case_of_thread(ts)
-    assert case_id is not None
-    return case_id, bot.plan_messages()[0]
 
 
 def approve_and_close(bot: Stack, case_id: UUID, plan: dict[str, Any]) -> None:

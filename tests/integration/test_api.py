@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine
 
-from core import principals
 from core.api import create_api
 from core.api.limits import MAX_BODY_BYTES
 from core.api.schemas import META_MAX_BYTES
@@ -21,6 +20,7 @@ from core.domain.commands import SEVERITIES
 from core.domain.plan_templates import load_template, template_names
 from core.domain.plans import plan_hash
 from core.settings import Settings
+from tests.support.api import assert_error, bearer, data, new_key, rows
 
 TOKEN = "s3cret-token"
 INCOMPLETE_PLAN = {"title": "restart it", "steps": [{"action": "script.exec"}]}
@@ -49,10 +49,6 @@ def locked_client(engine: Engine) -> Iterator[TestClient]:
 
 
 # -- helpers --------------------------------------------------------------------------------
-
-
-def new_key() -> str:
-    return f"test-{uuid.uuid4().hex}"
 
 
 def create(client: TestClient, key: str | None = None, **body: Any) -> Any:
@@ -91,43 +87,10 @@ def generate(client: TestClient, case_id: str, template: str = "k8s.rollout.cana
                        headers={"Idempotency-Key": key or new_key()})
 
 
-def assert_error(response: Any, status: int, code: str) -> dict[str, Any]:
-    """The response is ``status`` with the one error shape and ``code``."""
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"] == "application/json"
-    body = response.json()
-    assert set(body) == {"error"}
-    error: dict[str, Any] = body["error"]
-    assert set(error) <= {"code", "message", "details"}
-    assert error["code"] == code
-    assert isinstance(error["message"], str)
-    assert error["message"]
-    return error
-
-
-def data(response: Any, status: int = 200) -> Any:
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert set(body) == {"data"}
-    return body["data"]
-
-
-def rows(engine: Engine, table: Any) -> int:
-    with engine.connect() as conn:
-        return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
-
-
 def timeline(client: TestClient, case_id: str,
              headers: dict[str, str] | None = None) -> list[dict[str, Any]]:
     result: list[dict[str, Any]] = data(client.get(f"/case/{case_id}/timeline", headers=headers))
     return result
-
-
-def bearer(engine: Engine, name: str = "lead", slack_user: str | None = "U0LEAD",
-           role: principals.Role = "approver") -> dict[str, str]:
-    """The Authorization header of a new principal (by default a person who approves)."""
-    _, token = principals.create(engine, name, role, slack_user)
-    return {"Authorization": f"Bearer {token}"}
 
 
 def approve(client: TestClient, case_id: str, digest: str, headers: dict[str, str],

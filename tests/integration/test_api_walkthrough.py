@@ -23,7 +23,7 @@ from core.consumers.steps import StepRunner
 from core.db.tables import case_timeline, outbox
 from core.domain.plans import plan_hash
 from core.stages import Stages
-from tests.integration.test_api import assert_error, bearer, data, new_key, rows
+from tests.support.api import assert_error, bearer, data, new_key, rows
 from tests.support.clock import Clock
 from tests.support.plan_runs import (
     counting_script,

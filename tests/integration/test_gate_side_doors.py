@@ -34,7 +34,7 @@ from core.settings import Settings
 from core.steps.adapters import StepContext, StepOutcome
 from tests.support.cases import PLAN, command, key, open_case
 from tests.support.plan_runs import envelope_of
-from tests.unit.test_executor_plan_shapes import plan_shapes
+from tests.support.plan_shapes import plan_shapes
 
 E, S = CaseEvent, CaseStatus
 

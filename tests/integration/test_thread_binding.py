@@ -16,8 +16,8 @@ from core.db.tables import chat_thread, ops_case
 from core.domain.commands import ChatThread, OpenCase
 from core.migrate import current_revision, head_revision, upgrade_engine
 from core.service import CaseService, Reply
-from tests.ops.test_alert_migration import downgrade
 from tests.support.cases import key, open_case, snapshot
+from tests.support.migrations import downgrade
 
 CASES = 30
 DELIVERIES = 8

@@ -6,9 +6,7 @@ write tool, which only a plan step may run."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
-from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
 from sqlalchemy import Engine, select
@@ -20,21 +18,7 @@ from core.domain.fsm import CaseStatus
 from core.mcp.remote import RemoteResult, RemoteServer, RemoteTool
 from core.settings import Settings
 from tests.support.agents import agent_app, ai, call, case_at, events, make_agent
-from tests.support.mcp_clients import REPO
-from tests.support.ticket_desk import calls
-
-READ, WRITE = "mcp__desk__lookup_ticket", "mcp__desk__restart_worker"
-
-
-def desk_config(tmp_path: Path, log: Path, **entry: Any) -> Path:
-    """OPSGATE_MCP_SERVERS naming the desk over stdio (or ``entry``'s url)."""
-    where = entry or {"command": sys.executable, "cwd": str(REPO),
-                      "args": ["-m", "tests.support.ticket_desk", str(log)]}
-    path = tmp_path / "mcp-servers.json"
-    path.write_text(json.dumps({"servers": {"desk": {
-        **where, "agent_tools": ["lookup_ticket", "restart_worker"],
-        "plan_tools": ["restart_worker"], "timeout_s": 60}}}))
-    return path
+from tests.support.ticket_desk import READ, WRITE, calls, desk_config
 
 
 def tool_answers(model: ScriptedChatModel) -> list[ToolMessage]:

@@ -23,11 +23,10 @@ from core.mcp.remote import RemoteResult, RemoteServer
 from core.messaging.consumer import ConsumerRunner, Delivery
 from core.steps.adapters.base import StepContext, StepRefused
 from core.steps.adapters.mcp_call import McpCallAdapter
-from tests.mcp.test_agent_mcp import WRITE, desk_config
 from tests.support.agents import agent_app, ai, call, case_at, make_agent
 from tests.support.cases import APPROVER, key
 from tests.support.plan_runs import envelope_of, executing_case, fresh_copy, make_app, notes
-from tests.support.ticket_desk import calls, desk_over_http
+from tests.support.ticket_desk import WRITE, calls, desk_config, desk_over_http
 
 
 class Crash(Exception):

@@ -25,7 +25,7 @@ from core.domain.fsm import CaseStatus
 from core.domain.messages import Topic
 from core.loop import InProcessLoop
 from core.ops.alerts import AlertIntake, Notification
-from tests.ops.test_alerts import _app, alert, notification, post
+from tests.support.alerts import alert, alerts_app, notification, post
 from tests.support.cases import PATH_TO, command, key
 
 FIRST, SECOND = "2026-11-23T05:00:00.000Z", "2026-11-24T09:00:00.000Z"
@@ -48,7 +48,7 @@ def group(*alerts: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture
 def app(engine: Engine) -> Iterator[App]:
-    made = _app(engine)
+    made = alerts_app(engine)
     yield made
     made.close()
 

@@ -4,23 +4,16 @@ case were noted already and are left; the downgrade goes back to 0008."""
 
 from __future__ import annotations
 
-from alembic import command
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, insert, select
 
 from core.api import create_api
 from core.db.tables import alert_group, alert_seen, case_timeline
-from core.migrate import alembic_config, current_revision, head_revision, upgrade_engine
+from core.migrate import current_revision, head_revision, upgrade_engine
 from core.ops.alerts import group_digest
-from tests.ops.test_alerts import _app, alert, notification, post
+from tests.support.alerts import alert, alerts_app, notification, post
 from tests.support.cases import open_case
-
-
-def downgrade(engine: Engine, revision: str) -> None:
-    config = alembic_config()
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.downgrade(config, revision)
+from tests.support.migrations import downgrade
 
 
 def legacy_group(engine: Engine, name: str, case_id: object = None) -> str:
@@ -56,7 +49,7 @@ def test_pending_resolutions_move_to_alert_seen_and_are_noted_when_the_case_open
     assert [tuple(row) for row in seen] == [(waiting, "resolved", 1,
                                              "2026-11-23T05:30:00.000Z")]
 
-    app = _app(engine)
+    app = alerts_app(engine)
     try:
         with TestClient(create_api(app)) as client:
             reply = post(client, notification("DiskFull", [alert("DiskFull", "db-2")]))

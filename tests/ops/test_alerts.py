@@ -5,7 +5,6 @@ real HTTP on 127.0.0.1 opens exactly one case per group."""
 
 from __future__ import annotations
 
-import hashlib
 import random
 import socket
 import threading
@@ -21,57 +20,15 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select
 
 from core.api import create_api
-from core.bootstrap import App, bootstrap
+from core.bootstrap import App
 from core.db.tables import alert_group, case_timeline, ops_case
 from core.loop import InProcessLoop
-from core.settings import Settings
-
-TOKEN = "am-secret"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-FIRING_ENDS = "0001-01-01T00:00:00Z"
-
-
-def alert(name: str, instance: str, *, resolved: bool = False,
-          severity: str = "critical") -> dict[str, Any]:
-    """One alert as Alertmanager's webhook documents it."""
-    return {
-        "status": "resolved" if resolved else "firing",
-        "labels": {"alertname": name, "instance": instance, "job": "checkout",
-                   "severity": severity},
-        "annotations": {"summary": f"{name} on {instance}",
-                        "description": f"{instance} has been failing for 5m"},
-        "startsAt": "2026-11-23T05:00:00.000Z",
-        "endsAt": "2026-11-23T05:30:00.000Z" if resolved else FIRING_ENDS,
-        "generatorURL": "http://prometheus.example.org:9090/graph?g0.expr=probe_success+%3D%3D+0",
-        "fingerprint": hashlib.sha256(f"{name}/{instance}".encode()).hexdigest()[:16],
-    }
-
-
-def notification(name: str, alerts: list[dict[str, Any]],
-                 severity: str = "critical") -> dict[str, Any]:
-    """A webhook notification of the group ``alertname=name`` (version 4)."""
-    firing = any(a["status"] == "firing" for a in alerts)
-    return {
-        "version": "4",
-        "groupKey": f'{{}}/{{severity="{severity}"}}:{{alertname="{name}"}}',
-        "truncatedAlerts": 0,
-        "status": "firing" if firing else "resolved",
-        "receiver": "opsgate",
-        "groupLabels": {"alertname": name},
-        "commonLabels": {"alertname": name, "job": "checkout", "severity": severity},
-        "commonAnnotations": {"summary": f"{name} on checkout"},
-        "externalURL": "http://alertmanager.example.org:9093",
-        "alerts": alerts,
-    }
-
-
-def _app(engine: Engine, token: str | None = TOKEN) -> App:
-    return bootstrap(Settings(_env_file=None, redis_url=None, alert_token=token), engine=engine)
+from tests.support.alerts import AUTH, TOKEN, alert, alerts_app, notification, post
 
 
 @pytest.fixture
 def app(engine: Engine) -> Iterator[App]:
-    made = _app(engine)
+    made = alerts_app(engine)
     yield made
     made.close()
 
@@ -87,10 +44,6 @@ def notes(engine: Engine, event: str = "alert_resolved") -> list[dict[str, Any]]
         return [dict(row) for row in conn.execute(query).mappings()]
 
 
-def post(client: TestClient, body: dict[str, Any], headers: dict[str, str] = AUTH) -> Any:
-    return client.post("/alerts/alertmanager", json=body, headers=headers)
-
-
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"},
                                      {"Authorization": f"Basic {TOKEN}"}])
 def test_a_notification_without_the_right_token_is_401_and_opens_nothing(client, engine,
@@ -102,7 +55,7 @@ def test_a_notification_without_the_right_token_is_401_and_opens_nothing(client,
 
 
 def test_without_a_configured_token_every_notification_is_refused(engine):
-    app = _app(engine, token=None)
+    app = alerts_app(engine, token=None)
     try:
         with TestClient(create_api(app)) as client:
             reply = post(client, notification("ProbeFailure", [alert("ProbeFailure", "a")]))
@@ -204,7 +157,7 @@ def _free_port() -> int:
 
 @pytest.fixture
 def server(pg_engine: Engine) -> Iterator[tuple[str, Engine]]:
-    app = _app(pg_engine)
+    app = alerts_app(pg_engine)
     port = _free_port()
     config = uvicorn.Config(create_api(app), host="127.0.0.1", port=port, log_level="warning")
     uv = uvicorn.Server(config)

@@ -496,3 +496,35 @@ def running_bot(engine: Engine, *, agent: Agent | None = None, loop: bool = True
             if in_process is not None:
                 in_process.stop()
             app.close()
+
+
+def card_of(slack: FakeSlack) -> dict[str, Any]:
+    return next(p for p in slack.posts() if str(p.get("text")).startswith("🔎 Case"))
+
+
+def texts(update: dict[str, Any]) -> str:
+    blocks = update["blocks"]
+    blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
+    return "\n".join(b["text"]["text"] if isinstance(b.get("text"), dict) else
+                     " ".join(e["text"] for e in b.get("elements") or []) for b in blocks)
+
+
+def to_the_gate(bot: Stack, ts: str, title: str = "checkout returns 500s"
+                ) -> tuple[UUID, dict[str, Any]]:
+    bot.mention(f"<@U0BOT> {title}", event_id=f"Ev{ts}", ts=ts)
+    bot.slack.wait_for(lambda: bool(bot.plan_messages()), what="the plan message")
+    case_id = bot.case_of_thread(ts)
+    assert case_id is not None
+    return case_id, bot.plan_messages()[0]
+
+
+def ask(bot: Stack, text: str) -> dict[str, Any]:
+    answer = bot.command(text)
+    assert answer.status_code == 200
+    body = dict(answer.json())
+    assert body["response_type"] == "ephemeral" and body["blocks"]
+    return body
+
+
+def shown(body: dict[str, Any]) -> str:
+    return " ".join(str(block.get("text", {}).get("text", "")) for block in body["blocks"])

@@ -19,6 +19,7 @@ from typing import Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
+from tests.support.mcp_clients import REPO
 from tests.support.peers import free_port, poll
 
 
@@ -76,3 +77,17 @@ def desk_over_http(log: Path) -> Iterator[str]:
 
 if __name__ == "__main__":
     desk(Path(sys.argv[1])).run()
+
+
+READ, WRITE = "mcp__desk__lookup_ticket", "mcp__desk__restart_worker"
+
+
+def desk_config(tmp_path: Path, log: Path, **entry: Any) -> Path:
+    """OPSGATE_MCP_SERVERS naming the desk over stdio (or ``entry``'s url)."""
+    where = entry or {"command": sys.executable, "cwd": str(REPO),
+                      "args": ["-m", "tests.support.ticket_desk", str(log)]}
+    path = tmp_path / "mcp-servers.json"
+    path.write_text(json.dumps({"servers": {"desk": {
+        **where, "agent_tools": ["lookup_ticket", "restart_worker"],
+        "plan_tools": ["restart_worker"], "timeout_s": 60}}}))
+    return path
