@@ -5,7 +5,6 @@ Redis, or a missing Prometheus or Alertmanager, fails the run instead of skippin
 
 from __future__ import annotations
 
-import os
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -22,10 +21,7 @@ from core.db.database import make_engine
 from core.migrate import scratch_schema, upgrade_engine
 from core.service import CaseService
 from tests.support.peers import alertmanager_server, metric_service, prometheus_server  # noqa: F401
-
-POSTGRES_URL = os.environ.get("OPSGATE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("OPSGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+from tests.support.servers import IN_CI, POSTGRES_URL, REDIS_URL
 
 
 def _unreachable(what: str, exc: Exception) -> None:

@@ -18,8 +18,8 @@ from core.domain.plan_templates import load_template
 from core.gateway import build_gateway, session_of
 from core.gateway import redis_client as make_redis_client
 from core.settings import Settings
-from tests.conftest import REDIS_URL
 from tests.support.agents import agent_app, ai, call, case_at, make_agent, plans
+from tests.support.servers import REDIS_URL
 
 NOOP = load_template("noop")
 

@@ -20,8 +20,8 @@ import pytest
 from sqlalchemy import Engine, text
 
 from core.migrate import head_revision
-from tests.conftest import POSTGRES_URL
 from tests.support.processes import clean_env, command
+from tests.support.servers import POSTGRES_URL
 
 STARTUP_DEADLINE_S = 90.0
 

@@ -17,8 +17,8 @@ from core.db.tables import outbox
 from core.messaging import inbox
 from core.messaging.envelope import Envelope
 from core.migrate import upgrade_engine
-from tests.conftest import REDIS_URL
 from tests.support.processes import Process, clean_env, command
+from tests.support.servers import REDIS_URL
 
 
 def opsgate(cwd, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -45,9 +45,9 @@ from core.messaging import inbox
 from core.messaging.consumer import ConsumerRunner, Delivery
 from core.messaging.streams import StreamConsumer
 from core.settings import Settings
-from tests.conftest import REDIS_URL
 from tests.support.local_http import LocalServer, Reply, Seen, local_server
 from tests.support.processes import Process, clean_env
+from tests.support.servers import REDIS_URL
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.loop]
 

@@ -15,8 +15,8 @@ import pytest
 
 from bot.sandbox.serving import free_port
 from bot.sandbox.workspace import APPROVER, REQUESTER
-from tests.conftest import REDIS_URL
 from tests.support.processes import Process, clean_env, command
+from tests.support.servers import REDIS_URL
 
 WAIT_S = 30.0
 

@@ -32,7 +32,6 @@ from core.db.case_store import as_utc
 from core.db.database import make_engine
 from core.db.tables import case_timeline, ops_case
 from core.migrate import upgrade_engine
-from tests.conftest import REDIS_URL
 from tests.support.local_http import Reply, Seen, local_server
 from tests.support.openai_stub import PATH as CHAT_PATH
 from tests.support.openai_stub import StubTurn, completion, tool_call
@@ -49,6 +48,7 @@ from tests.support.peers import (
     poll,
 )
 from tests.support.processes import Process, clean_env
+from tests.support.servers import REDIS_URL
 from tests.support.slack import (
     APPROVER,
     APPROVERS,

@@ -13,7 +13,6 @@ from core.db.tables import outbox
 from core.domain.messages import Topic
 from core.messaging.consumer import ConsumerRunner, Delivery
 from core.messaging.envelope import Envelope
-from tests.conftest import REDIS_URL
 from tests.support.cases import command, key
 from tests.support.local_http import Reply, Seen, local_server
 from tests.support.plan_runs import (
@@ -31,6 +30,7 @@ from tests.support.plan_runs import (
     script_step,
     status,
 )
+from tests.support.servers import REDIS_URL
 
 
 class Crash(Exception):

@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 from core.gateway import CallResult, CallStatus, Gateway, build_gateway, side_effect
 from core.gateway import redis_client as make_redis_client
 from core.settings import Settings
-from tests.conftest import REDIS_URL
+from tests.support.servers import REDIS_URL
 
 
 class OrderState(TypedDict, total=False):

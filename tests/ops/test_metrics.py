@@ -22,8 +22,8 @@ from core.loop import InProcessLoop
 from core.messaging.consumer import ConsumerRunner
 from core.messaging.envelope import Envelope
 from core.settings import Settings
-from tests.conftest import REDIS_URL
 from tests.support.processes import Process, clean_env
+from tests.support.servers import REDIS_URL
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

@@ -14,7 +14,7 @@ from core.api import create_api
 from core.bootstrap import bootstrap
 from core.db.tables import outbox
 from core.settings import Settings
-from tests.conftest import REDIS_URL
+from tests.support.servers import REDIS_URL
 
 
 def _client(engine: Engine | None = None, **settings: object) -> Iterator[TestClient]:

@@ -27,10 +27,11 @@ from typing import IO, Any, TypeVar
 import httpx
 import pytest
 
+from tests.support.servers import IN_CI
+
 PROMETHEUS_BIN = os.environ.get("OPSGATE_TEST_PROMETHEUS", "/usr/bin/prometheus")
 ALERTMANAGER_BIN = os.environ.get("OPSGATE_TEST_ALERTMANAGER",
                                   "/usr/bin/prometheus-alertmanager")
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 GAUGE = "checkout_p95_seconds"
