@@ -1,12 +1,13 @@
-"""The ``opsgate`` console script: the core's commands with the agent and the Slack bot
-plugged in (the core never imports the outer layers; this is where they meet).
+"""What the agent and the Slack bot plug into every ``opsgate`` process: ``product_extensions``,
+named by the ``opsgate.extensions`` entry point in pyproject.toml (the core never imports the
+outer layers; this is where they meet). ``python -m bot.cli`` is the ``opsgate`` command.
 
-Each piece is imported when a process first builds it, so ``opsgate --help`` stays fast."""
+Each piece is imported when a process first builds it: a command that never bootstraps the app
+never loads Slack or the agent."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from core.bootstrap import Extensions
@@ -67,14 +68,7 @@ def product_extensions() -> Extensions:
                       chat=slack_chat, socket_mode=socket_mode, members=approver_groups)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``opsgate`` console script; returns the exit code."""
-    from bot.sandbox.demo import subcommand as sandbox_demo
-    from core.cli import main as core_main
-
-    return core_main(argv, extensions=product_extensions(),
-                     subcommands={"demo": sandbox_demo()})
-
-
 if __name__ == "__main__":
+    from core.cli import main
+
     sys.exit(main())

@@ -1,8 +1,8 @@
-"""``opsgate demo --walk`` (and ``python -m core.cli demo``, the core without the bot): one case
-through its whole life on the embedded default, scripted. The case is opened over the REST API
-(in process); the in-process loop's consumers then move it (intake, analyst, planner, gatekeeper,
-executor, verifier); a person steps in only at the gate. ``opsgate demo`` without ``--walk``
-runs the product with the Slack sandbox page instead (``bot/sandbox/demo.py``).
+"""``opsgate demo --walk``: one case through its whole life on the embedded default, scripted.
+The case is opened over the REST API (in process); the in-process loop's consumers then move it
+(intake, analyst, planner, gatekeeper, executor, verifier); a person steps in only at the gate.
+``opsgate demo`` without ``--walk`` runs the product with the Slack sandbox page instead
+(``bot/sandbox/demo.py``, which registers the command).
 
 On the way it shows what the case service promises: a replayed Idempotency-Key gets the same
 bytes, an illegal event is 409, an approval sent as a transition is 403, a stale If-Match is 412,

@@ -26,7 +26,7 @@ carries a stable ``code``; the REST API alone maps them to HTTP statuses (``core
     ├── DirectSideEffectCall      (core.gateway) a side effect called around the gateway
     ├── InvalidSettings           (core.settings_errors) a setting that cannot be used
     ├── NonFiniteNumber           (core.strict_json) NaN or ±Infinity in JSON; also a ValueError
-    ├── CliError                  (core.cli) an expected command failure, told as it is
+    ├── CliError                  (core.cli.command) an expected command failure, told as it is
     ├── DemoFailed                (core.demo) the demo did not get the promised reply
     ├── PortTaken                 (bot.sandbox.serving) the port to serve on is in use
     ├── SlackError                (bot.sandbox.workspace) the sandbox Slack's ``ok: false``

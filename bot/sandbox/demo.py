@@ -16,39 +16,23 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
+
+from core.cli.command import CliError, Command
 
 if TYPE_CHECKING:
     from bot.sandbox.server import Sandbox
     from bot.sandbox.serving import ThreadedServer
     from core.bootstrap import App
-    from core.cli import Subcommand
     from core.settings import Settings
 
 DEFAULT_PORT = 3000
 STAND_INS = Path(__file__).with_name("bin")  # the demo's harmless restart-service and kubectl
 HOST = "127.0.0.1"  # the demo has no authentication: never bind anything else
 SHUTDOWN_GRACE_S = 10.0
-
-
-def subcommand() -> Subcommand:
-    """The ``demo`` subcommand that replaces the core's when the bot is installed."""
-    from core.cli import SUBCOMMANDS, Subcommand
-
-    walk = SUBCOMMANDS["demo"]
-    return Subcommand(
-        summary="run the whole product locally with a Slack sandbox page",
-        description="Run opsgate in one process on the embedded default (SQLite file, "
-                    "in-process bus and relay, offline planner model) with the Slack bot in "
-                    "HTTP mode, and a local Slack sandbox page on http://127.0.0.1:3000 to talk "
-                    "to it: mention @opsgate, approve or reject plans as different people, "
-                    "switch on chaos. Ctrl-C stops it. --walk instead walks one case through "
-                    "the REST API and exits.",
-        add_arguments=_arguments,
-        run=lambda args: _with_stand_ins(walk.run if args.walk else run, args),
-    )
 
 
 def _with_stand_ins(demo: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
@@ -85,10 +69,24 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         help="SQLAlchemy URL (default: $OPSGATE_DATABASE_URL, else sqlite:///./opsgate.db)")
 
 
+def walk(args: argparse.Namespace) -> int:
+    """``--walk``: the core's scripted walk of one case through the REST API (``core.demo``)."""
+    from core.cli import STARTED
+    from core.cli.app import opened_app, settings_of
+    from core.demo import DemoFailed, run_demo
+
+    try:
+        with opened_app(settings_of(args)) as app:
+            run_demo(app, sys.stdout)
+    except DemoFailed as failed:
+        raise CliError(f"demo failed: {failed}") from failed
+    print(f"demo done in {time.perf_counter() - STARTED:.2f} s (imports included)", flush=True)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Start everything, print where to go, and serve until SIGINT/SIGTERM."""
     from bot.sandbox.serving import PortTaken, check_free, free_port
-    from core.cli import CliError
     from core.messaging.supervisor import stop_on_signals
 
     api_port = args.api_port or free_port(HOST)
@@ -138,6 +136,7 @@ class Demo:
     app: App | None = None
     servers: list[ThreadedServer] = field(default_factory=list)
     stops: list[Callable[[], None]] = field(default_factory=list)
+    closing: ExitStack = field(default_factory=ExitStack)  # the app, last
 
     @property
     def page_url(self) -> str:
@@ -151,7 +150,7 @@ class Demo:
         from bot.sandbox.server import Sandbox, create_sandbox_app
         from bot.sandbox.serving import ThreadedServer
         from core.api import create_api
-        from core.bootstrap import bootstrap
+        from core.cli.app import opened_app
 
         started = time.perf_counter()
         self.sandbox = Sandbox(events_url=f"{self.api_url}/slack/events", api_url=self.api_url,
@@ -160,8 +159,8 @@ class Demo:
         self._serve(ThreadedServer(create_sandbox_app(self.sandbox), HOST, self.port,
                                    "opsgate-sandbox"))
         settings = demo_settings(args, self.sandbox)
-        self.app = bootstrap(settings, extensions=args.extensions)
-        _prepare_schema(settings, self.app, self.out)
+        # A demo's database is the demo's to upgrade, PostgreSQL too.
+        self.app = self.closing.enter_context(opened_app(settings, upgrade=True, notes=self.out))
         self._start_loop(self.app)
         self._serve(ThreadedServer(create_api(self.app), HOST, self.api_port, "opsgate-api"))
         self._welcome(settings, time.perf_counter() - started)
@@ -173,8 +172,7 @@ class Demo:
             stop()
         if self.sandbox is not None:
             self.sandbox.close()
-        if self.app is not None:
-            self.app.close()
+        self.closing.close()
 
     def _serve(self, server: ThreadedServer) -> None:
         self.servers.append(server.start())
@@ -217,7 +215,6 @@ def demo_settings(args: argparse.Namespace, sandbox: Sandbox) -> Settings:
 
     from bot.sandbox.workspace import APPROVER, CHANNEL_ID
     from core.analysis.sources import RECORDED_DEMO
-    from core.cli import CliError
     from core.demo import demo_verification
     from core.settings import load_settings
 
@@ -246,41 +243,14 @@ def demo_settings(args: argparse.Namespace, sandbox: Sandbox) -> Settings:
     return demo_verification(base.model_copy(update=update))
 
 
-def _prepare_schema(settings: Settings, app: App, out: TextIO) -> None:
-    """Upgrade the demo's database to head (a demo's database is the demo's to upgrade)."""
-    from sqlalchemy.engine import make_url
-
-    from core.migrate import current_revision, head_revision, upgrade
-
-    before = current_revision(app.engine)
-    where = make_url(settings.database_url).render_as_string(hide_password=True)
-    if before == head_revision():
-        print(f"database {where}: at head ({before})", file=out, flush=True)
-        return
-    upgrade(settings.database_url)
-    print(f"database {where}: upgraded from {before or 'an empty schema'} to head",
-          file=out, flush=True)
-
-
 def _streams_loop(app: App, out: TextIO) -> Callable[[], None]:
     """The production loop inside the demo: a relay onto Redis Streams and every consumer on
     its consumer group, each on a thread; returns how to stop them."""
-    from core.cli import CliError
+    from core.cli.loop import connected_streams
     from core.consumers import build_consumers
-    from core.loop_processes import (
-        ConsumerProcess,
-        run_relay,
-        stream_bus,
-        streams_client,
-    )
+    from core.loop_processes import ConsumerProcess, run_relay
 
-    assert app.settings.redis_url is not None
-    client = streams_client(app.settings.redis_url)
-    try:
-        client.ping()
-    except Exception as exc:
-        raise CliError(f"Redis is not reachable: {exc}") from exc
-    bus = stream_bus(app.settings, client)
+    bus = connected_streams(app.settings)
     stop = threading.Event()
     process = ConsumerProcess(app, bus, build_consumers(app))
     threads = [
@@ -296,6 +266,22 @@ def _streams_loop(app: App, out: TextIO) -> Callable[[], None]:
         stop.set()
         for thread in threads:
             thread.join(15)
-        client.close()
+        bus.client.close()
 
     return halt
+
+
+COMMANDS = (
+    Command(
+        name="demo",
+        summary="run the whole product locally with a Slack sandbox page",
+        description="Run opsgate in one process on the embedded default (SQLite file, "
+                    "in-process bus and relay, offline planner model) with the Slack bot in "
+                    "HTTP mode, and a local Slack sandbox page on http://127.0.0.1:3000 to talk "
+                    "to it: mention @opsgate, approve or reject plans as different people, "
+                    "switch on chaos. Ctrl-C stops it. --walk instead walks one case through "
+                    "the REST API and exits.",
+        add_arguments=_arguments,
+        run=lambda args: _with_stand_ins(walk if args.walk else run, args),
+    ),
+)

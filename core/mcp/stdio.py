@@ -4,8 +4,6 @@ process can reach the database anyway; an operator never approves)."""
 
 from __future__ import annotations
 
-import argparse
-
 import anyio
 from mcp.server.stdio import stdio_server
 
@@ -16,12 +14,6 @@ from core.principals import Principal, authenticate
 
 LOCAL_OPERATOR = Principal("local-operator", "operator")
 """Who ``opsgate mcp`` acts as without a token: writes, never approves."""
-
-
-def stdio_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--token", metavar="TOKEN",
-                        help="act as this API token's principal (default: $OPSGATE_MCP_TOKEN; "
-                             "neither: the local operator)")
 
 
 def stdio_principal(app: App, token: str | None) -> Principal:

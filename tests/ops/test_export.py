@@ -14,10 +14,10 @@ from sqlalchemy import insert
 from core.api.statuses import reply_status
 from core.bootstrap import bootstrap
 from core.chat import PINNED_EVENT
+from core.cli.ops import run_export
 from core.db.tables import ops_case
 from core.domain.commands import NoteCase, TransitionCase
 from core.errors import InvalidRequest, NotFound
-from core.ops.commands import run_export
 from core.ops.export import export_case
 from core.settings import Settings
 from tests.support.cases import APPROVER, PLAN, PLAN_HASH, REQUESTER, E, S, case_in, command, key

@@ -13,6 +13,7 @@ from uuid import UUID, uuid4
 from sqlalchemy import Engine, insert, select, update
 
 from core.bootstrap import bootstrap
+from core.cli.ops import run_reconcile
 from core.db.database import make_engine
 from core.db.tables import ops_case, outbox, session_lock, tool_call_ledger
 from core.domain.commands import NoteCase, OpenCase
@@ -23,7 +24,6 @@ from core.messaging import inbox
 from core.messaging.bus import RedisStreamsBus
 from core.messaging.envelope import Envelope
 from core.migrate import upgrade_engine
-from core.ops.commands import run_reconcile
 from core.ops.reconcile import Reconciler
 from core.settings import Settings
 from tests.support.cases import S, case_in

@@ -15,11 +15,11 @@ import pytest
 from sqlalchemy import Engine
 
 from core.bootstrap import App, bootstrap
+from core.cli.ops import run_trace
 from core.domain.commands import ApprovePlan, OpenCase
 from core.domain.fsm import CaseStatus
 from core.errors import NotFound
 from core.loop import InProcessLoop
-from core.ops.commands import run_trace
 from core.ops.trace import Hop, trace
 from core.settings import Settings
 from core.tracing import bound, configure_logging

@@ -1,17 +1,24 @@
-"""The operator's subcommands ``trace``, ``reconcile`` and ``export``: their arguments and what
-each prints. ``core.cli`` wires them (the app, the schema check, errors on stderr)."""
+"""The operator's look at what happened: ``opsgate trace`` (one correlation id's hops),
+``opsgate reconcile`` (ledger, outbox, dead letters and timelines checked against each other)
+and ``opsgate export`` (a case's postmortem in Markdown)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
+
+from core.cli.app import opened_app, settings_of
+from core.cli.command import Command, database_option
 
 if TYPE_CHECKING:
     from core.bootstrap import App
 
 EXIT_FOUND = 1
+
+Runner = Callable[["App", argparse.Namespace, TextIO], int]
 
 
 def trace_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,6 +26,7 @@ def trace_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the X-Correlation-Id of a REST call, or the id a Slack request "
                              "or alert got (in logs, timeline rows and `opsgate export`)")
     parser.add_argument("--json", action="store_true", help="one JSON object per hop")
+    database_option(parser)
 
 
 def run_trace(app: App, args: argparse.Namespace, out: TextIO) -> int:
@@ -47,6 +55,7 @@ def reconcile_arguments(parser: argparse.ArgumentParser) -> None:
                         help="report outbox rows unpublished for longer than this (default: "
                              "$OPSGATE_RECONCILE_OUTBOX_LAG_S, else 300)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    database_option(parser)
 
 
 def run_reconcile(app: App, args: argparse.Namespace, out: TextIO) -> int:
@@ -80,6 +89,7 @@ def export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("case", metavar="CASE", help="a case id, or a prefix of 4+ hex digits")
     parser.add_argument("-o", "--output", metavar="FILE",
                         help="write the Markdown here instead of stdout")
+    database_option(parser)
 
 
 def run_export(app: App, args: argparse.Namespace, out: TextIO) -> int:
@@ -95,9 +105,48 @@ def run_export(app: App, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-Runner = Callable[["App", argparse.Namespace, TextIO], int]
-COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Runner]] = {
-    "trace": (trace_arguments, run_trace),
-    "reconcile": (reconcile_arguments, run_reconcile),
-    "export": (export_arguments, run_export),
-}
+def _on_app(run: Runner) -> Callable[[argparse.Namespace], int]:
+    """``run`` on the app of the command line's settings, printing on stdout."""
+
+    def command(args: argparse.Namespace) -> int:
+        with opened_app(settings_of(args)) as app:
+            return run(app, args, sys.stdout)
+
+    return command
+
+
+COMMANDS = (
+    Command(
+        name="trace",
+        summary="print every hop of one correlation id, in order",
+        description="Follow one correlation id (a REST call's X-Correlation-Id, a Slack "
+                    "request's or an alert's) through case timeline rows, the outbox messages "
+                    "they emitted, the consumers that took them (inbox receipts, dead letters) "
+                    "and the gateway calls made on its behalf, oldest first. Exits 1 when "
+                    "nothing carries the id.",
+        add_arguments=trace_arguments,
+        run=_on_app(run_trace),
+    ),
+    Command(
+        name="reconcile",
+        summary="check the ledger, outbox, dead letters and case timelines against each other",
+        description="Report gateway calls stuck in progress past their lease, outbox rows "
+                    "unpublished past a bound, consumers' dead letters, cases whose status "
+                    "disagrees with the fold of their timeline, and expired session locks. "
+                    "Exits 1 when anything is found, 0 on a clean run. --repair does only safe "
+                    "repairs (re-publish stale outbox rows through Redis Streams, release "
+                    "expired claims of calls safe to run again, drop expired session locks) "
+                    "and reports each.",
+        add_arguments=reconcile_arguments,
+        run=_on_app(run_reconcile),
+    ),
+    Command(
+        name="export",
+        summary="print a case's postmortem in Markdown",
+        description="A postmortem of one case (by id or a prefix of 4+ hex digits): summary, "
+                    "timeline, plans, approvals, step results, verification and model usage, "
+                    "in Markdown to paste into a docs tool.",
+        add_arguments=export_arguments,
+        run=_on_app(run_export),
+    ),
+)

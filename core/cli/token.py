@@ -1,22 +1,27 @@
 """``opsgate token create|list|revoke``: the API principals an operator hands out. A new token is
 printed once, alone on stdout (so ``$(opsgate token create ci)`` captures it); the database keeps
-only its SHA-256, and nothing prints a hash or a token again. ``core.cli`` wires the command."""
+only its SHA-256, and nothing prints a hash or a token again."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import sys
 from datetime import datetime
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from sqlalchemy import Engine
+from core.cli.app import opened_app, settings_of
+from core.cli.command import Command, database_option
 
-from core.principals import ROLES, PrincipalRecord, create, records, revoke
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from core.principals import PrincipalRecord
 
 
-def token_arguments(parser: argparse.ArgumentParser,
-                    common: Callable[[argparse.ArgumentParser], None]) -> None:
-    """The three actions; ``common`` adds the options each takes (the database URL)."""
+def token_arguments(parser: argparse.ArgumentParser) -> None:
+    """The three actions, each with its own ``--database-url``."""
+    from core.principals import ROLES
+
     actions = parser.add_subparsers(dest="principal_action", metavar="ACTION", required=True)
     made = actions.add_parser(
         "create", help="create a principal and print its token once",
@@ -30,19 +35,28 @@ def token_arguments(parser: argparse.ArgumentParser,
                       help="what the token may do (default: %(default)s)")
     made.add_argument("--slack-user", metavar="U…",
                       help="the person's Slack user id: makes the principal a person")
-    common(made)
+    database_option(made)
     listed = actions.add_parser("list", help="list principals (never tokens or hashes)",
                                 description="Every principal: name, role, kind, Slack user, "
                                             "created and revoked times.")
-    common(listed)
+    database_option(listed)
     revoked = actions.add_parser("revoke", help="revoke a principal's token",
                                  description="Revoke NAME's token: from now on it is 401. "
                                              "The name is never given out again.")
     revoked.add_argument("name", metavar="NAME")
-    common(revoked)
+    database_option(revoked)
 
 
-def run_token(engine: Engine, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def run_token(args: argparse.Namespace) -> int:
+    # stdout is the new token alone, for $(opsgate token create …): the schema's lines go to
+    # stderr. The principals live in the database alone: nothing is plugged in.
+    with opened_app(settings_of(args), plugged=False, notes=sys.stderr) as app:
+        return _act(app.engine, args, sys.stdout, sys.stderr)
+
+
+def _act(engine: Engine, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from core.principals import create, records, revoke
+
     if args.principal_action == "create":
         principal, token = create(engine, args.name, args.role, args.slack_user)
         print(token, file=out, flush=True)
@@ -72,3 +86,18 @@ def _table(rows: list[PrincipalRecord]) -> str:
 
 def _moment(value: datetime | None) -> str:
     return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+COMMANDS = (
+    Command(
+        name="token",
+        summary="create, list or revoke the API's principals (bearer tokens)",
+        description="REST callers are principals named by their bearer token, each a reader, "
+                    "operator or approver; an approver is a person linked to their Slack id. "
+                    "`opsgate token create NAME [--role R] [--slack-user U…]` prints a new "
+                    "token once (the database keeps only its SHA-256); `opsgate token list` "
+                    "shows principals, never tokens; `opsgate token revoke NAME` ends one.",
+        add_arguments=token_arguments,
+        run=run_token,
+    ),
+)
