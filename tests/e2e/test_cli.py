@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import time
@@ -20,6 +19,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from core.migrate import head_revision
+from tests.support.peers import free_port
 from tests.support.processes import clean_env, command
 from tests.support.servers import POSTGRES_URL
 
@@ -241,13 +241,6 @@ def test_demo_sends_the_bearer_token_when_one_is_set(tmp_path):
 
 
 # -- serve ----------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def wait_healthy(base: str, server: subprocess.Popen[bytes]) -> httpx.Response:

@@ -3,7 +3,6 @@ real subprocesses, the real PostgreSQL and Redis on 127.0.0.1, clear refusals.""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 
@@ -17,6 +16,7 @@ from core.db.tables import outbox
 from core.messaging import inbox
 from core.messaging.envelope import Envelope
 from core.migrate import upgrade_engine
+from tests.support.peers import free_port
 from tests.support.processes import Process, clean_env, command
 from tests.support.servers import REDIS_URL
 
@@ -137,14 +137,8 @@ def test_outbox_dead_lists_and_requeues_a_dead_letter(tmp_path):
         engine.dispose()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_serve_runs_the_loop_in_process_and_a_case_closes_by_itself(tmp_path):
-    port = _free_port()
+    port = free_port()
     # No runbooks: the offline agent then plans the noop template, which auto-approval takes.
     (tmp_path / "no-runbooks").mkdir()
     # The noop plan's verify window (60 s after the change) on a fast clock: 0.6 s.

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from tests.e2e.test_cli import free_port
+from tests.support.peers import free_port
 from tests.support.processes import Process, clean_env
 
 TOKEN = "walkthrough-token"

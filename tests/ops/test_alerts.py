@@ -6,7 +6,6 @@ real HTTP on 127.0.0.1 opens exactly one case per group."""
 from __future__ import annotations
 
 import random
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from core.bootstrap import App
 from core.db.tables import alert_group, case_timeline, ops_case
 from core.loop import InProcessLoop
 from tests.support.alerts import AUTH, TOKEN, alert, alerts_app, notification, post
+from tests.support.peers import free_port
 
 
 @pytest.fixture
@@ -149,16 +149,10 @@ def test_the_case_is_announced_once_in_the_incident_thread(app, client, engine):
 # -- the storm, over real HTTP ---------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
 def server(pg_engine: Engine) -> Iterator[tuple[str, Engine]]:
     app = alerts_app(pg_engine)
-    port = _free_port()
+    port = free_port()
     config = uvicorn.Config(create_api(app), host="127.0.0.1", port=port, log_level="warning")
     uv = uvicorn.Server(config)
     thread = threading.Thread(target=uv.run, daemon=True)
