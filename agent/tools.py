@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from agent import metrics
 from agent.mcp_tools import McpToolbox, Offered
+from agent.runbooks import search_runbooks
 from agent.tool_specs import (
     ARGS,
     GetCase,
@@ -46,8 +47,7 @@ from core.gateway import (
     canonical_json,
     session_of,
 )
-from core.library import Library
-from core.library.runbooks import find_runbooks, runbooks_folder
+from core.library.runbooks import runbooks_folder
 from core.mcp.remote import RemoteUnavailable
 from core.service import Reply
 from core.strict_json import non_finite_problems
@@ -115,7 +115,6 @@ class CaseTools:
         self.lock = lock
         self.requester = requester
         self.correlation_id = correlation_id
-        self.library = Library(app.engine)
         self.runbooks = runbooks_folder(app.settings.runbooks_dir)
         # What the model asked for in this run, for the turn's agent_usage note.
         self.stats: Counter[str] = Counter()
@@ -222,10 +221,7 @@ class CaseTools:
         return ToolReply.of(True, {"timeline": slim})
 
     def _search_runbooks(self, args: SearchRunbooks) -> ToolReply:
-        hits = find_runbooks(self.library, self.runbooks, args.query)
-        return ToolReply.of(True, {"runbooks": [
-            {"runbook": hit["runbook"], "title": hit["title"], "score": hit["score"],
-             "templates": hit["templates"], "excerpt": hit["excerpt"]} for hit in hits]})
+        return ToolReply.of(True, {"runbooks": search_runbooks(self.runbooks, args.query)})
 
     def _mcp_read(self, offered: Offered, args: Any) -> ToolReply:
         """A read-only external MCP tool, through the gateway: an identical call in the same

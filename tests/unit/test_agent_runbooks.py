@@ -1,33 +1,26 @@
-"""search_runbooks over the runbooks shipped in docs/runbooks/ (the library's full-text search, on
-both databases), and the tool specs the model is given (exactly the issue's eight tools, none
-that executes or approves)."""
+"""search_runbooks over the runbooks shipped in docs/runbooks/, and the tool specs the model is
+given (exactly the issue's eight tools, none that executes or approves)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine
 
+from agent.runbooks import load_runbooks, search_runbooks
 from agent.tool_specs import tool_specs
 from core.domain.plan_templates import template_names
-from core.library import Library
-from core.library.library import runbook_document
-from core.library.runbooks import RunbookHit, find_runbooks, runbooks_folder
+from core.library.runbooks import runbooks_folder
 
 RUNBOOKS = Path(__file__).resolve().parents[2] / "docs" / "runbooks"
 
 
-def search_runbooks(engine: Engine, folder: Path, query: str) -> list[RunbookHit]:
-    return find_runbooks(Library(engine), folder, query)
-
-
-def test_the_shipped_runbooks_name_only_catalog_templates(engine: Engine) -> None:
-    books = sorted(RUNBOOKS.glob("*.md"))
+def test_the_shipped_runbooks_name_only_catalog_templates() -> None:
+    books = load_runbooks(RUNBOOKS)
     assert len(books) >= 5
     for book in books:
-        found = search_runbooks(engine, RUNBOOKS, runbook_document(book).title)[0]
-        assert found["runbook"] == book.stem
+        found = search_runbooks(RUNBOOKS, book.title)[0]
+        assert found["runbook"] == book.name
         assert set(found["templates"]) <= set(template_names())
 
 
@@ -38,8 +31,8 @@ def test_the_shipped_runbooks_name_only_catalog_templates(engine: Engine) -> Non
     ("region outage fail over to standby", "regional-failover"),
     ("no space left on device ENOSPC", "disk-full"),
 ])
-def test_search_finds_the_runbook_for_the_incident(engine: Engine, query: str, best: str) -> None:
-    assert search_runbooks(engine, RUNBOOKS, query)[0]["runbook"] == best
+def test_search_finds_the_runbook_for_the_incident(query: str, best: str) -> None:
+    assert search_runbooks(RUNBOOKS, query)[0]["runbook"] == best
 
 
 def test_the_default_folder_is_found_from_any_working_directory(
@@ -49,10 +42,9 @@ def test_the_default_folder_is_found_from_any_working_directory(
     assert runbooks_folder(str(tmp_path)) == tmp_path
 
 
-def test_nothing_matches_nothing_and_a_missing_folder_is_empty(engine: Engine,
-                                                              tmp_path: Path) -> None:
-    assert search_runbooks(engine, RUNBOOKS, "zzzz qqqq") == []
-    assert search_runbooks(engine, tmp_path / "none", "latency") == []
+def test_nothing_matches_nothing_and_a_missing_folder_is_empty(tmp_path: Path) -> None:
+    assert search_runbooks(RUNBOOKS, "zzzz qqqq") == []
+    assert search_runbooks(tmp_path / "none", "latency") == []
 
 
 def test_the_model_gets_exactly_the_eight_tools() -> None:
