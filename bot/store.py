@@ -37,7 +37,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
-from core.clock import utcnow
+from core.clock import Clock, utcnow
 from core.db.database import connection, transaction
 from core.db.tables import chat_thread
 
@@ -98,9 +98,11 @@ def approval_id_for(case_id: UUID, plan_hash: str, case_version: int) -> str:
 class SlackStore:
     """The bot's tables on the opsgate database."""
 
-    def __init__(self, engine: Engine, *, event_lease_s: float = 120.0) -> None:
+    def __init__(self, engine: Engine, *, event_lease_s: float = 120.0,
+                 clock: Clock = utcnow) -> None:
         self.engine = engine
         self.event_lease_s = event_lease_s
+        self.clock = clock  # an event claim's lease runs on it
 
     # -- events: durable dedup of Slack's retries ---------------------------------------------
 
@@ -109,7 +111,7 @@ class SlackStore:
         (or another event about the same message) is done, or taken by someone whose claim is
         younger than the lease. A claim older than the lease belonged to an attempt that died,
         so a retry takes it over."""
-        owner, now = uuid.uuid4().hex, utcnow()
+        owner, now = uuid.uuid4().hex, self.clock()
         row = {"event_id": event_id, "message_key": message_key, "state": "claimed",
                "owner": owner, "claimed_at": now}
         try:
@@ -253,8 +255,9 @@ class CardStore:
     and the holder renders once more before letting go. Renders are therefore sequential, each
     of the case's state when it is made: a late render never replaces a newer one."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, clock: Clock = utcnow) -> None:
         self.engine = engine
+        self.clock = clock  # a renderer's lease on the card runs on it
 
     def card(self, case_id: UUID) -> Card | None:
         with connection(self.engine) as conn:
@@ -275,7 +278,7 @@ class CardStore:
     def take(self, case_id: UUID, owner: str, lease_s: float) -> bool | None:
         """True when ``owner`` now holds the card; False when someone else does (and is asked
         to render once more); None when the case has no card posted yet."""
-        now = utcnow()
+        now = self.clock()
         held = and_(slack_card.c.owner.is_not(None), slack_card.c.busy_until >= now)
         with transaction(self.engine) as conn:
             taken = conn.execute(
