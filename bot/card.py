@@ -19,7 +19,7 @@ from typing import Any
 from bot.blocks import Block, Message, section, short_id, who
 from core.chat import PINNED_EVENT
 from core.domain.messages import TransitionPayload
-from core.domain.views import CaseView, TimelineEntry
+from core.domain.views import CaseView, ProposedPlan, TimelineEntry
 from core.ops.alert_render import alert_text, escape
 
 CARD_BLOCK = "case_card"
@@ -43,7 +43,7 @@ class CaseState:
 
     case: CaseView
     rows: Sequence[TimelineEntry]  # the case's timeline, oldest first
-    plan: Mapping[str, Any] | None = None  # the latest proposed plan: plan_hash, plan, proposed_by
+    plan: ProposedPlan | None = None  # the latest proposed plan
     needs: int = 1  # distinct approvers that plan needs
     approvers: str = "anyone but the requester"  # who may approve, in words
     working: str | None = None  # "… is working on it" while the agent works

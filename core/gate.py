@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 from uuid import UUID, uuid4
 
 from sqlalchemy import Connection
@@ -21,6 +21,7 @@ from core.clock import Clock
 from core.db import case_store as store
 from core.domain.fsm import CaseStatus
 from core.domain.policy import Approval, ApprovalPolicy, Pending, Refused, Satisfied, Verdict
+from core.domain.views import ApprovalDecision, ApprovalState, GateVerdict
 from core.errors import (
     ApprovalRefused,
     GuardFailed,
@@ -31,8 +32,6 @@ from core.errors import (
 )
 
 Row = Mapping[Any, Any]
-GateVerdict = Literal["approved", "rejected", "expired"]
-"""What one ``plan_approved`` row records: a yes, a no, or the plan's expiry."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,7 @@ class Ruling:
     def plan_hash(self) -> str:
         return str(self.plan["plan_hash"])
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> ApprovalState:
         """What an approval reply says about the gate: approved, or pending and how many more."""
         return approval_state(self.verdict, recorded=self.approval is not None)
 
@@ -203,14 +202,14 @@ def decision_row(plan: Row, approver: str, verdict: GateVerdict, at: datetime,
                  reason: str | None = None) -> dict[str, Any]:
     """The ``plan_approved`` row of one approver's decision on one proposal (or of its expiry,
     recorded under the gatekeeper)."""
-    decision: dict[str, Any] = {"approver": approver, "at": at.isoformat(), "verdict": verdict}
+    decision: ApprovalDecision = {"approver": approver, "at": at.isoformat(), "verdict": verdict}
     if reason is not None:
         decision["reason"] = reason
     return {"id": uuid4(), "case_id": plan["case_id"], "plan_id": plan["id"],
             "plan_hash": plan["plan_hash"], "decision": decision}
 
 
-def approval_state(verdict: Verdict, *, recorded: bool) -> dict[str, Any]:
+def approval_state(verdict: Verdict, *, recorded: bool) -> ApprovalState:
     """What an approval reply says about the gate: approved, or pending and how many more."""
     if isinstance(verdict, Satisfied):
         return {"state": "approved", "approvers": list(verdict.approvers), "needs": 0,

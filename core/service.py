@@ -46,7 +46,7 @@ from core.domain.messages import (
 from core.domain.plans import canonical_json, plan_hash, plan_problems
 from core.domain.policy import ApprovalPolicy, Satisfied
 from core.domain.policy import Refused as PolicyRefused
-from core.domain.views import CaseView, TimelineEntry
+from core.domain.views import ApprovalState, CaseView, ProposedPlan, TimelineEntry
 from core.errors import (
     ApprovalRefused,
     GuardFailed,
@@ -328,7 +328,7 @@ class CaseService:
             rows = store.list_cases(conn, None if status is None else str(status), limit)
         return [case_view(row) for row in rows]
 
-    def proposed_plan(self, case_id: UUID, digest: str | None = None) -> dict[str, Any] | None:
+    def proposed_plan(self, case_id: UUID, digest: str | None = None) -> ProposedPlan | None:
         """The case's plan with hash ``digest`` (its latest plan when None): ``plan_hash``,
         ``plan``, ``case_version``, ``proposed_by``; None when there is none."""
         with self._connection() as conn:
@@ -585,7 +585,7 @@ class CaseService:
             self._record_pending(case, cmd, digest, ruling.state(), writes)
         return {**case_view(case), "plan_hash": digest, "approval": ruling.state()}
 
-    def _record_pending(self, case: Row, cmd: ApprovePlan, digest: str, state: dict[str, Any],
+    def _record_pending(self, case: Row, cmd: ApprovePlan, digest: str, state: ApprovalState,
                         writes: store.Writes) -> None:
         """A yes that is not yet enough: one timeline row and one event for the chat thread."""
         facts = {"plan_hash": digest, "approvers": state["approvers"], "needs": state["needs"]}

@@ -43,6 +43,7 @@ from core.db.tables import (
     session_fence,
 )
 from core.domain.messages import Message
+from core.domain.views import ApprovalDecision
 
 
 def as_utc(moment: datetime) -> datetime:
@@ -160,11 +161,12 @@ def plan_by_hash(conn: Connection, case_id: UUID, digest: str) -> RowMapping | N
     return conn.execute(query).mappings().first()
 
 
-def plan_decisions(conn: Connection, plan_id: UUID) -> list[dict[str, Any]]:
+def plan_decisions(conn: Connection, plan_id: UUID) -> list[ApprovalDecision]:
     """The approvers' decisions recorded for one proposed plan, oldest first."""
     query = (select(plan_approved.c.decision).where(plan_approved.c.plan_id == plan_id)
              .order_by(plan_approved.c.created_at, plan_approved.c.id))
-    return [dict(decision) for decision in conn.execute(query).scalars()]
+    decisions: list[Any] = [dict(decision) for decision in conn.execute(query).scalars()]
+    return decisions  # the JSON the gate wrote (decision_row): read as it was written
 
 
 def list_cases(conn: Connection, status: str | None, limit: int) -> list[RowMapping]:

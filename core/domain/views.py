@@ -1,9 +1,10 @@
-"""The shapes a case and its timeline have wherever they are read: REST bodies, chat cards, the
-agent's and the MCP server's tools. TypedDicts, so they stay the JSON-ready dicts they were."""
+"""The shapes of a case, its timeline, its proposed plan and its approvals wherever they are read:
+REST bodies, chat cards, the consumers, the agent's and the MCP server's tools. TypedDicts, so
+they stay the JSON-ready dicts they were."""
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 
 class CaseView(TypedDict):
@@ -29,3 +30,35 @@ class TimelineEntry(TypedDict):
     correlation_id: str | None
     meta: dict[str, Any]  # the move's or note's facts: free-form JSON
     created_at: str  # ISO 8601, UTC
+
+
+class ProposedPlan(TypedDict):
+    """A plan proposed for a case (``CaseService.proposed_plan``)."""
+
+    plan_hash: str
+    plan: dict[str, Any]  # the stored ChangePlan JSON: parse_plan reads it as a ParsedPlan
+    case_version: int  # the case's version when the plan was proposed
+    proposed_by: str
+
+
+GateVerdict = Literal["approved", "rejected", "expired"]
+"""What one ``plan_approved`` row records: a yes, a no, or the plan's expiry."""
+
+
+class ApprovalDecision(TypedDict):
+    """One decision on one proposal of a plan, as its ``plan_approved`` row keeps it."""
+
+    approver: str
+    at: str  # ISO 8601, UTC
+    verdict: NotRequired[GateVerdict]  # a row kept before no's and expiries were: a yes
+    reason: NotRequired[str]
+
+
+class ApprovalState(TypedDict):
+    """Where the gate stands after a yes, as an approval reply says it."""
+
+    state: Literal["approved", "pending", "refused"]
+    approvers: list[str]
+    needs: int | None  # more distinct approvers needed; None when refused
+    recorded: NotRequired[bool]  # whether this yes was recorded; absent where nobody decided
+    reason: str
