@@ -21,7 +21,7 @@ from core.domain.commands import ApprovePlan
 from core.loop import InProcessLoop
 from core.messaging.consumer import ConsumerRunner
 from core.messaging.envelope import Envelope
-from core.settings import Settings
+from tests.support.loop import loop_settings
 from tests.support.processes import Process, clean_env
 from tests.support.servers import REDIS_URL
 
@@ -50,9 +50,7 @@ def total(samples: Samples, name: str) -> float:
 
 @pytest.fixture
 def app(engine: Engine) -> Iterator[App]:
-    made = bootstrap(Settings(_env_file=None, redis_url=None, auto_approve="off",
-                              verify_time_scale=0.01, verify_poll_s=0.2),  # 60 s window: 0.6 s
-                     engine=engine)
+    made = bootstrap(loop_settings(), engine=engine)
     yield made
     made.close()
 

@@ -27,6 +27,7 @@ from core.migrate import upgrade_engine
 from core.ops.reconcile import Reconciler
 from core.settings import Settings
 from tests.support.cases import S, case_in
+from tests.support.loop import loop_settings
 from tests.support.processes import clean_env, command
 
 LONG_AGO = datetime.now(UTC) - timedelta(hours=1)
@@ -96,9 +97,7 @@ def test_a_step_that_ran_without_its_result_on_the_timeline_is_found(service, en
 
 
 def test_a_closed_loop_leaves_nothing_to_reconcile(sqlite_engine):
-    app = bootstrap(Settings(_env_file=None, redis_url=None, auto_approve="noop_only",
-                             verify_time_scale=0.01, verify_poll_s=0.2),  # 60 s window: 0.6 s
-                    engine=sqlite_engine)
+    app = bootstrap(loop_settings(auto_approve="noop_only"), engine=sqlite_engine)
     try:
         with InProcessLoop(app) as loop:
             reply = app.cases.open_case(OpenCase("5xx on checkout", "pagerduty"), "loop-1")

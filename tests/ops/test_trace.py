@@ -21,17 +21,15 @@ from core.domain.fsm import CaseStatus
 from core.errors import NotFound
 from core.loop import InProcessLoop
 from core.ops.trace import Hop, trace
-from core.settings import Settings
 from core.tracing import bound, configure_logging
+from tests.support.loop import loop_settings
 
 APPROVAL = "approval-7f3a"
 
 
 @pytest.fixture
 def app(engine: Engine) -> Iterator[App]:
-    made = bootstrap(Settings(_env_file=None, redis_url=None, auto_approve="off",
-                              verify_time_scale=0.01, verify_poll_s=0.2),  # 60 s window: 0.6 s
-                     engine=engine)
+    made = bootstrap(loop_settings(), engine=engine)
     yield made
     made.close()
 
@@ -93,9 +91,7 @@ def test_the_trace_of_one_approval_shows_every_hop_in_order(app):
 
 
 def test_the_trace_command_prints_the_path_and_refuses_an_unknown_id(sqlite_engine):
-    app = bootstrap(Settings(_env_file=None, redis_url=None, auto_approve="off",
-                             verify_time_scale=0.01, verify_poll_s=0.2),
-                    engine=sqlite_engine)
+    app = bootstrap(loop_settings(), engine=sqlite_engine)
     try:
         _check_trace_command(app)
     finally:
