@@ -22,7 +22,7 @@ from slack_sdk.errors import SlackApiError
 from bot.cases import SlackCases
 from core.chat import PINNED_EVENT
 from core.domain.commands import NoteCase
-from core.domain.messages import Topic
+from core.domain.messages import ChatPinnedFacts, Topic
 from core.errors import KeyReuse
 
 log = logging.getLogger(__name__)
@@ -76,11 +76,11 @@ def pin(cases: SlackCases, reaction: Reaction) -> str:
         return "not-a-case"
     note = NoteCase(case_id, PINNED_EVENT, reaction.user,
                     reason=str(message.get("text") or "")[:TEXT_LIMIT] or "(no text)",
-                    meta={"author": str(message.get("user") or message.get("bot_id") or "?"),
-                          "channel": reaction.channel, "ts": reaction.ts,
-                          "thread_ts": thread_ts,
-                          "permalink": permalink_of(cases, reaction.channel, reaction.ts,
-                                                    thread_ts)},
+                    meta=ChatPinnedFacts(
+                        author=str(message.get("user") or message.get("bot_id") or "?"),
+                        channel=reaction.channel, ts=reaction.ts, thread_ts=thread_ts,
+                        permalink=permalink_of(cases, reaction.channel, reaction.ts,
+                                               thread_ts)),
                     topic=Topic.CHAT_PINNED, correlation_id=reaction.event_id)
     return _noted(cases, case_id, note, reaction.key)
 

@@ -35,6 +35,7 @@ from core.domain.commands import (
 )
 from core.domain.fsm import INITIAL_STATUS, CaseEvent, CaseStatus, Refused, decide
 from core.domain.messages import (
+    ApprovalRecordedFacts,
     MoveContext,
     NotePayload,
     Topic,
@@ -588,7 +589,8 @@ class CaseService:
     def _record_pending(self, case: Row, cmd: ApprovePlan, digest: str, state: ApprovalState,
                         writes: store.Writes) -> None:
         """A yes that is not yet enough: one timeline row and one event for the chat thread."""
-        facts = {"plan_hash": digest, "approvers": state["approvers"], "needs": state["needs"]}
+        facts: ApprovalRecordedFacts = {"plan_hash": digest, "approvers": state["approvers"],
+                                        "needs": state["needs"]}
         writes.timeline = self._gate_row(case, "plan_approval", cmd.approver, state["reason"],
                                          cmd.correlation_id, outcome="note",
                                          extra={**facts, **cmd.attribution})

@@ -337,9 +337,9 @@ def _reading_view(reading: Reading) -> dict[str, Any]:
         "observed": seen.get("observed"), "at": seen.get("at"),
         "event": None if reading.event is None else str(reading.event),
     }
-    for name in ("waiting_for", "next_reading_at"):
+    for name in ("waiting_for", "next_reading_at"):  # next_reading_at: VerifyWaitingFacts
         if name in seen:
-            view[name] = seen[name]
+            view[name] = seen.get(name)
     if reading.watch is not None:
         view.update(since=reading.watch.since.isoformat(),
                     window_ends_at=reading.watch.window_ends.isoformat(),

@@ -19,7 +19,7 @@ from core.consumers.runs import PlanRun, current_run
 from core.db.case_store import as_utc
 from core.domain.commands import ApprovePlan, NoteCase, Scheduled, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
-from core.domain.messages import CommandPayload, Topic, payload_as
+from core.domain.messages import AwaitingApprovalFacts, CommandPayload, Topic, payload_as
 from core.domain.policy import AUTO_APPROVER, ApprovalPolicy, PlanLike, plan_risk
 from core.messaging.consumer import Delivery
 
@@ -104,9 +104,10 @@ def awaiting_approval(cases: CaseService, policy: ApprovalPolicy, run: PlanRun,
     check = expiry_check(policy, run)
     return NoteCase(run.case_id, "awaiting_approval", run.consumer,
                     reason=waiting_note(policy, run.plan, requester),
-                    meta={"plan_hash": run.plan_hash, "needs": policy.required(run.plan),
-                          "approvers": sorted(policy.approvers), "requester": requester,
-                          "expires_at": check.deliver_after.isoformat()},
+                    meta=AwaitingApprovalFacts(
+                        plan_hash=run.plan_hash, needs=policy.required(run.plan),
+                        approvers=sorted(policy.approvers), requester=requester,
+                        expires_at=check.deliver_after.isoformat()),
                     topic=Topic.AWAITING_APPROVAL, correlation_id=correlation_id,
                     schedule=check)
 

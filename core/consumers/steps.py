@@ -12,7 +12,7 @@ from typing import Any
 
 from core.consumers.runs import PlanRun
 from core.domain.commands import NoteCase
-from core.domain.messages import Topic
+from core.domain.messages import StepResultFacts, Topic
 from core.domain.plans import PlanStep
 from core.errors import Unavailable
 from core.gateway import BusinessRefusal, CallResult, CallStatus, Gateway, ToolCall
@@ -146,7 +146,7 @@ class StepRunner:
 
     def _note(self, run: PlanRun, step: Step, number: int, attempt: Attempt) -> None:
         event = "step_result" if step.phase == "step" else "rollback_result"
-        meta: dict[str, Any] = {
+        meta: StepResultFacts = {
             "phase": step.phase, "step": step.index, "attempt": number,
             "attempts_allowed": step.retry + 1, "action": step.action, "ok": attempt.ok,
             "duration_s": attempt.duration_s,

@@ -26,13 +26,20 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from core.consumers.runs import PlanRun, current_run
 from core.db.case_store import as_utc
 from core.domain.commands import NoteCase, Scheduled, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
-from core.domain.messages import CommandPayload, Topic, payload_as
+from core.domain.messages import (
+    CommandPayload,
+    Observation,
+    Topic,
+    VerifyReading,
+    VerifyWaitingFacts,
+    payload_as,
+)
 from core.domain.verify import VerifyBlock, parse_verify, problem_lines
 from core.errors import InvalidPlan, Unavailable
 from core.evidence import MetricSource, Moment, read_block, source_from_settings
@@ -48,9 +55,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CHECK_TIMEOUT_S = 10.0  # each metric query or probe (evidence.read_block's bound)
-
-Observation = dict[str, Any]
-
 
 @dataclass(frozen=True)
 class Watch:
@@ -68,7 +72,7 @@ class Reading:
     to (``event`` None: the verification waits, its next reading scheduled)."""
 
     number: int
-    observation: Observation
+    observation: VerifyReading
     reason: str
     event: CaseEvent | None = None
     moved: Reply | None = None  # the move's reply; None while waiting or when another moved it
@@ -155,7 +159,7 @@ class Verifier:
         if result.error is not None or not isinstance(result.result, Mapping):
             why = (result.error or {}).get("message", "no stored observation")
             return _observation("cannot", f"cannot verify: {why}", at=self.clock())
-        return dict(result.result)
+        return cast(Observation, dict(result.result))  # as _evaluate returned it first
 
     def _evaluate(self, watch: Watch) -> Observation:
         started, at = time.monotonic(), self.clock()
@@ -175,9 +179,10 @@ class Verifier:
         """Note the reading and schedule the next, in one transaction with the inbox mark."""
         at = _at(observation)
         following = min(at + self.poll, watch.deadline)  # the last reading is at the deadline
-        meta = {**observation, "plan_hash": run.plan_hash, "reading": number,
-                "since": watch.since.isoformat(), "deadline": watch.deadline.isoformat(),
-                "next_reading_at": following.isoformat()}
+        meta: VerifyWaitingFacts = {
+            **observation, "plan_hash": run.plan_hash, "reading": number,
+            "since": watch.since.isoformat(), "deadline": watch.deadline.isoformat(),
+            "next_reading_at": following.isoformat()}
         schedule = Scheduled(Topic.VERIFY_RUN, {"plan_hash": run.plan_hash,
                                                 "reading": number + 1}, following)
         note = NoteCase(run.case_id, "verify_reading", run.consumer,
@@ -189,7 +194,7 @@ class Verifier:
 
     def _conclude(self, run: PlanRun, inbox_entry: tuple[str, int] | None, number: int,
                   observation: Observation, reason: str, watch: Watch | None) -> Reading:
-        meta = {**observation, "plan_hash": run.plan_hash, "reading": number}
+        meta: VerifyReading = {**observation, "plan_hash": run.plan_hash, "reading": number}
         self.app.cases.note(NoteCase(run.case_id, "verify_result", run.consumer, reason=reason,
                                      meta=meta),
                             self._key(run, number)).data()

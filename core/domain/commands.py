@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -102,7 +103,7 @@ class NoteCase:
     event: str
     actor: str
     reason: str | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: Mapping[str, Any] = field(default_factory=dict)  # the facts (messages.*Facts)
     topic: str | None = None
     correlation_id: str | None = None
     schedule: Scheduled | None = None

@@ -73,17 +73,21 @@ class NotePayload(CaseRef):
     reason: str | None
 
 
-class ApprovalRecordedPayload(NotePayload):
-    """``evt.plan.approval_recorded.v1``: a yes that is not yet enough."""
+class ApprovalRecordedFacts(TypedDict):
+    """What a yes that is not yet enough records (the service writes it)."""
 
     plan_hash: str
     approvers: list[str]
-    needs: int
+    needs: int | None
 
 
-class AwaitingApprovalPayload(NotePayload):
-    """``evt.plan.awaiting_approval.v1``: who may approve the plan, how many must, and when the
-    approval expires."""
+class ApprovalRecordedPayload(NotePayload, ApprovalRecordedFacts):
+    """``evt.plan.approval_recorded.v1``: a yes that is not yet enough."""
+
+
+class AwaitingApprovalFacts(TypedDict):
+    """Who may approve the plan, how many must, and when the approval expires (the
+    gatekeeper's note)."""
 
     plan_hash: str | None
     needs: int
@@ -92,8 +96,12 @@ class AwaitingApprovalPayload(NotePayload):
     expires_at: str
 
 
-class StepResultPayload(NotePayload):
-    """``evt.exec.step_result.v1``: one attempt of a plan or rollback step."""
+class AwaitingApprovalPayload(NotePayload, AwaitingApprovalFacts):
+    """``evt.plan.awaiting_approval.v1``: the gatekeeper waits for people."""
+
+
+class StepResultFacts(TypedDict):
+    """One attempt of a plan or rollback step (the executor's note)."""
 
     phase: str
     step: int
@@ -105,32 +113,56 @@ class StepResultPayload(NotePayload):
     output: str
     plan_hash: str | None
     refused: NotRequired[str]
-    detail: NotRequired[dict[str, object]]
+    detail: NotRequired[dict[str, Any]]
 
 
-class VerifyWaitingPayload(NotePayload):
-    """``evt.verify.waiting.v1``: the first reading of a verification that waits."""
+class StepResultPayload(NotePayload, StepResultFacts):
+    """``evt.exec.step_result.v1``."""
 
-    state: str
+
+class Observation(TypedDict):
+    """What one verification reading saw."""
+
+    state: str  # held, pending or cannot (core.evidence.State)
     passed: bool
+    reason: str | None  # always said; typed as a note's reason, which a waiting note's repeats
     observed: float | None
-    at: NotRequired[str]
+    at: NotRequired[str]  # ISO 8601, UTC
     waiting_for: NotRequired[str]
+
+
+class VerifyReading(Observation):
+    """One reading of a plan's verification as its note records it (``verify_result``)."""
+
     plan_hash: str | None
     reading: int
+
+
+class VerifyWaitingFacts(VerifyReading):
+    """A reading that waits (``verify_reading``): since when it watches, until when, and when
+    the next reading is."""
+
     since: str
     deadline: str
     next_reading_at: str
 
 
-class ChatPinnedPayload(NotePayload):
-    """``evt.chat.pinned.v1``: a chat message pinned to the case."""
+class VerifyWaitingPayload(NotePayload, VerifyWaitingFacts):
+    """``evt.verify.waiting.v1``: the first reading of a verification that waits."""
+
+
+class ChatPinnedFacts(TypedDict):
+    """The chat message pinned to the case (the Slack front end's note)."""
 
     author: str
     channel: str
     ts: str
     thread_ts: str
     permalink: str | None
+
+
+class ChatPinnedPayload(NotePayload, ChatPinnedFacts):
+    """``evt.chat.pinned.v1``."""
 
 
 class CommandPayload(CaseRef):
