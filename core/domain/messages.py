@@ -1,8 +1,10 @@
-"""Which outbox messages each accepted move emits: pure, so the FSM's consequences are testable.
+"""Which outbox messages each accepted move emits, and the shape of every message's payload:
+pure, so the FSM's consequences are testable.
 
 Every move emits ``evt.case.transition.v1``; some also emit the commands that drive the next
 stage (``cmd.*``) and the facts other services follow (``evt.plan.*``). The key is the case id,
-so consumers can keep per-case order.
+so consumers can keep per-case order. Each payload shape is a TypedDict built here and read by
+the consumers through ``payload_as``; the JSON on the wire is the dict itself.
 """
 
 from __future__ import annotations
@@ -168,7 +170,7 @@ class ChatPinnedPayload(NotePayload, ChatPinnedFacts):
 class CommandPayload(CaseRef):
     """What a ``cmd.*`` consumer reads: a move's command, or one a note scheduled
     (``cmd.gate.expire``, the next ``cmd.verify.run`` reading) with the scheduling note's event
-    and its own facts."""
+    and its own facts. The intake reads ``evt.case.opened.v1`` as its command too."""
 
     event: NotRequired[str]
     plan_hash: NotRequired[str | None]
