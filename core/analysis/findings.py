@@ -10,11 +10,12 @@ from typing import Any
 from core.analysis.catalog import MetricSpec
 from core.analysis.sources import SeriesSource
 from core.analysis.stats import DEFAULT_THRESHOLDS, Thresholds, analyse
+from core.domain.messages import Evidence
 from core.evidence import EvidenceMissing
 
 
 def find(specs: Sequence[MetricSpec], source: SeriesSource, incident_at: datetime,
-         limits: Thresholds = DEFAULT_THRESHOLDS) -> dict[str, Any]:
+         limits: Thresholds = DEFAULT_THRESHOLDS) -> Evidence:
     """``{"findings": [...], "checked": [metric, ...], "missing": [{"metric", "reason"}]}``:
     each finding with its query and link; a metric that cannot be read is listed, not fatal."""
     findings: list[dict[str, Any]] = []
@@ -35,7 +36,7 @@ def find(specs: Sequence[MetricSpec], source: SeriesSource, incident_at: datetim
     return {"findings": findings, "checked": checked, "missing": missing}
 
 
-def summary_line(result: dict[str, Any]) -> str:
+def summary_line(result: Evidence) -> str:
     """One line for the timeline and the transition's reason."""
     findings = result.get("findings") or []
     if findings:

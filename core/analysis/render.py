@@ -6,12 +6,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from core.domain.messages import FindingsPayload, payload_as
+
 Payload = Mapping[str, Any]
 MAX_LISTED = 3
 
 
-def findings_text(payload: Payload) -> str:
+def findings_text(raw: Payload) -> str:
     """Findings, then similar past cases and runbooks, one line each."""
+    payload = payload_as(FindingsPayload, raw)  # read with .get: a note may lack any key
     findings: Sequence[Mapping[str, Any]] = payload.get("findings") or []
     lines = [_headline(payload)]
     lines += [f"• {f.get('summary')} (confidence {float(f.get('confidence', 0)):.0%})"
@@ -23,9 +26,10 @@ def findings_text(payload: Payload) -> str:
     return "\n".join(lines)
 
 
-def findings_blocks(payload: Payload) -> list[dict[str, Any]]:
+def findings_blocks(raw: Payload) -> list[dict[str, Any]]:
     """A header section, one section per finding with a button to its query, and a context
     line with the similar cases and runbooks."""
+    payload = payload_as(FindingsPayload, raw)
     blocks: list[dict[str, Any]] = [_section(f"*{_headline(payload)}*")]
     for finding in (payload.get("findings") or [])[:MAX_LISTED]:
         block = _section(f"{finding.get('summary')}\n"
@@ -45,7 +49,7 @@ def findings_blocks(payload: Payload) -> list[dict[str, Any]]:
     return blocks
 
 
-def _headline(payload: Payload) -> str:
+def _headline(payload: FindingsPayload) -> str:
     findings = payload.get("findings") or []
     checked = ", ".join(payload.get("checked") or []) or "no metric"
     if not findings:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
 from sqlalchemy import Connection
@@ -26,7 +26,7 @@ from core.analysis.store import write_findings
 from core.consumers.runs import PlanRun, current_run
 from core.domain.commands import NoteCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
-from core.domain.messages import CommandPayload, Topic, payload_as
+from core.domain.messages import CommandPayload, Evidence, FindingsFacts, Topic, payload_as
 from core.errors import Unavailable
 from core.gateway import CallStatus, ToolCall, ToolCallFailed
 from core.library import Library
@@ -84,7 +84,7 @@ class Analyst:
             return
         reply.data()
 
-    def _gather(self, run: PlanRun) -> dict[str, Any]:
+    def _gather(self, run: PlanRun) -> FindingsFacts:
         """The findings and the recall, computed once per case version (the gateway stores the
         first result; a redelivery replays it)."""
         specs = metrics_for(str(run.case["title"]), self.specs)
@@ -104,22 +104,23 @@ class Analyst:
         if not isinstance(result.result, Mapping):
             raise ToolCallFailed(f"analysis of case {run.case_id}: no evidence kept",
                                  key=result.key, result=result.result)
-        return dict(result.result)
+        # The evidence _evidence returned, as the gateway kept it (the first run's, on a replay).
+        return cast(FindingsFacts, dict(result.result))
 
-    def _evidence(self, args: Mapping[str, Any]) -> dict[str, Any]:
+    def _evidence(self, args: Mapping[str, Any]) -> FindingsFacts:
         title = str(args["title"])
-        evidence: dict[str, Any] = {"findings": [], "checked": [], "missing": [],
-                                    "source": "none"}
+        found: Evidence = {"findings": [], "checked": [], "missing": []}
+        source = "none"
         if self.source is not None:
             specs = [self.specs[name] for name in args["metrics"] if name in self.specs]
             incident_at = datetime.fromisoformat(str(args["incident_at"]))
-            evidence = {**find(specs, self.source, incident_at),
-                        "source": type(self.source).__name__}
+            found, source = find(specs, self.source, incident_at), type(self.source).__name__
         if self.runbooks_dir:
             self.library.index_runbooks(runbooks_folder(self.runbooks_dir))
-        return {**evidence, **self.library.recall(title, exclude=UUID(str(args["case_id"])))}
+        recall = self.library.recall(title, exclude=UUID(str(args["case_id"])))
+        return {**found, "source": source, **recall}
 
-    def _note(self, run: PlanRun, evidence: dict[str, Any], reason: str,
+    def _note(self, run: PlanRun, evidence: FindingsFacts, reason: str,
               correlation_id: str | None) -> None:
         findings = list(evidence["findings"])
 

@@ -153,6 +153,31 @@ class VerifyWaitingPayload(NotePayload, VerifyWaitingFacts):
     """``evt.verify.waiting.v1``: the first reading of a verification that waits."""
 
 
+class Evidence(TypedDict):
+    """What the metrics said of a case (``core.analysis.findings.find``)."""
+
+    findings: list[dict[str, Any]]  # metric, summary, confidence, query, link, …; best first
+    checked: list[str]  # the metrics read
+    missing: list[dict[str, str]]  # metric, reason: the metrics that could not be read
+
+
+class Recall(TypedDict):
+    """What the library recalls for a case's title (``Library.recall``)."""
+
+    similar_cases: list[dict[str, Any]]  # case_id, title, resolved_by, score, …
+    runbooks: list[dict[str, Any]]  # title, path, score
+
+
+class FindingsFacts(Evidence, Recall):
+    """The analyst's evidence on a case: the metrics' findings and the library's recall."""
+
+    source: str  # the metric source's type; "none" without one
+
+
+class FindingsPayload(NotePayload, FindingsFacts):
+    """``evt.analysis.findings.v1``."""
+
+
 class ChatPinnedFacts(TypedDict):
     """The chat message pinned to the case (the Slack front end's note)."""
 

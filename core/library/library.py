@@ -23,6 +23,7 @@ from core.analysis.tables import evidence_link
 from core.db import case_store
 from core.db.database import connection, transaction
 from core.domain.fsm import CaseStatus
+from core.domain.messages import Recall
 from core.errors import NotFound
 from core.library.search import Hit, query_terms, search
 from core.library.tables import kb_chunk, kb_doc
@@ -126,7 +127,7 @@ class Library:
                         "shared": shared}
         return None
 
-    def recall(self, text: str, exclude: UUID | None = None) -> dict[str, Any]:
+    def recall(self, text: str, exclude: UUID | None = None) -> Recall:
         """What a new case's thread and agent get: ``similar_cases`` and ``runbooks``."""
         return {"similar_cases": self.similar_cases(text, exclude=exclude),
                 "runbooks": self.relevant_runbooks(text)}
