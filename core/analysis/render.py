@@ -14,7 +14,8 @@ MAX_LISTED = 3
 
 def findings_text(raw: Payload) -> str:
     """Findings, then similar past cases and runbooks, one line each."""
-    payload = payload_as(FindingsPayload, raw)  # read with .get: a note may lack any key
+    # Read with .get: a missing key shows as empty rather than failing the post.
+    payload = payload_as(FindingsPayload, raw)
     findings: Sequence[Mapping[str, Any]] = payload.get("findings") or []
     lines = [_headline(payload)]
     lines += [f"• {f.get('summary')} (confidence {float(f.get('confidence', 0)):.0%})"

@@ -178,6 +178,55 @@ class FindingsPayload(NotePayload, FindingsFacts):
     """``evt.analysis.findings.v1``."""
 
 
+class AlertSaid(TypedDict):
+    """What an alert note says of one Alertmanager alert."""
+
+    fingerprint: str
+    starts_at: str
+    alertname: str
+    summary: str
+    url: str  # its Prometheus graph ("" without one)
+
+
+class AlertGroupFacts(TypedDict):
+    """The alert group and the recurrence of it a note is about."""
+
+    group: str  # the group's digest, shortened
+    recurrence: int
+
+
+class AlertsOpeningFacts(AlertGroupFacts):
+    """The alerts that opened a recurrence's case (``alert_firing``; ``alert_recurrence``
+    from the second recurrence on, naming the previous case and the group's title)."""
+
+    alerts: list[AlertSaid]  # the first few
+    alert_count: int
+    previous_case_id: NotRequired[str]
+    title: NotRequired[str]
+
+
+class AlertSeenFacts(AlertGroupFacts, AlertSaid):
+    """One alert new in the group (``alert_new``)."""
+
+
+class AlertResolvedFacts(AlertSeenFacts):
+    """One alert that resolved (``alert_resolved``)."""
+
+    ends_at: str | None
+
+
+class AlertsOpeningPayload(NotePayload, AlertsOpeningFacts):
+    """``evt.alert.noted.v1`` of an ``alert_firing`` or ``alert_recurrence`` note."""
+
+
+class AlertSeenPayload(NotePayload, AlertSeenFacts):
+    """``evt.alert.noted.v1`` of an ``alert_new`` note."""
+
+
+class AlertResolvedPayload(NotePayload, AlertResolvedFacts):
+    """``evt.alert.noted.v1`` of an ``alert_resolved`` note."""
+
+
 class ChatPinnedFacts(TypedDict):
     """The chat message pinned to the case (the Slack front end's note)."""
 

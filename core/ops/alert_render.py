@@ -7,6 +7,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from core.domain.messages import (
+    AlertResolvedPayload,
+    AlertSeenPayload,
+    AlertsOpeningPayload,
+    payload_as,
+)
+
 MAX_LISTED = 3  # alerts named in one "Firing" line
 
 Payload = Mapping[str, Any]
@@ -16,16 +23,21 @@ def alert_text(payload: Payload) -> str | None:
     """The thread line of an alert note; None for a note this module does not know."""
     event = payload.get("event")
     if event == "alert_resolved":
-        return f"{_said(payload, ' resolved')}{_link(payload)}"
+        resolved = payload_as(AlertResolvedPayload, payload)
+        return f"{_said(resolved, ' resolved')}{_link(resolved)}"
     if event == "alert_new":
-        return f"New alert in this group: {_said(payload)}{_link(payload)}"
+        seen = payload_as(AlertSeenPayload, payload)
+        return f"New alert in this group: {_said(seen)}{_link(seen)}"
+    # Read with .get: a missing key shows as empty rather than failing the post.
+    opening = payload_as(AlertsOpeningPayload, payload)
     if event == "alert_firing":
-        alerts = payload.get("alerts") or []
-        return f"Firing: {_listed(alerts, int(payload.get('alert_count') or len(alerts)))}"
+        alerts = opening.get("alerts") or []
+        return f"Firing: {_listed(alerts, int(opening.get('alert_count') or len(alerts)))}"
     if event == "alert_recurrence":
-        first = (payload.get("alerts") or [{}])[0]
-        previous = str(payload.get("previous_case_id") or "")[:8]
-        return (f"Recurrence {payload.get('recurrence')} of {escape(payload.get('title'))}; "
+        listed: Sequence[Mapping[str, Any]] = opening.get("alerts") or [{}]
+        first = listed[0]
+        previous = str(opening.get("previous_case_id") or "")[:8]
+        return (f"Recurrence {opening.get('recurrence')} of {escape(opening.get('title'))}; "
                 f"previous case {previous}{_link(first)}")
     return None
 

@@ -31,7 +31,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Connection, Engine
 
 from core.domain.commands import NoteCase, OpenCase
-from core.domain.messages import Topic
+from core.domain.messages import (
+    AlertGroupFacts,
+    AlertResolvedFacts,
+    AlertSaid,
+    AlertSeenFacts,
+    AlertsOpeningFacts,
+    Topic,
+)
 from core.ops import alert_store
 from core.ops.alert_store import OPENED, GroupOutcome, Seen, Sighting
 from core.service import CaseService
@@ -262,15 +269,15 @@ class _Settling:
         """The alerts that opened a recurrence's case: one note with their evidence; from the
         second recurrence on it names the previous case."""
         alerts = [_said(row) for row in rows]
-        meta: dict[str, Any] = {"group": self.group.digest[:16], "recurrence": recurrence,
-                                "alerts": alerts[:LISTED_MAX], "alert_count": len(alerts)}
+        meta: AlertsOpeningFacts = {"group": self.group.digest[:16], "recurrence": recurrence,
+                                    "alerts": alerts[:LISTED_MAX], "alert_count": len(alerts)}
         event = "alert_firing"
         reason = "firing: " + "; ".join(_line(a) for a in alerts[:LISTED_MAX])
         if len(alerts) > LISTED_MAX:
             reason += f"; and {len(alerts) - LISTED_MAX} more"
         if recurrence > 1:
             previous = str(self.case_of(recurrence - 1))
-            meta |= {"previous_case_id": previous, "title": self.group.title}
+            meta["previous_case_id"], meta["title"] = previous, self.group.title
             event = "alert_recurrence"
             reason = f"recurrence {recurrence} of {self.group.title}, previous case {previous}"
         return self._note(recurrence, event, reason, meta, f"opened:{recurrence}",
@@ -278,20 +285,21 @@ class _Settling:
 
     def _note_new(self, row: Seen) -> int:
         said = _said(row)
-        meta = {"group": self.group.digest[:16], "recurrence": row.recurrence, **said}
+        meta: AlertSeenFacts = {"group": self.group.digest[:16], "recurrence": row.recurrence,
+                                **said}
         return self._note(row.recurrence, "alert_new", f"new alert in this group: {_line(said)}",
                           meta, f"new:{_hash(*row.identity)}", [row], resolved=False)
 
     def _note_resolved(self, row: Seen) -> int:
         said = _said(row)
-        meta = {"group": self.group.digest[:16], "recurrence": row.recurrence,
-                **said, "ends_at": row.ends_at}
+        meta: AlertResolvedFacts = {"group": self.group.digest[:16],
+                                    "recurrence": row.recurrence, **said, "ends_at": row.ends_at}
         reason = _line(said, " resolved")
         return self._note(row.recurrence, "alert_resolved", reason, meta,
                           f"resolved:{_hash(*row.identity, str(row.ends_at))}", [row],
                           resolved=True)
 
-    def _note(self, recurrence: int, event: str, reason: str, meta: dict[str, Any],
+    def _note(self, recurrence: int, event: str, reason: str, meta: AlertGroupFacts,
               key: str, rows: Sequence[Seen], *, resolved: bool) -> int:
         """One note on the recurrence's case, with its rows marked and their evidence written
         in the same transaction: 1 if written now, 0 if it was already."""
@@ -310,7 +318,7 @@ class _Settling:
         return 0 if reply.replayed else 1
 
 
-def _said(row: Seen) -> dict[str, Any]:
+def _said(row: Seen) -> AlertSaid:
     """What a note says of an alert."""
     labels: Mapping[str, str] = row.alert.get("labels") or {}
     annotations: Mapping[str, str] = row.alert.get("annotations") or {}
