@@ -1,1 +1,2 @@
-"""Adapters from the core to its engines: SQL tables and sessions, Redis stores."""
+"""The SQL side of the core: table definitions (``tables``), engines and transactions
+(``database``) and the case service's statements (``case_store``)."""

@@ -1,2 +1,2 @@
-"""The executor's side of a change: step adapters that touch the world (processes, HTTP,
-kubectl, the traffic gateway) and the evidence the verifier reads. No bus, no database."""
+"""A plan's steps as they touch the world: one adapter per step action (processes, HTTP, kubectl,
+the traffic gateway, MCP tools), run by the executor consumer. No bus, no database."""
