@@ -21,7 +21,6 @@ from pydantic import ValidationError
 
 from agent import metrics
 from agent.mcp_tools import McpToolbox, Offered
-from agent.runbooks import search_runbooks
 from agent.tool_specs import (
     ARGS,
     GetCase,
@@ -47,7 +46,7 @@ from core.gateway import (
     canonical_json,
     session_of,
 )
-from core.library.runbooks import runbooks_folder
+from core.library.runbooks import find_runbooks, runbooks_folder
 from core.mcp.remote import RemoteUnavailable
 from core.service import Reply
 from core.strict_json import non_finite_problems
@@ -221,7 +220,10 @@ class CaseTools:
         return ToolReply.of(True, {"timeline": slim})
 
     def _search_runbooks(self, args: SearchRunbooks) -> ToolReply:
-        return ToolReply.of(True, {"runbooks": search_runbooks(self.runbooks, args.query)})
+        hits = find_runbooks(self.runbooks, args.query)
+        # the model gets the runbook's name, not where this server keeps the file
+        return ToolReply.of(True, {"runbooks": [{k: v for k, v in hit.items() if k != "path"}
+                                                for hit in hits]})
 
     def _mcp_read(self, offered: Offered, args: Any) -> ToolReply:
         """A read-only external MCP tool, through the gateway: an identical call in the same

@@ -25,6 +25,7 @@ from core.db.database import connection, transaction
 from core.domain.fsm import CaseStatus
 from core.domain.messages import Recall
 from core.errors import NotFound
+from core.library.runbooks import Runbook, rank, runbook_title
 from core.library.search import Hit, query_terms, search
 from core.library.tables import kb_chunk, kb_doc
 
@@ -103,11 +104,27 @@ class Library:
         return [c for c in cases if exclude is None or c["case_id"] != str(exclude)][:limit]
 
     def relevant_runbooks(self, text: str, limit: int = 3) -> list[dict[str, Any]]:
-        """Runbooks most relevant to ``text``: ``title``, ``path``, ``score``."""
+        """The indexed runbooks most relevant to ``text`` (the one runbook ranking,
+        ``core.library.runbooks.rank``): ``title``, ``path``, ``score``."""
         with connection(self.engine) as conn:
-            hits = search(conn, text, "runbook", limit)
-        return [{"title": hit.title, "path": hit.meta.get("path"), "score": round(hit.score, 4)}
-                for hit in hits]
+            books = self._runbooks_held(conn)
+        return [{"title": book.title, "path": book.path, "score": score}
+                for score, book in rank(text, books)[:limit]]
+
+    @staticmethod
+    def _runbooks_held(conn: Connection) -> list[Runbook]:
+        rows = conn.execute(select(kb_doc.c.title, kb_doc.c.meta, kb_chunk.c.body)
+                            .join(kb_chunk, kb_chunk.c.doc_id == kb_doc.c.id)
+                            .where(kb_doc.c.kind == "runbook")
+                            .order_by(kb_doc.c.id, kb_chunk.c.ordinal)).all()
+        texts: dict[str, list[str]] = {}
+        titles: dict[str, str] = {}
+        for title, meta, body in rows:
+            path = str((meta or {}).get("path", ""))
+            texts.setdefault(path, []).append(body)
+            titles[path] = title
+        return [Runbook(Path(path).stem, titles[path], "\n\n".join(chunks), path)
+                for path, chunks in texts.items()]
 
     def best_plan_for(self, text: str, exclude: UUID | None = None,
                       min_shared: int = MIN_SHARED_WORDS) -> dict[str, Any] | None:
@@ -217,8 +234,7 @@ def runbook_document(path: Path) -> Document:
     """A runbook: its first heading is its title; each section (``##``) is a chunk, long
     sections cut at paragraph breaks."""
     text = path.read_text(encoding="utf-8")
-    heading = re.search(r"^#\s+(.+)$", text, re.MULTILINE)
-    title = heading.group(1).strip() if heading else path.stem.replace("-", " ")
+    title = runbook_title(text, path)
     sections = [s.strip() for s in re.split(r"^(?=##\s)", text, flags=re.MULTILINE)]
     chunks = [piece for section in sections if section for piece in _cut(section)]
     return Document(f"runbook:{path.name}", "runbook", title, chunks or [title],

@@ -1,26 +1,42 @@
-"""The runbooks folder (``OPSGATE_RUNBOOKS_DIR``, resolved one way for every reader) and the
-runbook search the agent's and the MCP server's tools answer with: the library's full-text
-search over that folder, each hit with the plan templates the runbook names and an excerpt."""
+"""Runbooks: the folder (``OPSGATE_RUNBOOKS_DIR``, resolved one way for every reader) and the one
+runbook ranking, used by the agent's ``search_runbooks``, the MCP ``runbooks`` tool and the
+librarian's recall alike.
+
+The ranking is deliberately simple (the words a query shares with a runbook, its title's words
+counting twice; ties go to the file name): a folder holds tens of runbooks, and a person can
+predict which one a query finds.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
-from core.library.library import Library
-
+WORD = re.compile(r"[a-z0-9]+")
+HEADING = re.compile(r"^#\s+(.+)$", re.MULTILINE)
 TEMPLATE = re.compile(r"plan template `([a-z0-9_.-]+)`")
+STOP = frozenset({"a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "in", "is",
+                  "it", "of", "on", "or", "the", "to", "with"})
 EXCERPT_CHARS = 600
 SOURCE_TREE = Path(__file__).resolve().parents[2]
-SCANNED = 100  # ranked runbooks looked at before keeping the folder's: a folder holds tens
+
+
+@dataclass(frozen=True)
+class Runbook:
+    name: str  # the file's name without ``.md``
+    title: str
+    text: str
+    path: str
 
 
 class RunbookHit(TypedDict):
-    runbook: str  # the file's name without ``.md``
+    runbook: str
     title: str
     path: str
-    score: float
+    score: int
     templates: list[str]  # the catalog templates it names (``plan template `name` ``)
     excerpt: str
 
@@ -36,23 +52,40 @@ def runbooks_folder(configured: str) -> Path:
     return shipped if shipped.is_dir() else folder
 
 
-def find_runbooks(library: Library, folder: Path, query: str, limit: int = 3) -> list[RunbookHit]:
-    """The ``limit`` runbooks of ``folder`` best matching ``query``, best first. The folder is
-    indexed first (an unchanged runbook writes nothing); a runbook the library still holds but
-    the folder no longer does (removed, or from another folder) is not offered."""
-    library.index_runbooks(folder)
-    held = {path.name for path in folder.glob("*.md")} if folder.is_dir() else set()
-    found = [hit for hit in library.relevant_runbooks(query, limit=SCANNED)
-             if Path(str(hit["path"])).name in held]
-    return [_hit(hit["title"], Path(str(hit["path"])), float(hit["score"]))
-            for hit in found[:limit]]
+def runbook_title(text: str, path: Path) -> str:
+    """A runbook's first ``#`` heading, or its file name in words."""
+    heading = HEADING.search(text)
+    return heading.group(1).strip() if heading else path.stem.replace("-", " ")
 
 
-def _hit(title: str, path: Path, score: float) -> RunbookHit:
-    try:
+def load_runbooks(folder: Path) -> list[Runbook]:
+    """Every ``*.md`` of ``folder`` (none when it does not exist), sorted by name."""
+    if not folder.is_dir():
+        return []
+    books = []
+    for path in sorted(folder.glob("*.md")):
         text = path.read_text("utf-8")
-    except (OSError, UnicodeDecodeError):  # indexed, then removed or replaced
-        text = ""
-    return RunbookHit(runbook=path.stem, title=title, path=str(path), score=score,
-                      templates=list(dict.fromkeys(TEMPLATE.findall(text))),
-                      excerpt=text[:EXCERPT_CHARS])
+        books.append(Runbook(path.stem, runbook_title(text, path), text, str(path)))
+    return books
+
+
+def words(text: str) -> set[str]:
+    return {w for w in WORD.findall(text.lower()) if w not in STOP and len(w) > 1}
+
+
+def rank(query: str, books: Iterable[Runbook]) -> list[tuple[int, Runbook]]:
+    """The runbooks sharing a word with ``query``, best first, each with its score."""
+    wanted = words(query)
+    scored = [(len(wanted & words(book.text)) + len(wanted & words(book.title)), book)
+              for book in books]
+    return sorted(((score, book) for score, book in scored if score),
+                  key=lambda item: (-item[0], item[1].name))
+
+
+def find_runbooks(folder: Path, query: str, limit: int = 3) -> list[RunbookHit]:
+    """The ``limit`` runbooks of ``folder`` best matching ``query``, with the plan templates each
+    names and an excerpt."""
+    return [RunbookHit(runbook=book.name, title=book.title, path=book.path, score=score,
+                       templates=list(dict.fromkeys(TEMPLATE.findall(book.text))),
+                       excerpt=book.text[:EXCERPT_CHARS])
+            for score, book in rank(query, load_runbooks(folder))[:limit]]

@@ -156,7 +156,7 @@ class CaseTools:
 
     def _runbooks(self, args: RunbookArgs) -> dict[str, Any]:
         folder = runbooks_folder(self.app.settings.runbooks_dir)
-        hits = find_runbooks(self.library, folder, args.query, limit=args.limit)
+        hits = find_runbooks(folder, args.query, limit=args.limit)
         return {"runbooks": [{"title": hit["title"], "path": hit["path"], "score": hit["score"],
                               "excerpt": hit["excerpt"]} for hit in hits]}
 

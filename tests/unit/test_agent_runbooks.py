@@ -1,5 +1,6 @@
-"""search_runbooks over the runbooks shipped in docs/runbooks/, and the tool specs the model is
-given (exactly the issue's eight tools, none that executes or approves)."""
+"""The one runbook ranking (``find_runbooks``, the agent's ``search_runbooks``) over the runbooks
+shipped in docs/runbooks/, and the tool specs the model is given (exactly the issue's eight
+tools, none that executes or approves)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.runbooks import load_runbooks, search_runbooks
 from agent.tool_specs import tool_specs
 from core.domain.plan_templates import template_names
-from core.library.runbooks import runbooks_folder
+from core.library.runbooks import find_runbooks, load_runbooks, runbooks_folder
 
 RUNBOOKS = Path(__file__).resolve().parents[2] / "docs" / "runbooks"
 
@@ -19,7 +19,7 @@ def test_the_shipped_runbooks_name_only_catalog_templates() -> None:
     books = load_runbooks(RUNBOOKS)
     assert len(books) >= 5
     for book in books:
-        found = search_runbooks(RUNBOOKS, book.title)[0]
+        found = find_runbooks(RUNBOOKS, book.title)[0]
         assert found["runbook"] == book.name
         assert set(found["templates"]) <= set(template_names())
 
@@ -32,7 +32,7 @@ def test_the_shipped_runbooks_name_only_catalog_templates() -> None:
     ("no space left on device ENOSPC", "disk-full"),
 ])
 def test_search_finds_the_runbook_for_the_incident(query: str, best: str) -> None:
-    assert search_runbooks(RUNBOOKS, query)[0]["runbook"] == best
+    assert find_runbooks(RUNBOOKS, query)[0]["runbook"] == best
 
 
 def test_the_default_folder_is_found_from_any_working_directory(
@@ -43,8 +43,8 @@ def test_the_default_folder_is_found_from_any_working_directory(
 
 
 def test_nothing_matches_nothing_and_a_missing_folder_is_empty(tmp_path: Path) -> None:
-    assert search_runbooks(RUNBOOKS, "zzzz qqqq") == []
-    assert search_runbooks(tmp_path / "none", "latency") == []
+    assert find_runbooks(RUNBOOKS, "zzzz qqqq") == []
+    assert find_runbooks(tmp_path / "none", "latency") == []
 
 
 def test_the_model_gets_exactly_the_eight_tools() -> None:
