@@ -9,7 +9,6 @@ lock is refused before anything runs (``LostLock`` stops it).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -46,6 +45,7 @@ from core.gateway import (
     canonical_json,
     session_of,
 )
+from core.gateway.keys import normalized, short_digest, text_key
 from core.library.runbooks import find_runbooks, runbooks_folder
 from core.mcp.remote import RemoteUnavailable
 from core.service import Reply
@@ -77,14 +77,6 @@ class ToolReply:
     @classmethod
     def of(cls, ok: bool, body: Mapping[str, Any], **flags: bool) -> ToolReply:
         return cls(ok, json.dumps(body, default=str, sort_keys=True), **flags)
-
-
-def normalized(text: str) -> str:
-    return " ".join(text.casefold().split())
-
-
-def digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
 
 
 def _reply_data(reply: Reply) -> Any:
@@ -192,12 +184,12 @@ class CaseTools:
                              "arguments); propose a plan instead; nothing ran")
             self.note("agent_refused", f"the model asked for {name!r}; refused (a mutating MCP "
                       "tool runs only as an approved plan step)", {"tool": name[:80]},
-                      key=f"refused:{self.case_id}:{digest(name)}")
+                      key=f"refused:{self.case_id}:{short_digest(name)}")
         elif self._looks_like_gate(name):
             body["error"] = (f"there is no tool {name!r}: plans run only after an authorized "
                              "human approves them; nothing ran")
             self.note("agent_refused", f"the model asked for {name!r}; refused (no such tool)",
-                      {"tool": name[:80]}, key=f"refused:{self.case_id}:{digest(name)}")
+                      {"tool": name[:80]}, key=f"refused:{self.case_id}:{short_digest(name)}")
         return ToolReply.of(False, body)
 
     @staticmethod
@@ -235,7 +227,7 @@ class CaseTools:
             return ToolReply.of(False, {"error": "the arguments hold numbers JSON does not "
                                         "allow; nothing ran", "problems": unreadable[:20]})
         key = (f"mcp:{offered.server.name}:{offered.tool.name}:{self.session_id}:"
-               f"{self.lock.fence.token}:{digest(canonical_json(dict(args)))}")
+               f"{self.lock.fence.token}:{short_digest(canonical_json(dict(args)))}")
         call = ToolCall(f"mcp.{offered.server.name}.{offered.tool.name}", dict(args), ACTOR,
                         self.session_id, business_key=key)
         assert self.mcp is not None
@@ -258,7 +250,7 @@ class CaseTools:
 
     def _open_case(self, args: OpenCaseArgs) -> ToolReply:
         key = (f"open_case:{args.business_key}" if args.business_key
-               else f"open_case:{self.session_id}:{digest(normalized(args.title))}")
+               else f"open_case:{self.session_id}:{text_key(args.title)}")
         actor = self.requester or ACTOR
 
         def run(_: Mapping[str, Any]) -> Any:
@@ -274,7 +266,7 @@ class CaseTools:
         case_id = self._own_case(args.case_id)
         if case_id is None:
             return self._not_this_case(args.case_id)
-        key = f"findings:{case_id}:{digest(normalized(args.summary))}"
+        key = f"findings:{case_id}:{text_key(args.summary)}"
 
         def run(_: Mapping[str, Any]) -> Any:
             case = self.cases.get_case(case_id)
@@ -319,7 +311,7 @@ class CaseTools:
         case_id = self._own_case(args.case_id)
         if case_id is None:
             return self._not_this_case(args.case_id)
-        key = f"update:{case_id}:{digest(normalized(args.text))}"
+        key = f"update:{case_id}:{text_key(args.text)}"
 
         def run(_: Mapping[str, Any]) -> Any:
             # The timeline first: a failed post is retried, the note replays by its own key.

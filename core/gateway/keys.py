@@ -23,6 +23,22 @@ from core.gateway.model import ToolCall
 CASE_SESSION = "case:"
 
 
+def normalized(text: str) -> str:
+    """Text as a person means it: case-folded, runs of white space as one space, so a retry that
+    changed only spacing or case is the same intent."""
+    return " ".join(text.casefold().split())
+
+
+def short_digest(text: str) -> str:
+    """A short stable key part for a string: 24 hex digits of its SHA-256."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+
+
+def text_key(text: str) -> str:
+    """The key part of free text (a title, a note): the short digest of its ``normalized`` form."""
+    return short_digest(normalized(text))
+
+
 def session_of(case_id: uuid.UUID | str) -> str:
     """The gateway session of a case: its lock, its fence, its calls in the ledger, and the
     agent's conversation thread are all keyed by it."""

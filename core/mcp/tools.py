@@ -8,7 +8,6 @@ approves, rejects or executes a plan: a proposed plan waits at the gate for peop
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +20,7 @@ from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.plans import plan_hash
 from core.errors import NotFound, OpsgateError, Unavailable
 from core.gateway import BusinessRefusal
+from core.gateway.keys import normalized, text_key
 from core.library import Library
 from core.library.runbooks import find_runbooks, runbooks_folder
 from core.mcp.schemas import (
@@ -82,14 +82,6 @@ class Intent:
     key: str
     fingerprint: dict[str, Any]
     run: Callable[[str], dict[str, Any]]
-
-
-def normalized(text: str) -> str:
-    return " ".join(text.casefold().split())
-
-
-def digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
 
 
 def reply_data(reply: Reply) -> Any:
@@ -168,7 +160,7 @@ class CaseTools:
 
     def _open_case(self, principal: Principal, args: OpenCaseArgs) -> Intent:
         key = (f"business:{args.business_key}" if args.business_key
-               else f"title:{digest(normalized(args.title))}")
+               else f"title:{text_key(args.title)}")
 
         def run(service_key: str) -> dict[str, Any]:
             cmd = OpenCase(title=args.title, actor=principal.actor, severity=args.severity,
@@ -187,7 +179,7 @@ class CaseTools:
             data = reply_data(self.cases.note(note, service_key))
             return {"case": _case_only(data), "note": data.get("note", "note")}
 
-        return Intent(f"note:{case_id}:{digest(normalized(args.text))}",
+        return Intent(f"note:{case_id}:{text_key(args.text)}",
                       {"case_id": str(case_id), "text": normalized(args.text)}, run)
 
     def _record_findings(self, principal: Principal, args: FindingsArgs) -> Intent:
@@ -203,7 +195,7 @@ class CaseTools:
                             meta={"findings": args.summary, **attribution(principal)})
             return {"case": _case_only(reply_data(self.cases.note(note, service_key)))}
 
-        return Intent(f"findings:{case_id}:{digest(normalized(args.summary))}",
+        return Intent(f"findings:{case_id}:{text_key(args.summary)}",
                       {"case_id": str(case_id), "summary": normalized(args.summary)}, run)
 
     def _propose_plan(self, principal: Principal, args: ProposePlanArgs) -> Intent:
