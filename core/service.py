@@ -33,7 +33,14 @@ from core.domain.commands import (
     RejectPlan,
     TransitionCase,
 )
-from core.domain.fsm import INITIAL_STATUS, CaseEvent, CaseStatus, Refused, decide
+from core.domain.fsm import (
+    INITIAL_STATUS,
+    Accepted,
+    CaseEvent,
+    CaseStatus,
+    Refused,
+    decide,
+)
 from core.domain.messages import (
     ApprovalRecordedFacts,
     MoveContext,
@@ -382,6 +389,16 @@ class CaseService:
         created: bool,
     ) -> tuple[Reply, store.Writes | None]:
         """The reply, and the writes it committed (None: a replay or refusal wrote nothing)."""
+        case, early = self._lock_and_recall(conn, key, digest, case_id, fence)
+        if early is not None:
+            return early, None
+        return self._perform(conn, key, digest, case, work, created)
+
+    def _lock_and_recall(
+        self, conn: Connection, key: str, digest: str, case_id: UUID | None, fence: Fence | None
+    ) -> tuple[Row | None, Reply | None]:
+        """Lock the case and recall the key: the locked case, or the reply that ends the request
+        before any work (no such case, a replay, a stale fence)."""
         case: Row | None = None
         prior: Row | None = None
         if case_id is None:
@@ -389,11 +406,18 @@ class CaseService:
         else:
             case, prior = store.lock_case_and_recall(conn, case_id, key)
             if case is None:
-                return Reply.of_error(NotFound(f"no case {case_id}", case_id=str(case_id))), None
+                return None, Reply.of_error(NotFound(f"no case {case_id}", case_id=str(case_id)))
         if prior is not None:
-            return self._replay(prior, digest, key), None
+            return case, self._replay(prior, digest, key)
         if fence is not None and (stale := self._stale(conn, fence)) is not None:
-            return Reply.of_error(stale), None
+            return case, Reply.of_error(stale)
+        return case, None
+
+    @staticmethod
+    def _perform(conn: Connection, key: str, digest: str, case: Row | None, work: Work,
+                 created: bool) -> tuple[Reply, store.Writes]:
+        """Run the work on the locked case; write what it did (or its refusal's timeline row)
+        together with the key's reply."""
         writes = store.Writes()
         try:
             reply = Reply.of_data(work(conn, case, writes),
@@ -473,14 +497,7 @@ class CaseService:
               writes: store.Writes, ruling: Ruling | None = None) -> Mapping[str, Any]:
         assert case is not None, "a transition always runs on a locked case"
         status, version = CaseStatus(case["status"]), int(case["version"])
-        if cmd.expected_version is not None and cmd.expected_version != version:
-            raise _Refusal(VersionConflict(
-                f"case is at version {version}, not {cmd.expected_version}",
-                expected_version=cmd.expected_version, version=version))
-        decision = decide(status, cmd.event)
-        if isinstance(decision, Refused):
-            raise _Refusal(IllegalTransition(decision.reason, status=str(status),
-                                             event=str(cmd.event)))
+        move = self._allowed_move(status, version, cmd)
         now, correlation_id = self.clock(), correlation_of(cmd.correlation_id)
         try:
             digest = self._guard(conn, case, cmd, version + 1, writes, ruling)
@@ -489,16 +506,37 @@ class CaseService:
                 cmd, now, correlation_id, outcome="refused", source=status, target=None,
                 version=version, extra={"problems": refused.details.get("problems", [])},
                 reason=refused.message)) from None
-        writes.moved_case = {"id": cmd.case_id, "status": str(decision.target),
-                             "version": version + 1, "updated_at": now}
+        return self._record_move(case, cmd, move, digest, now, correlation_id, writes)
+
+    @staticmethod
+    def _allowed_move(status: CaseStatus, version: int, cmd: TransitionCase) -> Accepted:
+        """The FSM's move for the event; refused when the case is not at the expected version
+        or the event has no move from its status."""
+        if cmd.expected_version is not None and cmd.expected_version != version:
+            raise _Refusal(VersionConflict(
+                f"case is at version {version}, not {cmd.expected_version}",
+                expected_version=cmd.expected_version, version=version))
+        decision = decide(status, cmd.event)
+        if isinstance(decision, Refused):
+            raise _Refusal(IllegalTransition(decision.reason, status=str(status),
+                                             event=str(cmd.event)))
+        return decision
+
+    def _record_move(self, case: Row, cmd: TransitionCase, move: Accepted, digest: str | None,
+                     now: datetime, correlation_id: str,
+                     writes: store.Writes) -> Mapping[str, Any]:
+        """Record the accepted move (the case row, its timeline entry, its outbox) and return
+        the moved case's view."""
+        version = int(case["version"]) + 1
+        writes.moved_case = {"id": cmd.case_id, "status": str(move.target),
+                             "version": version, "updated_at": now}
         extra = {} if digest is None else {"plan_hash": digest}
         writes.timeline = self._timeline_row(
-            cmd, now, correlation_id, outcome="accepted", source=status,
-            target=decision.target, version=version + 1, extra=extra, reason=cmd.reason)
-        ctx = MoveContext(cmd.case_id, version + 1, cmd.actor, correlation_id, digest,
-                          cmd.reason)
-        writes.outbox = messages_for(decision, ctx)
-        view = case_view({**case, "status": str(decision.target), "version": version + 1,
+            cmd, now, correlation_id, outcome="accepted", source=move.source,
+            target=move.target, version=version, extra=extra, reason=cmd.reason)
+        ctx = MoveContext(cmd.case_id, version, cmd.actor, correlation_id, digest, cmd.reason)
+        writes.outbox = messages_for(move, ctx)
+        view = case_view({**case, "status": str(move.target), "version": version,
                           "updated_at": now})
         return view if digest is None else {**view, "plan_hash": digest}
 
