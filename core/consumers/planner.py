@@ -9,10 +9,11 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from core.consumers.runs import current_run
+from core.consumers.runs import PlanRun, current_run
 from core.domain.commands import NoteCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import CommandPayload, Topic, payload_as
@@ -61,6 +62,17 @@ def case_opener(cases: CaseService, case_id: UUID) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Proposal:
+    """The plan the planner proposes, the catalog template the case title picks (named when
+    the plan fails the schema), and the reason and meta that go with ``plan_ready``."""
+
+    template: str
+    plan: dict[str, Any]
+    reason: str
+    meta: dict[str, Any]
+
+
 class Planner:
     """Consumer of ``cmd.plan.generate``: PLANNING → WAIT_GATE with a template plan."""
 
@@ -77,26 +89,37 @@ class Planner:
                           with_plan=False)
         if run is None:
             return
-        template = choose_template(run.case["title"])
-        plan = load_template(template)
-        reason, meta = f"template {template} chosen from the case title", {"template": template}
-        learned = self.library.best_plan_for(str(run.case["title"]), exclude=run.case_id)
-        if learned is not None and not plan_problems(learned["plan"]):
-            # Evidence before templates: the plan that resolved the most similar verified case.
-            plan, reason, meta = learned["plan"], learned_reason(learned), {
-                "learned_from": learned["case_id"]}
+        proposal = self._proposal(run)
         correlation_id = payload.get("correlation_id")
-        problems = plan_problems(plan)
+        problems = plan_problems(proposal.plan)
         if problems:
             # A broken catalog entry is a bug to fix, not a message to retry: say so on the case.
             note = NoteCase(run.case_id, "plan_invalid", self.name, correlation_id=correlation_id,
-                            reason=f"template {template} fails the ChangePlan schema",
-                            meta={"template": template, "problems": problems})
+                            reason=f"template {proposal.template} fails the ChangePlan schema",
+                            meta={"template": proposal.template, "problems": problems})
             self.cases.note(note, run.key, inbox_entry=delivery.inbox_entry).data()
             return
-        cmd = TransitionCase(run.case_id, CaseEvent.PLAN_READY, actor=self.name, plan=plan,
-                             reason=reason, meta=meta, correlation_id=correlation_id,
-                             expected_version=run.version,
+        self._propose(run, proposal, correlation_id, delivery)
+
+    def _proposal(self, run: PlanRun) -> Proposal:
+        """The learned plan when the library has a valid one for the case's title, else the
+        catalog template the title picks."""
+        template = choose_template(run.case["title"])
+        plan = load_template(template)
+        learned = self.library.best_plan_for(str(run.case["title"]), exclude=run.case_id)
+        if learned is not None and not plan_problems(learned["plan"]):
+            # Evidence before templates: the plan that resolved the most similar verified case.
+            return Proposal(template, learned["plan"], learned_reason(learned),
+                            {"learned_from": learned["case_id"]})
+        return Proposal(template, plan, f"template {template} chosen from the case title",
+                        {"template": template})
+
+    def _propose(self, run: PlanRun, proposal: Proposal, correlation_id: str | None,
+                 delivery: Delivery) -> None:
+        """``plan_ready`` with the plan, on behalf of the human who opened the case."""
+        cmd = TransitionCase(run.case_id, CaseEvent.PLAN_READY, actor=self.name,
+                             plan=proposal.plan, reason=proposal.reason, meta=proposal.meta,
+                             correlation_id=correlation_id, expected_version=run.version,
                              requester=case_opener(self.cases, run.case_id))
         reply = self.cases.transition(cmd, run.key, inbox_entry=delivery.inbox_entry)
         if reply.moved_on:
