@@ -32,10 +32,10 @@ from langgraph.graph.state import CompiledStateGraph
 
 from agent import metrics
 from agent.evidence import evidence_messages
-from agent.models import model_name
 from agent.prompts import system_prompt
 from agent.state import AgentState
 from agent.tools import CaseTools, ToolReply
+from agent.usage import model_name
 from core.errors import InternalError
 
 log = logging.getLogger(__name__)

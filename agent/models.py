@@ -1,29 +1,18 @@
 """Which chat model the agent talks to: an OpenAI-compatible endpoint when ``OPSGATE_MODEL`` and
-``OPENAI_API_KEY`` are set, the offline planner model otherwise; and the token estimate the
-offline models report as their usage."""
+``OPENAI_API_KEY`` are set, the offline planner model otherwise."""
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Sequence
-from typing import Any
-
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.messages.ai import UsageMetadata
 
+from agent.offline import OfflinePlannerModel
 from core.settings import Settings
-
-OFFLINE_NAME = "offline-planner"
 
 
 def chat_model(settings: Settings) -> BaseChatModel:
     """The configured model: ChatOpenAI with explicit timeout and retries (its defaults are no
     timeout and 2 retries), or the deterministic offline planner model."""
     if not settings.model or settings.openai_api_key is None:
-        from agent.offline import OfflinePlannerModel
-
         return OfflinePlannerModel()
     from langchain_openai import ChatOpenAI
 
@@ -31,30 +20,3 @@ def chat_model(settings: Settings) -> BaseChatModel:
                       base_url=settings.openai_base_url, timeout=settings.model_timeout_s,
                       max_retries=settings.model_max_retries, temperature=0,
                       use_responses_api=False, stream_usage=False)
-
-
-def model_name(model: Any) -> str:
-    for attr in ("model_name", "model", "name_of_model"):
-        value = getattr(model, attr, None)
-        if isinstance(value, str) and value:
-            return value
-    return type(model).__name__
-
-
-def _text_of(message: BaseMessage) -> str:
-    text = message.content if isinstance(message.content, str) else json.dumps(message.content)
-    if isinstance(message, AIMessage) and message.tool_calls:
-        text += json.dumps(message.tool_calls, default=str, sort_keys=True)
-    return text
-
-
-def estimate_usage(messages: Sequence[BaseMessage], reply: AIMessage,
-                   tools: Sequence[Any] = ()) -> UsageMetadata:
-    """A deterministic token estimate (4 characters a token) for models without a tokenizer:
-    the prompt, the bound tool specs and the reply."""
-    prompt_chars = sum(len(_text_of(m)) for m in messages)
-    prompt_chars += len(json.dumps(list(tools), default=str, sort_keys=True)) if tools else 0
-    tokens_in = math.ceil(prompt_chars / 4)
-    tokens_out = math.ceil(len(_text_of(reply)) / 4)
-    return UsageMetadata(input_tokens=tokens_in, output_tokens=tokens_out,
-                         total_tokens=tokens_in + tokens_out)

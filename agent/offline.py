@@ -26,7 +26,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from agent.evidence import evidence_of, findings_cited, learned_from, learned_plan
-from agent.models import OFFLINE_NAME, estimate_usage
+from agent.usage import estimate_usage
 from core.consumers.planner import DEFAULT_TEMPLATE, choose_template
 from core.domain.fsm import CaseStatus
 from core.domain.plan_templates import load_template, template_names
@@ -41,6 +41,9 @@ def _json(content: Any) -> dict[str, Any]:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+OFFLINE_NAME = "offline-planner"
 
 
 class OfflinePlannerModel(BaseChatModel):

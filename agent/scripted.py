@@ -15,7 +15,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field
 
-from agent.models import estimate_usage
+from agent.usage import estimate_usage
 
 Turn = AIMessage | Exception
 

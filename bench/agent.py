@@ -26,9 +26,9 @@ sys.path[:] = [str(_ROOT)] + [p for p in sys.path if Path(p or ".").resolve() !=
 
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage  # noqa: E402
 
-from agent.models import estimate_usage  # noqa: E402
 from agent.prompts import plan_request, system_prompt  # noqa: E402
 from agent.tool_specs import tool_specs  # noqa: E402
+from agent.usage import estimate_usage  # noqa: E402
 from bench.scenarios import Outcome, load_scenarios, run_scenario  # noqa: E402
 from core.db.database import make_engine  # noqa: E402
 from core.migrate import upgrade_engine  # noqa: E402
