@@ -60,22 +60,9 @@ def build_bolt(app: App, *, agent: Agent | None = None, client: WebClient | None
     """A Bolt app serving ``app``: events, ``/case``, the plan buttons and the reject modal.
     ``verify_requests`` is off only in Socket Mode, where Slack's WebSocket is the proof."""
     settings = app.settings
-    if settings.slack_bot_token is None:
-        raise ValueError("SLACK_BOT_TOKEN is not set: the Slack bot cannot start")
-    secret = settings.slack_signing_secret
-    if verify_requests and secret is None:
-        raise ValueError("SLACK_SIGNING_SECRET is not set: Slack's HTTP requests cannot be "
-                         "verified, so the bot refuses to serve them")
+    require_slack_secrets(settings, verify_requests)
     client = client or web_client(settings)
-    bolt = Bolt(
-        signing_secret=None if secret is None else secret.get_secret_value(),
-        client=client,
-        token_verification_enabled=False,  # auth.test on the first request, not at build time
-        request_verification_enabled=verify_requests,
-        listener_executor=ThreadPoolExecutor(max_workers=settings.slack_workers,
-                                             thread_name_prefix="slack-work"),
-        logger=logging.getLogger("bot.bolt"),
-    )
+    bolt = bare_bolt(settings, client, verify_requests)
     cases = SlackCases(app, client, SlackStore(app.engine),
                        agent if agent is not None else configured_agent(app))
     bolt.middleware(refuse_non_finite_numbers)
@@ -87,6 +74,30 @@ def build_bolt(app: App, *, agent: Agent | None = None, client: WebClient | None
         report(error, dict(body), client)
 
     return bolt
+
+
+def require_slack_secrets(settings: Settings, verify_requests: bool) -> None:
+    """Refuse to start without the bot token, or without the signing secret when Slack's
+    HTTP requests are to be verified."""
+    if settings.slack_bot_token is None:
+        raise ValueError("SLACK_BOT_TOKEN is not set: the Slack bot cannot start")
+    if verify_requests and settings.slack_signing_secret is None:
+        raise ValueError("SLACK_SIGNING_SECRET is not set: Slack's HTTP requests cannot be "
+                         "verified, so the bot refuses to serve them")
+
+
+def bare_bolt(settings: Settings, client: WebClient, verify_requests: bool) -> Bolt:
+    """The Bolt app itself, before any listener: its signing secret, client and workers."""
+    secret = settings.slack_signing_secret
+    return Bolt(
+        signing_secret=None if secret is None else secret.get_secret_value(),
+        client=client,
+        token_verification_enabled=False,  # auth.test on the first request, not at build time
+        request_verification_enabled=verify_requests,
+        listener_executor=ThreadPoolExecutor(max_workers=settings.slack_workers,
+                                             thread_name_prefix="slack-work"),
+        logger=logging.getLogger("bot.bolt"),
+    )
 
 
 def refuse_non_finite_numbers(body: dict[str, Any], next_: Callable[[], None]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.ids import COMMAND, REASON_BLOCK, REASON_INPUT, Action, Subcommand, View
-from core.domain.plans import PlanStep, parsed_or_none
+from core.domain.plans import ParsedPlan, PlanStep, parsed_or_none
 from core.domain.policy import ApprovalPolicy, PlanLike, plan_risk
 from core.domain.views import CaseView, TimelineEntry
 from core.library.render import evidence_text
@@ -91,10 +91,22 @@ def plan_message(case: CaseView, plan: PlanLike, plan_hash: str,
     if parsed is None:
         return _unreadable_plan(case, plan_hash)
     risk, needed = plan_risk(parsed), policy.required(parsed)
+    blocks = _plan_sections(case, parsed, plan_hash, requester, policy, risk, needed)
+    if decision is None or decision.verdict == "pending":
+        confirm = approve_confirm(parsed.title, risk, policy) if needed == 2 else None
+        blocks.append(_buttons(approval_id, confirm))
+    if decision is not None:
+        blocks.append(_decided(decision))
+    return _plan_text(case, parsed.title, risk, decision), blocks
+
+
+def _plan_sections(case: CaseView, parsed: ParsedPlan, plan_hash: str, requester: str,
+                   policy: ApprovalPolicy, risk: float, needed: int) -> list[Block]:
+    """The plan as read: header, case and risk, steps, rollback, verify, and its hash."""
     steps = "\n".join(_step_line(i, step) for i, step in enumerate(parsed.steps, 1))
     rollback = "\n".join(_step_line(i, step) for i, step in enumerate(parsed.rollback, 1))
     approvers = "two distinct approvers" if needed == 2 else "one approver"
-    blocks: list[Block] = [
+    return [
         {"type": "header", "text": {"type": "plain_text", "text": f"Plan: {parsed.title}"[:150]}},
         section(f"*Case* `{short_id(case['case_id'])}` {case.get('title', '')}\n"
                 f"*Risk* {risk:g} — needs {approvers}; requested by {who(requester)}"),
@@ -104,17 +116,17 @@ def plan_message(case: CaseView, plan: PlanLike, plan_hash: str,
         context(f"plan `{plan_hash[:12]}` · case version {case.get('version')} · "
                 f"approvers: {policy.describe_approvers()}"),
     ]
-    if decision is None or decision.verdict == "pending":
-        confirm = approve_confirm(parsed.title, risk, policy) if needed == 2 else None
-        blocks.append(_buttons(approval_id, confirm))
-    if decision is not None:
-        blocks.append(_decided(decision))
-    text = f"Plan for case {short_id(case['case_id'])}: {parsed.title} (risk {risk:g})"
+
+
+def _plan_text(case: CaseView, title: str, risk: float,
+               decision: PlanDecisionView | None) -> str:
+    """The notification text of the plan message, with its decision once there is one."""
+    text = f"Plan for case {short_id(case['case_id'])}: {title} (risk {risk:g})"
     if decision is not None and decision.verdict == "expired":
-        text = f"{text} — {decision.reason or 'approval expired'}"
-    elif decision is not None and decision.verdict != "pending":
-        text = f"{text} — {decision.verdict} by {', '.join(decision.by)}"
-    return text, blocks
+        return f"{text} — {decision.reason or 'approval expired'}"
+    if decision is not None and decision.verdict != "pending":
+        return f"{text} — {decision.verdict} by {', '.join(decision.by)}"
+    return text
 
 
 def _unreadable_plan(case: CaseView, plan_hash: str) -> Message:
