@@ -33,32 +33,40 @@ def plain_postgres_uri(engine: Engine) -> str:
 def open_checkpoints(engine: Engine) -> Checkpoints:
     """A set-up checkpointer on ``engine``'s database."""
     if engine.dialect.name == "postgresql":
-        from langgraph.checkpoint.postgres import PostgresSaver
-        from psycopg import Connection
-        from psycopg.rows import dict_row
+        return _postgres_checkpoints(engine)
+    return _sqlite_checkpoints(engine)
 
-        class CasePostgresSaver(PostgresSaver):
-            """The saver with its table migrations run without CONCURRENTLY: a concurrent
-            index build waits for every older transaction in the database (other processes'
-            setups included), and the indexes are created while their tables are still empty."""
 
-            MIGRATIONS = [m.replace("INDEX CONCURRENTLY", "INDEX")
-                          for m in PostgresSaver.MIGRATIONS]
+def _postgres_checkpoints(engine: Engine) -> Checkpoints:
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from psycopg import Connection
+    from psycopg.rows import dict_row
 
-        conn: Connection[Any] = Connection.connect(
-            plain_postgres_uri(engine), autocommit=True, prepare_threshold=0,
-            row_factory=dict_row)
-        pg_saver = CasePostgresSaver(conn)
-        # One setup at a time per schema: N processes starting together must not race on
-        # CREATE TABLE IF NOT EXISTS (its catalog insert is not idempotent under concurrency).
-        lock = "select pg_advisory_lock(hashtext('opsgate.checkpoints:' || current_schema()))"
-        conn.execute(lock)
-        try:
-            pg_saver.setup()
-        finally:
-            conn.execute("select pg_advisory_unlock(hashtext('opsgate.checkpoints:' || "
-                         "current_schema()))")
-        return Checkpoints(pg_saver, conn.close)
+    class CasePostgresSaver(PostgresSaver):
+        """The saver with its table migrations run without CONCURRENTLY: a concurrent
+        index build waits for every older transaction in the database (other processes'
+        setups included), and the indexes are created while their tables are still empty."""
+
+        MIGRATIONS = [m.replace("INDEX CONCURRENTLY", "INDEX")
+                      for m in PostgresSaver.MIGRATIONS]
+
+    conn: Connection[Any] = Connection.connect(
+        plain_postgres_uri(engine), autocommit=True, prepare_threshold=0,
+        row_factory=dict_row)
+    pg_saver = CasePostgresSaver(conn)
+    # One setup at a time per schema: N processes starting together must not race on
+    # CREATE TABLE IF NOT EXISTS (its catalog insert is not idempotent under concurrency).
+    lock = "select pg_advisory_lock(hashtext('opsgate.checkpoints:' || current_schema()))"
+    conn.execute(lock)
+    try:
+        pg_saver.setup()
+    finally:
+        conn.execute("select pg_advisory_unlock(hashtext('opsgate.checkpoints:' || "
+                     "current_schema()))")
+    return Checkpoints(pg_saver, conn.close)
+
+
+def _sqlite_checkpoints(engine: Engine) -> Checkpoints:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     path = engine.url.database or ":memory:"

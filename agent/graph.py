@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
@@ -50,6 +50,12 @@ class ModelUnavailable(InternalError):
     code = "model_unavailable"
 
 
+class Node(Protocol):
+    """A node of the graph: the state in, the state's update out."""
+
+    def __call__(self, state: AgentState) -> dict[str, Any]: ...
+
+
 @dataclass
 class RunUsage:
     """Model calls and tokens of one run (the thread's totals live in the state)."""
@@ -68,6 +74,21 @@ def build_graph(model: BaseChatModel, tools: CaseTools, checkpointer: BaseCheckp
                 *, max_model_calls: int, usage: RunUsage,
                 interrupt_before: list[str] | None = None) -> CompiledStateGraph[Any]:
     """The compiled graph of one run (its tools hold the run's lock and fence)."""
+    call_model = _model_node(model, tools, max_model_calls, usage)
+    call_tools = _tools_node(tools)
+    builder = StateGraph(AgentState)
+    builder.add_node("model", call_model)
+    builder.add_node("tools", call_tools)
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges("model", _after_model, ["tools", END])
+    builder.add_conditional_edges("tools", _after_tools, ["model", END])
+    return builder.compile(checkpointer=checkpointer, interrupt_before=interrupt_before)
+
+
+def _model_node(model: BaseChatModel, tools: CaseTools, max_model_calls: int,
+                usage: RunUsage) -> Node:
+    """The model node: one call with the prompt, the evidence and the recent thread, counted;
+    a note instead once the turn has used its model calls."""
     bound = model.bind_tools(tools.specs())
     name = model_name(model)
 
@@ -84,6 +105,13 @@ def build_graph(model: BaseChatModel, tools: CaseTools, checkpointer: BaseCheckp
         counted = _count(reply, name, usage)
         return {"messages": [reply], "usage": counted, "turn_model_calls": calls + 1}
 
+    return call_model
+
+
+def _tools_node(tools: CaseTools) -> Node:
+    """The tool node: answers the last message's tool calls; stops the turn, with a note on the
+    case, once the plan has failed the schema more than ``MAX_PLAN_REPAIRS`` repairs allow."""
+
     def call_tools(state: AgentState) -> dict[str, Any]:
         last = state["messages"][-1]
         assert isinstance(last, AIMessage)
@@ -98,13 +126,7 @@ def build_graph(model: BaseChatModel, tools: CaseTools, checkpointer: BaseCheckp
             update["stop"] = "plan_invalid"
         return update
 
-    builder = StateGraph(AgentState)
-    builder.add_node("model", call_model)
-    builder.add_node("tools", call_tools)
-    builder.add_edge(START, "model")
-    builder.add_conditional_edges("model", _after_model, ["tools", END])
-    builder.add_conditional_edges("tools", _after_tools, ["model", END])
-    return builder.compile(checkpointer=checkpointer, interrupt_before=interrupt_before)
+    return call_tools
 
 
 def recent(messages: list[AnyMessage], limit: int = HISTORY_LIMIT) -> list[AnyMessage]:

@@ -103,19 +103,9 @@ class Agent:
         """One turn; ``text`` None only finishes a turn that was cut off (resume).
         ``still_wanted``: asked after such a resume; False skips ``text`` (the resumed turn
         already did what the request asked)."""
-        locks = self.app.gateway.locks
-        assert locks is not None, "build_gateway always gives the gateway its session locks"
-        if self.mcp is not None:
-            self.mcp.offered()  # list the external servers before the lock's lease starts
-        try:
-            self.app.cases.get_case(case_id)
-            lock = locks.acquire(session_of(case_id), wait_s=self.lock_wait_s)
-        except NotFound:
-            return self._counted(trigger, TurnResult(f"There is no case {case_id}.", "not_found"))
-        except Unavailable:
-            return self._counted(trigger, TurnResult(STORE_DOWN, "unavailable"))
-        if lock is None:
-            return self._counted(trigger, TurnResult(BUSY, "busy"))
+        lock = self._lock_case(case_id)
+        if isinstance(lock, TurnResult):
+            return self._counted(trigger, lock)
         tools = self.tool_factory(self.app, case_id, lock, requester=requester,
                                   correlation_id=correlation_id, mcp=self.mcp)
         usage = RunUsage()
@@ -128,6 +118,22 @@ class Agent:
         finally:
             self._release(lock)
         return self._counted(trigger, TurnResult(result.reply, result.outcome, usage.as_dict()))
+
+    def _lock_case(self, case_id: UUID) -> SessionRun | TurnResult:
+        """The case's session lock, or why the turn cannot run: no such case, the store is
+        down, or another turn holds the lock."""
+        locks = self.app.gateway.locks
+        assert locks is not None, "build_gateway always gives the gateway its session locks"
+        if self.mcp is not None:
+            self.mcp.offered()  # list the external servers before the lock's lease starts
+        try:
+            self.app.cases.get_case(case_id)
+            lock = locks.acquire(session_of(case_id), wait_s=self.lock_wait_s)
+        except NotFound:
+            return TurnResult(f"There is no case {case_id}.", "not_found")
+        except Unavailable:
+            return TurnResult(STORE_DOWN, "unavailable")
+        return TurnResult(BUSY, "busy") if lock is None else lock
 
     # -- inside the lock ------------------------------------------------------------------
 
