@@ -211,20 +211,36 @@ def demo_settings(args: argparse.Namespace, sandbox: Sandbox) -> Settings:
     recorded demo series unless ``OPSGATE_SERIES_DIR`` names others, so a latency, an error or a
     memory leak case shows its finding. Verification runs on the demo's clock
     (``core.demo.demo_verification``): a plan's window after the change takes seconds."""
-    from pydantic import SecretStr
-
-    from bot.sandbox.workspace import APPROVER, CHANNEL_ID
-    from core.analysis.sources import RECORDED_DEMO
     from core.demo import demo_verification
     from core.settings import load_settings
 
     base = load_settings()
-    database_url = args.postgres or args.database_url or base.database_url
+    database_url = _demo_database_url(args, base.database_url)
+    return demo_verification(base.model_copy(update=_sandbox_update(args, sandbox, base,
+                                                                     database_url)))
+
+
+def _demo_database_url(args: argparse.Namespace, configured: str) -> str:
+    """The command line's database, else the configured one when it is a SQLite file; a server
+    database only when named on the command line."""
+    database_url = args.postgres or args.database_url or configured
     if not (args.postgres or args.database_url or database_url.startswith("sqlite")):
         raise CliError("OPSGATE_DATABASE_URL is not a SQLite file; the demo writes demo cases "
                        "and upgrades its database, so name it on the command line: "
                        "`opsgate demo --postgres URL` (or unset OPSGATE_DATABASE_URL)")
-    update: dict[str, object] = {
+    return str(database_url)
+
+
+def _sandbox_update(args: argparse.Namespace, sandbox: Sandbox, base: Settings,
+                    database_url: str) -> dict[str, object]:
+    """The settings the demo overrides: Slack and the traffic gateway are the sandbox, alice
+    approves, the offline model plans, the recorded series feed the analyst."""
+    from pydantic import SecretStr
+
+    from bot.sandbox.workspace import APPROVER, CHANNEL_ID
+    from core.analysis.sources import RECORDED_DEMO
+
+    return {
         "traffic_gateway_url": sandbox.traffic_gateway_url,  # the sandbox plays it
         "database_url": database_url,
         "redis_url": args.redis,
@@ -240,7 +256,6 @@ def demo_settings(args: argparse.Namespace, sandbox: Sandbox) -> Settings:
         "openai_api_key": None,
         "series_dir": base.series_dir or str(RECORDED_DEMO),
     }
-    return demo_verification(base.model_copy(update=update))
 
 
 def _streams_loop(app: App, out: TextIO) -> Callable[[], None]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import Any
@@ -223,43 +223,38 @@ async def _versions(sandbox: Sandbox) -> AsyncIterator[str]:
 
 
 def _action_routes(app: FastAPI, sandbox: Sandbox) -> None:
-    sender = sandbox.sender
+    _sending_routes(app, sandbox.sender)
+    _view_routes(app, sandbox)
+
+
+def _sending_routes(app: FastAPI, sender: SlackSender) -> None:
+    """What a person sends the bot: a message or command, a click, a reaction, a modal."""
 
     @app.post("/sandbox/say", status_code=202)
     def say(said: Said) -> Response:
         """A message, a mention or (starting with ``/``) a slash command."""
-        try:
-            if said.text.startswith("/"):
-                sender.command(said.user, said.text, said.thread_ts)
-            else:
-                sender.say(said.user, said.text, said.thread_ts)
-        except SlackError as failed:
-            return _slack_error(failed)
-        return Response(status_code=202)
+        if said.text.startswith("/"):
+            return _sent(lambda: sender.command(said.user, said.text, said.thread_ts))
+        return _sent(lambda: sender.say(said.user, said.text, said.thread_ts))
 
     @app.post("/sandbox/click", status_code=202)
     def click(clicked: Clicked) -> Response:
-        try:
-            sender.click(clicked.user, clicked.message_ts, clicked.action_id, clicked.block_id)
-        except SlackError as failed:
-            return _slack_error(failed)
-        return Response(status_code=202)
+        return _sent(lambda: sender.click(clicked.user, clicked.message_ts, clicked.action_id,
+                                          clicked.block_id))
 
     @app.post("/sandbox/react", status_code=202)
     def react(reacted: Reacted) -> Response:
-        try:
-            sender.react(reacted.user, reacted.message_ts, reacted.reaction, on=reacted.on)
-        except SlackError as failed:
-            return _slack_error(failed)
-        return Response(status_code=202)
+        return _sent(lambda: sender.react(reacted.user, reacted.message_ts, reacted.reaction,
+                                          on=reacted.on))
 
     @app.post("/sandbox/submit", status_code=202)
     def submit(submitted: Submitted) -> Response:
-        try:
-            sender.submit(submitted.user, submitted.view_id, submitted.values)
-        except SlackError as failed:
-            return _slack_error(failed)
-        return Response(status_code=202)
+        return _sent(lambda: sender.submit(submitted.user, submitted.view_id, submitted.values))
+
+
+def _view_routes(app: FastAPI, sandbox: Sandbox) -> None:
+    """What a person does to the page itself: close a modal, switch chaos on or off."""
+    sender = sandbox.sender
 
     @app.post("/sandbox/dismiss", status_code=204)
     def dismiss(dismissed: Dismissed) -> Response:
@@ -271,6 +266,15 @@ def _action_routes(app: FastAPI, sandbox: Sandbox) -> None:
         sender.chaos = chaos.on
         sandbox.workspace.touch()
         return JSONResponse({"chaos": sender.chaos})
+
+
+def _sent(send: Callable[[], object]) -> Response:
+    """202 once the sandbox has delivered it to the bot; Slack's refusal otherwise."""
+    try:
+        send()
+    except SlackError as failed:
+        return _slack_error(failed)
+    return Response(status_code=202)
 
 
 # -- the case panel --------------------------------------------------------------------------
