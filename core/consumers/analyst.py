@@ -11,7 +11,6 @@ naming any similar past case."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
@@ -23,7 +22,7 @@ from core.analysis.catalog import catalog, metrics_for
 from core.analysis.findings import find, summary_line
 from core.analysis.sources import SeriesSource, series_source
 from core.analysis.store import write_findings
-from core.consumers.runs import PlanRun, current_run
+from core.consumers.runs import PlanRun, current_run, move_case
 from core.domain.commands import NoteCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import CommandPayload, Evidence, FindingsFacts, Topic, payload_as
@@ -35,8 +34,6 @@ from core.messaging.consumer import Delivery
 
 if TYPE_CHECKING:
     from core.bootstrap import App
-
-log = logging.getLogger(__name__)
 
 NO_ANALYST = ("no metric source (OPSGATE_PROMETHEUS_URL, OPSGATE_SERIES_DIR) and nothing "
                "similar in the library: planning from the template catalog")
@@ -78,11 +75,7 @@ class Analyst:
         cmd = TransitionCase(run.case_id, CaseEvent.ANALYSIS_DONE, actor=self.name,
                              reason=reason, meta=meta, correlation_id=correlation_id,
                              expected_version=run.version)
-        reply = self.cases.transition(cmd, run.key, inbox_entry=delivery.inbox_entry)
-        if reply.moved_on:
-            log.info("analyst: case %s moved on first (%s)", run.case_id, reply.body)
-            return
-        reply.data()
+        move_case(self.cases, run, cmd, delivery.inbox_entry)
 
     def _gather(self, run: PlanRun) -> FindingsFacts:
         """The findings and the recall, computed once per case version (the gateway stores the

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
-from core.consumers.runs import current_run
+from core.consumers.runs import current_run, move_case
 from core.domain.commands import TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import CommandPayload, Topic, payload_as
@@ -13,8 +12,6 @@ from core.messaging.consumer import Delivery
 
 if TYPE_CHECKING:
     from core.bootstrap import App
-
-log = logging.getLogger(__name__)
 
 
 class Intake:
@@ -35,8 +32,4 @@ class Intake:
         cmd = TransitionCase(run.case_id, CaseEvent.START_ANALYSIS, actor=self.name,
                              correlation_id=payload.get("correlation_id"),
                              expected_version=run.version)
-        reply = self.cases.transition(cmd, run.key, inbox_entry=delivery.inbox_entry)
-        if reply.moved_on:
-            log.info("intake: case %s moved on first (%s)", run.case_id, reply.body)
-            return
-        reply.data()
+        move_case(self.cases, run, cmd, delivery.inbox_entry)

@@ -6,14 +6,13 @@ replaces the choice with the agent issue; the way the plan enters the case stays
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from core.consumers.runs import PlanRun, current_run
+from core.consumers.runs import PlanRun, current_run, move_case
 from core.domain.commands import NoteCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import CommandPayload, Topic, payload_as
@@ -25,8 +24,6 @@ from core.service import CaseService
 
 if TYPE_CHECKING:
     from core.bootstrap import App
-
-log = logging.getLogger(__name__)
 
 DEFAULT_TEMPLATE = "noop"
 KEYWORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -121,8 +118,4 @@ class Planner:
                              plan=proposal.plan, reason=proposal.reason, meta=proposal.meta,
                              correlation_id=correlation_id, expected_version=run.version,
                              requester=case_opener(self.cases, run.case_id))
-        reply = self.cases.transition(cmd, run.key, inbox_entry=delivery.inbox_entry)
-        if reply.moved_on:
-            log.info("planner: case %s moved on first (%s)", run.case_id, reply.body)
-            return
-        reply.data()
+        move_case(self.cases, run, cmd, delivery.inbox_entry)

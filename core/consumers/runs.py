@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 from uuid import UUID
 
+from core.domain.commands import TransitionCase
 from core.domain.fsm import CaseStatus
 from core.domain.messages import CommandPayload
 from core.domain.views import CaseView
@@ -61,3 +62,14 @@ def current_run(cases: CaseService, consumer: str, payload: CommandPayload,
     if found is None:
         return PlanRun(consumer, case_id, version, digest, None, case)
     return PlanRun(consumer, case_id, version, str(found["plan_hash"]), found["plan"], case)
+
+
+def move_case(cases: CaseService, run: PlanRun, cmd: TransitionCase,
+              inbox_entry: tuple[str, int]) -> None:
+    """Move the case by ``cmd`` under the run's key, marking the delivery in the same
+    transaction. A case that moved on first is logged, not retried; any other refusal raises."""
+    reply = cases.transition(cmd, run.key, inbox_entry=inbox_entry)
+    if reply.moved_on:
+        log.info("%s: case %s moved on first (%s)", run.consumer, run.case_id, reply.body)
+        return
+    reply.data()
