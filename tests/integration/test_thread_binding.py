@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from core.db.tables import chat_thread, ops_case
 from core.domain.commands import ChatThread, OpenCase
 from core.migrate import current_revision, head_revision, upgrade_engine
-from core.service import CaseService, Reply
+from core.service import CaseService, Reply, ReplyOutcome
 from tests.support.cases import key, open_case, snapshot
 from tests.support.migrations import downgrade
 
@@ -74,7 +74,7 @@ def test_a_retried_open_replays_its_case_and_keeps_one_thread(engine, service):
     k = key()
     first = service.open_case(mention(1), k)
     again = service.open_case(mention(1), k)
-    assert (first.status, first.replayed, again.replayed) == (201, False, True)
+    assert (first.outcome, first.replayed, again.replayed) == (ReplyOutcome.CREATED, False, True)
     assert again.body == first.body
     case_id = UUID(first.data()["case_id"])
     assert thread_rows(engine) == [("T1", "C1", thread(1).thread_ts, case_id)]
