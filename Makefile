@@ -53,8 +53,15 @@ typecheck: install ## mypy --strict on the packages
 unit: install ## the fast tests only
 	$(BIN)/pytest -q tests/unit
 
+# Two pytest-xdist workers, one per core: most tests wait on processes, servers and sockets.
+# --dist loadgroup hands out single tests, except that each xdist_group runs whole on one worker:
+# "heavy" (many processes, threads or PostgreSQL connections at once: two such tests together
+# starve the two cores' leases and deadlines, or come near PostgreSQL's 100 connections) and
+# files whose tests share a module's server. Each test has its own database schema or SQLite
+# file, Redis key prefix, temporary folder and free ports, so the workers share nothing else.
+# `pytest -p no:xdist` runs the same tests in one process.
 test: install services browser peers lint typecheck ## install, lint, type-check and run every test
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist loadgroup
 
 bench: install services ## run the benchmarks (PostgreSQL, Redis)
 	$(BIN)/python bench/transitions.py

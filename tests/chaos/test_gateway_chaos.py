@@ -32,7 +32,9 @@ from core.settings import Settings
 from tests.support.chaos_proxy import ChaosProxy, Faults
 from tests.support.seed_gateway import SeedGateway, SeedToolRequest, seed_redis
 
-pytestmark = [pytest.mark.chaos, pytest.mark.redis, pytest.mark.timeout(150)]
+# Group "heavy": make test's two workers never run two of its files at once (Makefile).
+pytestmark = [pytest.mark.chaos, pytest.mark.redis, pytest.mark.timeout(150),
+              pytest.mark.xdist_group("heavy")]
 
 REDIS_PORT = 6379
 POSTGRES_PORT = 5432

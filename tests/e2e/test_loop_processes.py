@@ -49,7 +49,9 @@ from tests.support.local_http import LocalServer, Reply, Seen, local_server
 from tests.support.processes import Process, clean_env
 from tests.support.servers import REDIS_URL
 
-pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.loop]
+# Group "heavy": make test's two workers never run two of its files at once (Makefile).
+pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.loop,
+              pytest.mark.xdist_group("heavy")]
 
 CASES = 200
 RUN_DEADLINE_S = 120.0

@@ -30,7 +30,8 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 START_TIMEOUT_S = 30.0
 STEP_TIMEOUT_MS = 20_000
 
-pytestmark = pytest.mark.timeout(90)
+# One worker runs the whole file: its tests share the module's demo and browser.
+pytestmark = [pytest.mark.timeout(90), pytest.mark.xdist_group("sandbox_browser")]
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,8 @@ from tests.support.slack import (
     signed,
 )
 
-pytestmark = [pytest.mark.loop]
+# Group "heavy": make test's two workers never run two of its files at once (Makefile).
+pytestmark = [pytest.mark.loop, pytest.mark.xdist_group("heavy")]
 
 ALERT_TOKEN = "story-alert-token"
 RULE = alert_rule("CheckoutSlow", f"{GAUGE} > 1", summary="checkout p95 over 1 s")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 from sqlalchemy import func, select
 
 from core.api.statuses import reply_status
@@ -12,6 +13,9 @@ from core.db.tables import case_timeline, outbox
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.service import Reply
 from tests.support.cases import case_in, command, key
+
+# Group "heavy": make test's two workers never run two of its files at once (Makefile).
+pytestmark = pytest.mark.xdist_group("heavy")
 
 WRITERS = 50
 
