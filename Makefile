@@ -54,13 +54,9 @@ unit: install ## the fast tests only
 	$(BIN)/pytest -q tests/unit
 
 # Two pytest-xdist workers, one per core: most tests wait on processes, servers and sockets.
-# --dist loadgroup hands out single tests, and is meant to run each xdist_group whole on one
-# worker: "heavy" (many processes, threads or PostgreSQL connections at once: two such tests
-# together starve the two cores' leases and deadlines, or come near PostgreSQL's 100 connections)
-# and files whose tests share a module's server. NOT YET IN EFFECT: pytest-xdist 3.8 names a
-# group by rewriting item._nodeid, which pytest 9.2 no longer reads, so today every test is
-# handed out singly and two "heavy" tests may overlap. Each test has its own database schema or
-# SQLite file, Redis key prefix, temporary folder and free ports: the workers share nothing else.
+# --dist loadgroup hands out single tests, except the lanes of tests/conftest.py (LANES), each run
+# whole on one worker. Each test has its own database schema or SQLite file, Redis key prefix,
+# temporary folder and free ports: the workers share nothing else.
 # `pytest -p no:xdist` runs the same tests in one process.
 test: install services browser peers lint typecheck ## install, lint, type-check and run every test
 	$(BIN)/pytest -q -n 2 --dist loadgroup

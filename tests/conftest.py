@@ -23,6 +23,36 @@ from core.service import CaseService
 from tests.support.peers import alertmanager_server, metric_service, prometheus_server  # noqa: F401
 from tests.support.servers import IN_CI, POSTGRES_URL, REDIS_URL
 
+# Under pytest-xdist (`make test`: two workers) the tests of one lane run on one worker, in turn:
+# "heavy" ones start many processes, threads or PostgreSQL connections at once (two together
+# starve two cores' leases and deadlines, or come near PostgreSQL's 100 connections); the
+# browser stories share one module's server. Every other test is handed out singly.
+LANES = {
+    "heavy": ("tests/e2e/test_loop_processes.py", "tests/e2e/test_signal_story.py",
+              "tests/chaos/test_gateway_chaos.py", "tests/integration/test_concurrency.py",
+              "tests/integration/test_gateway_semantics.py",
+              "tests/mcp/test_mcp_server.py::test_twenty_concurrent_identical_calls_open_one_case"),
+    "sandbox_browser": ("tests/e2e/test_sandbox_browser.py",),
+}
+
+
+def lane_of(nodeid: str) -> str | None:
+    return next((lane for lane, places in LANES.items() if nodeid.startswith(places)), None)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """xdist's loadgroup, with the lanes above as its groups. (xdist 3.8 names a marked test's
+    group by rewriting ``item._nodeid``, which pytest 9.2 no longer reads, so marks would do
+    nothing: the lanes are told to the scheduler by test id instead.)"""
+    from xdist.scheduler import LoadGroupScheduling
+
+    class LaneScheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return lane_of(nodeid) or super()._split_scope(nodeid)
+
+    return LaneScheduling(config, log)
+
 
 def _unreachable(what: str, exc: Exception) -> None:
     message = f"{what} is not reachable: {exc}"

@@ -33,8 +33,7 @@ from tests.support.chaos_proxy import ChaosProxy, Faults
 from tests.support.seed_gateway import SeedGateway, SeedToolRequest, seed_redis
 
 # Group "heavy": make test's two workers never run two of its files at once (Makefile).
-pytestmark = [pytest.mark.chaos, pytest.mark.redis, pytest.mark.timeout(150),
-              pytest.mark.xdist_group("heavy")]
+pytestmark = [pytest.mark.chaos, pytest.mark.redis, pytest.mark.timeout(150)]
 
 REDIS_PORT = 6379
 POSTGRES_PORT = 5432

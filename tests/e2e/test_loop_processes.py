@@ -50,8 +50,7 @@ from tests.support.processes import Process, clean_env
 from tests.support.servers import REDIS_URL
 
 # Group "heavy": make test's two workers never run two of its files at once (Makefile).
-pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.loop,
-              pytest.mark.xdist_group("heavy")]
+pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.loop]
 
 CASES = 200
 RUN_DEADLINE_S = 120.0

@@ -31,7 +31,7 @@ START_TIMEOUT_S = 30.0
 STEP_TIMEOUT_MS = 20_000
 
 # One worker runs the whole file: its tests share the module's demo and browser.
-pytestmark = [pytest.mark.timeout(90), pytest.mark.xdist_group("sandbox_browser")]
+pytestmark = [pytest.mark.timeout(90)]
 
 
 @dataclass(frozen=True)

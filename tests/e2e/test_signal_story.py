@@ -63,7 +63,7 @@ from tests.support.slack import (
 )
 
 # Group "heavy": make test's two workers never run two of its files at once (Makefile).
-pytestmark = [pytest.mark.loop, pytest.mark.xdist_group("heavy")]
+pytestmark = [pytest.mark.loop]
 
 ALERT_TOKEN = "story-alert-token"
 RULE = alert_rule("CheckoutSlow", f"{GAUGE} > 1", summary="checkout p95 over 1 s")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
 from sqlalchemy import func, select
 
 from core.api.statuses import reply_status
@@ -15,7 +14,6 @@ from core.service import Reply
 from tests.support.cases import case_in, command, key
 
 # Group "heavy": make test's two workers never run two of its files at once (Makefile).
-pytestmark = pytest.mark.xdist_group("heavy")
 
 WRITERS = 50
 

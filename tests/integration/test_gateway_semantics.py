@@ -28,7 +28,6 @@ from core.gateway import (
 from tests.support.clock import Clock, let_redis_time_pass
 
 # Group "heavy": make test's two workers never run two of its files at once (Makefile).
-pytestmark = pytest.mark.xdist_group("heavy")
 
 BuildGateway = Callable[..., Gateway]
 

@@ -82,8 +82,8 @@ def test_open_case_twice_with_one_key_is_one_case_and_the_same_answer(mcp: World
     assert opened["meta"]["principal"] == "ops-bot" and opened["meta"]["via"] == "mcp"
 
 
-# Up to 23 PostgreSQL connections at once: kept apart from the process loop's (Makefile).
-@pytest.mark.xdist_group("heavy")
+# Up to 23 PostgreSQL connections at once: kept apart from the process loop's (the "heavy"
+# lane of tests/conftest.py).
 def test_twenty_concurrent_identical_calls_open_one_case(mcp: World) -> None:
     answers: list[Any] = []
 
