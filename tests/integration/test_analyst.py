@@ -6,18 +6,21 @@ twice; with no metric source the case goes on at once, as before."""
 
 from __future__ import annotations
 
-import base64
 import json
+import time
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import httpx
 from sqlalchemy import func, select
 
 from core.analysis.catalog import MetricSpec
 from core.analysis.sources import RecordedSource
 from core.analysis.store import case_findings
 from core.analysis.tables import evidence_link
+from core.clock import utcnow
 from core.consumers.analyst import NO_ANALYST, Analyst
 from core.db.tables import outbox
 from core.domain.fsm import CaseEvent, CaseStatus
@@ -26,7 +29,7 @@ from core.errors import Unavailable
 from core.messaging.consumer import ConsumerRunner
 from core.service import CaseService
 from tests.support.cases import command, key, open_case
-from tests.support.local_http import Reply, Seen, local_server
+from tests.support.peers import Prometheus
 from tests.support.plan_runs import envelope_of, make_app, notes, status
 
 SERIES = Path(__file__).parents[1] / "fixtures" / "series"
@@ -141,55 +144,69 @@ def test_a_redelivery_after_a_crash_reuses_the_first_reading_and_writes_once(eng
     assert analyse(app, case_id) == "duplicate"  # the inbox saw the message
 
 
-def matrix(values: list[tuple[float, float]]) -> bytes:
-    series = [{"metric": {"pod": "a"}, "values": [[t, str(v / 2)] for t, v in values]},
-              {"metric": {"pod": "b"}, "values": [[t, str(v / 2)] for t, v in values]}]
-    return json.dumps({"status": "success",
-                       "data": {"resultType": "matrix", "result": series}}).encode()
+INCIDENT_AGO_S = 1800  # the analyst's window after the start (OPSGATE_ANALYSIS_AFTER_S)
 
 
-def test_prometheus_query_range_is_read_around_the_case_start(engine):
+def error_history(origin: float) -> str:
+    """OpenMetrics for promtool: ``http_requests_total`` counters (a sample every 15 s) whose 5xx
+    share follows the recorded error spike, its point ``t`` at ``origin + t``."""
     recorded = json.loads((SERIES / "error_spike" / "http_5xx_ratio.json").read_text())
+    moments = [(origin + t + 15 * k, ratio) for t, ratio in recorded["points"] for k in range(4)]
+    lines = []
+    for code, share in (("500", lambda r: r), ("200", lambda r: 1 - r)):
+        count = 0.0
+        for at, ratio in moments:
+            count += 100 * share(ratio)
+            lines.append(f'http_requests_total{{code="{code}"}} {count:.3f} {at:.3f}')
+    return "\n".join([*lines, "# EOF", ""])
 
-    def query_range(seen: Seen) -> Reply:
-        start = float(seen.query["start"][0])
-        origin = start + 3600  # the case start: one hour after the window opens
-        return Reply(200, matrix([(origin + t, v) for t, v in recorded["points"]]))
 
-    with local_server({"/api/v1/query_range": query_range}) as prometheus:
-        app = make_app(engine, prometheus_url=prometheus.base)
-        case_id = analyzing_case(app, "HighErrorRate on checkout")
-        assert analyse(app, case_id) == "done"
+def spiked_prometheus(prometheus_server, **options) -> Prometheus:
+    """A real Prometheus holding the recorded spike around ``INCIDENT_AGO_S`` before now."""
+    return prometheus_server([], history=error_history(time.time() - INCIDENT_AGO_S), **options)
 
-    [seen] = prometheus.seen
-    assert seen.query["query"][0].startswith('sum(rate(http_requests_total{code=~"5.."}')
-    assert seen.query["step"] == ["60"]
-    assert float(seen.query["end"][0]) > float(seen.query["start"][0]) + 3600
+
+def case_opened_at_the_spike(app, title: str) -> UUID:
+    """A case whose incident started ``INCIDENT_AGO_S`` ago (its clock set back), so the
+    recorded half hour after the start is already in Prometheus."""
+    app.cases.clock = lambda: utcnow() - timedelta(seconds=INCIDENT_AGO_S)
+    return analyzing_case(app, title)
+
+
+def instant(moment: str) -> float:
+    return datetime.fromisoformat(moment.replace("Z", "+00:00")).timestamp()
+
+
+def test_prometheus_query_range_is_read_around_the_case_start(engine, prometheus_server):
+    prometheus = spiked_prometheus(prometheus_server)
+    app = make_app(engine, prometheus_url=prometheus.base_url)
+    case_id = case_opened_at_the_spike(app, "HighErrorRate on checkout")
+    assert analyse(app, case_id) == "done"
+
+    [seen] = prometheus.queries()  # the server's own query log
+    assert seen["query"].startswith('sum(rate(http_requests_total{code=~"5.."}')
+    assert seen["step"] == 60
+    assert instant(seen["end"]) > instant(seen["start"]) + 3600
     [note] = notes(app, case_id, "analysis_findings")
     [finding] = note["context"]["findings"]
     assert finding["statistic"] == "error_ratio" and finding["current"] > 0.05
-    assert finding["link"].startswith(prometheus.base + "/graph?g0.expr=")
+    assert finding["link"].startswith(prometheus.base_url + "/graph?g0.expr=")
     assert status(app, case_id) == CaseStatus.PLANNING
 
 
-def test_prometheus_credentials_are_sent_but_never_shown(engine):
-    recorded = json.loads((SERIES / "error_spike" / "http_5xx_ratio.json").read_text())
+def test_prometheus_credentials_are_sent_but_never_shown(engine, prometheus_server):
+    prometheus = spiked_prometheus(prometheus_server, basic_auth=("reader", "s3cret"))
+    assert httpx.get(prometheus.base_url + "/api/v1/query", params={"query": "1"},
+                     timeout=5.0).status_code == 401  # it answers only with the credentials
+    secret_url = prometheus.base_url.replace("http://", "http://reader:s3cret@")
+    app = make_app(engine, prometheus_url=secret_url)
+    case_id = case_opened_at_the_spike(app, "HighErrorRate on checkout")
+    assert analyse(app, case_id) == "done"
 
-    def query_range(seen: Seen) -> Reply:
-        origin = float(seen.query["start"][0]) + 3600
-        return Reply(200, matrix([(origin + t, v) for t, v in recorded["points"]]))
-
-    with local_server({"/api/v1/query_range": query_range}) as prometheus:
-        secret_url = prometheus.base.replace("http://", "http://reader:s3cret@")
-        app = make_app(engine, prometheus_url=secret_url)
-        case_id = analyzing_case(app, "HighErrorRate on checkout")
-        assert analyse(app, case_id) == "done"
-
-    [seen] = prometheus.seen
-    assert seen.headers["authorization"] == "Basic " + base64.b64encode(b"reader:s3cret").decode()
+    assert len(prometheus.queries()) == 1  # answered: the credentials were sent
     [note] = notes(app, case_id, "analysis_findings")
     [finding] = note["context"]["findings"]
-    assert finding["link"].startswith(prometheus.base + "/graph?g0.expr=")
+    assert finding["link"].startswith(prometheus.base_url + "/graph?g0.expr=")
     with engine.connect() as conn:
         links = [dict(row) for row in conn.execute(select(evidence_link)).mappings()]
     shown = json.dumps([app.cases.timeline(case_id), findings_events(engine, case_id), links],

@@ -4,7 +4,7 @@ source that answers by evaluation time, a local Prometheus-shaped server, allow-
 
 from __future__ import annotations
 
-import json
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
+from core.clock import utcnow
 from core.consumers.executor import Executor
 from core.consumers.verifier import Verifier
 from core.db.case_store import as_utc
@@ -23,7 +24,7 @@ from core.messaging.consumer import ConsumerRunner, Delivery
 from core.messaging.relay import OutboxRelay
 from core.settings import Settings
 from tests.support.clock import Clock
-from tests.support.local_http import Reply, Seen, local_server
+from tests.support.local_http import Reply, local_server
 from tests.support.plan_runs import (
     S,
     envelope_of,
@@ -333,27 +334,39 @@ def test_the_default_static_metrics_pass_the_template_metric_checks():
     assert values["standby_saturation"] < 0.8 and values["error_rate"] < 0.01
 
 
-def test_prometheus_is_asked_for_the_window_ending_at_the_reading(engine):
-    def query(seen: Seen) -> Reply:
-        body = {"status": "success", "data": {"resultType": "vector", "result": [
-            {"metric": {}, "value": [1700000000, "0.004"]}]}}
-        return Reply(200, json.dumps(body).encode())
+CHANGED_AGO_S = 600  # the change finished this long ago: its verification window is recorded
 
-    with local_server({"/api/v1/query": query}) as prometheus:
-        app = make_app(engine, prometheus_url=prometheus.base,
-                       static_metrics={"http_5xx_ratio": 0.9})  # ignored: Prometheus is set
-        case_id = verifying_case(app, {"metric": "http_5xx_ratio", "below": 0.01, "for_s": 60})
-        at = changed_at(app, case_id) + timedelta(seconds=60)
-        verifier = Verifier(app, clock=Clock(at))
-        envelope = envelope_of(engine, case_id, Topic.VERIFY_RUN)
-        runner = ConsumerRunner(engine, verifier, sleep=lambda _s: None)
-        assert runner.deliver(envelope) == "done"
-        assert runner.deliver(fresh_copy(envelope)) == "done"
+
+def good_ratio_history(since: float, until: float) -> str:
+    """OpenMetrics for promtool: ``http_5xx_ratio`` at 0.4 %, a sample every 15 s."""
+    moments = [since + 15 * k for k in range(int((until - since) // 15) + 1)]
+    return "\n".join([*(f"http_5xx_ratio 0.004 {at:.3f}" for at in moments), "# EOF", ""])
+
+
+def test_prometheus_is_asked_for_the_window_ending_at_the_reading(engine, prometheus_server):
+    now = time.time()
+    prometheus = prometheus_server([], history=good_ratio_history(now - 2 * CHANGED_AGO_S,
+                                                                  now - 60))
+    app = make_app(engine, prometheus_url=prometheus.base_url,
+                   static_metrics={"http_5xx_ratio": 0.9})  # ignored: Prometheus is set
+    app.cases.clock = lambda: utcnow() - timedelta(seconds=CHANGED_AGO_S)
+    case_id = verifying_case(app, {"metric": "http_5xx_ratio", "below": 0.01, "for_s": 60})
+    at = changed_at(app, case_id) + timedelta(seconds=60)
+    verifier = Verifier(app, clock=Clock(at))
+    envelope = envelope_of(engine, case_id, Topic.VERIFY_RUN)
+    runner = ConsumerRunner(engine, verifier, sleep=lambda _s: None)
+    assert runner.deliver(envelope) == "done"
+    assert runner.deliver(fresh_copy(envelope)) == "done"
 
     assert status(app, case_id) == S.CLOSED
-    assert [s.query for s in prometheus.seen] == [
-        {"query": ["max_over_time((http_5xx_ratio)[60s:])"], "time": [f"{at.timestamp():.3f}"]}]
+    [asked] = prometheus.queries()  # the server's own query log: one reading, at ``at``
+    assert asked["query"] == "max_over_time((http_5xx_ratio)[60s:])"
+    assert abs(instant(asked["end"]) - at.timestamp()) < 0.001
     assert len(notes(app, case_id, "verify_result")) == 1
+
+
+def instant(moment: str) -> float:
+    return datetime.fromisoformat(moment.replace("Z", "+00:00")).timestamp()
 
 
 def test_a_probe_against_an_allow_listed_url(engine):

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ import pytest
 from tests.support.servers import IN_CI
 
 PROMETHEUS_BIN = os.environ.get("OPSGATE_TEST_PROMETHEUS", "/usr/bin/prometheus")
+PROMTOOL_BIN = os.environ.get("OPSGATE_TEST_PROMTOOL", "/usr/bin/promtool")
 ALERTMANAGER_BIN = os.environ.get("OPSGATE_TEST_ALERTMANAGER",
                                   "/usr/bin/prometheus-alertmanager")
 READY_TIMEOUT_S = 30.0
@@ -192,6 +194,7 @@ class _Peer:
         self.log_path = workdir / f"{self.name}.log"
         self._process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        self.auth: tuple[str, str] | None = None  # basic auth the server requires, if any
 
     def arguments(self) -> list[str]:
         raise NotImplementedError
@@ -216,7 +219,8 @@ class _Peer:
                 raise PeerError(f"{self.name} exited with {self._process.returncode} before it "
                                 f"was ready:\n{self.log_tail()}")
             with suppress(httpx.HTTPError):
-                if httpx.get(self.base_url + "/-/ready", timeout=1.0).status_code == 200:
+                if httpx.get(self.base_url + "/-/ready", auth=self.auth,
+                             timeout=1.0).status_code == 200:
                     return
             time.sleep(0.1)
         raise PeerError(f"{self.name} not ready on {self.target} within {READY_TIMEOUT_S:g} s:"
@@ -250,7 +254,7 @@ class _Peer:
     def _get(self, path: str, **params: str) -> Any:
         """The ``data`` of a JSON API answer whose ``status`` is ``success``."""
         try:
-            reply = httpx.get(self.base_url + path, params=params, timeout=5.0)
+            reply = httpx.get(self.base_url + path, params=params, auth=self.auth, timeout=5.0)
             doc = reply.json()
         except (httpx.HTTPError, ValueError) as exc:
             raise PeerError(f"{self.name} GET {path}: {exc!r}\n{self.log_tail(10)}") from exc
@@ -283,12 +287,16 @@ class Prometheus(_Peer):
 
     def __init__(self, workdir: Path, jobs: Sequence[ScrapeJob], *,
                  rules: Sequence[Mapping[str, Any]] | str = (), alertmanager: str | None = None,
+                 history: str | None = None, basic_auth: tuple[str, str] | None = None,
                  binary: str = PROMETHEUS_BIN) -> None:
         super().__init__(binary, workdir)
         self.jobs = list(jobs)
+        self.history = history
+        self.auth = basic_auth
+        self.query_log = workdir / "queries.log"
         config: dict[str, Any] = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s",
-                       "scrape_timeout": "1s"},
+                       "scrape_timeout": "1s", "query_log_file": str(self.query_log)},
             "scrape_configs": [{"job_name": job.name, "metrics_path": job.metrics_path,
                                 "static_configs": [{"targets": list(job.targets)}]}
                                for job in self.jobs],
@@ -306,11 +314,48 @@ class Prometheus(_Peer):
         self.config_path.write_text(json.dumps(config, indent=2))
 
     def arguments(self) -> list[str]:
+        web = [f"--web.config.file={self._web_config()}"] if self.auth else []
         return [f"--config.file={self.config_path}",
                 f"--storage.tsdb.path={self.workdir / 'data'}",
                 f"--web.listen-address={self.target}",
                 "--rules.alert.resend-delay=1s",
-                "--log.level=info"]
+                "--log.level=info", *web]
+
+    def start(self) -> Prometheus:
+        if self.history is not None:
+            self._backfill(self.history)
+        super().start()
+        return self
+
+    def _backfill(self, openmetrics: str) -> None:
+        """Write ``openmetrics`` (samples with their own timestamps) into the data folder as
+        blocks, with promtool, before the server starts: a recorded past, read like any other."""
+        source = self.workdir / "history.om"
+        source.write_text(openmetrics)
+        done = subprocess.run([require(PROMTOOL_BIN), "tsdb", "create-blocks-from",
+                               "openmetrics", str(source), str(self.workdir / "data")],
+                              capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise PeerError(f"promtool could not write the history: {done.stderr[-2000:]}")
+
+    def _web_config(self) -> Path:
+        """Basic auth as Prometheus' web config wants it: a bcrypt hash of the password."""
+        assert self.auth is not None
+        with warnings.catch_warnings():  # deprecated since 3.11; the libc's bcrypt is what we need
+            warnings.simplefilter("ignore", DeprecationWarning)
+            import crypt
+        user, password = self.auth
+        hashed = crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH))
+        path = self.workdir / "web.yml"
+        path.write_text(json.dumps({"basic_auth_users": {user: hashed}}))
+        return path
+
+    def queries(self) -> list[dict[str, Any]]:
+        """The ``params`` of every query the server answered, oldest first (its query log)."""
+        if not self.query_log.exists():
+            return []
+        return [json.loads(line)["params"] for line in self.query_log.read_text().splitlines()
+                if line.strip()]
 
     def query(self, expr: str) -> dict[str, Any]:
         """``/api/v1/query``'s ``data``: ``{"resultType", "result"}``."""
@@ -439,9 +484,11 @@ def prometheus_server(tmp_path: Path) -> Iterator[Callable[..., Prometheus]]:
 
     def start(jobs: Sequence[ScrapeJob] | MetricService | Sequence[str], *,
               rules: Sequence[Mapping[str, Any]] | str = (),
-              alertmanager: Alertmanager | str | None = None) -> Prometheus:
+              alertmanager: Alertmanager | str | None = None, history: str | None = None,
+              basic_auth: tuple[str, str] | None = None) -> Prometheus:
         workdir = tmp_path / f"prometheus-{len(started)}"
-        peer = Prometheus(workdir, _jobs(jobs), rules=rules, binary=binary,
+        peer = Prometheus(workdir, _jobs(jobs), rules=rules, binary=binary, history=history,
+                          basic_auth=basic_auth,
                           alertmanager=alertmanager.target if isinstance(
                               alertmanager, Alertmanager) else alertmanager)
         started.append(peer)
