@@ -1,0 +1,210 @@
+"""One run of one scenario through the real product: a scratch SQLite database (migrated once,
+copied per run), the case service, the gateway, the analyst reading the scenario's recorded
+series, the library holding its past verified cases, its runbooks, and the agent planner driving
+the contestant model through the real graph. What the run left behind is ``Observed``."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from langchain_core.language_models import BaseChatModel
+from sqlalchemy import Engine
+
+from agent.eval.grades import Observed
+from agent.eval.scenarios import Scenario, resolve_plan, runbook_file
+from agent.eval.series import write_recorded
+from agent.planner import AgentPlanner
+from agent.runner import Agent, TurnResult
+from agent.tools import ACTOR
+from core.analysis.sources import RecordedSource
+from core.analysis.store import write_findings
+from core.bootstrap import App, bootstrap
+from core.consumers.analyst import Analyst
+from core.db.database import make_engine, transaction
+from core.domain.commands import NoteCase, OpenCase, TransitionCase
+from core.domain.fsm import CaseEvent
+from core.domain.messages import Topic
+from core.domain.plans import plan_hash
+from core.library import Library
+from core.messaging.consumer import Delivery
+from core.messaging.envelope import Envelope
+from core.migrate import upgrade_engine
+from core.settings import Settings
+
+SHIPPED_RUNBOOKS = Path(__file__).resolve().parents[2] / "docs" / "runbooks"
+REQUESTER = "oncall@example"  # who opens the case; the planner proposes on their behalf
+PAST_APPROVER = "lead@example"  # who approved the past verified cases
+ModelFactory = Callable[[Scenario, UUID], BaseChatModel]
+
+
+class RecordingAgent(Agent):
+    """The agent, keeping each turn's result: the model's final words are graded."""
+
+    last: TurnResult | None = None
+
+    def run_turn(self, case_id: UUID, text: str | None, **kwargs: Any) -> TurnResult:
+        self.last = super().run_turn(case_id, text, **kwargs)
+        return self.last
+
+
+class Scratch:
+    """A folder with a migrated SQLite database to copy for each run."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.template = root / "migrated.sqlite"
+        engine = make_engine(f"sqlite:///{self.template}")
+        try:
+            upgrade_engine(engine)
+        finally:
+            engine.dispose()
+        self._runs = 0
+
+    @contextmanager
+    def run_folder(self) -> Iterator[Path]:
+        self._runs += 1
+        folder = self.root / f"run-{self._runs}"
+        folder.mkdir()
+        shutil.copyfile(self.template, folder / "opsgate.sqlite")
+        try:
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def scratch() -> Iterator[Scratch]:
+    with tempfile.TemporaryDirectory(prefix="opsgate-eval-") as root:
+        yield Scratch(Path(root))
+
+
+def run_scenario(scenario: Scenario, folder: Path, model: ModelFactory,
+                 place: Scratch) -> Observed:
+    """Run ``scenario`` (from the scenario ``folder``) once with a fresh ``model``."""
+    with place.run_folder() as work:
+        engine = make_engine(f"sqlite:///{work / 'opsgate.sqlite'}")
+        try:
+            return _run(scenario, folder, model, work, engine)
+        finally:
+            engine.dispose()
+
+
+def _run(scenario: Scenario, folder: Path, model: ModelFactory, work: Path,
+         engine: Engine) -> Observed:
+    write_recorded(work / "series", scenario.name, scenario.series)
+    settings = Settings(_env_file=None, database_url=f"sqlite:///{work / 'opsgate.sqlite'}",
+                        runbooks_dir=str(_runbooks(scenario, folder, work / "runbooks")),
+                        series_dir=str(work / "series"), redis_url=None, prometheus_url=None,
+                        auto_approve="off", mcp_servers=None)
+    app = bootstrap(settings, engine=engine)
+    for past in scenario.past_cases:
+        _past_case(app, past.title, resolve_plan(past.plan) or {}, past.finding,
+                   past.verification)
+    case_id = _open(app, scenario)
+    Analyst(app, source=RecordedSource(work / "series")).handle(
+        _delivery(app, case_id, Topic.ANALYSIS_RUN, "analyst"))
+    agent = RecordingAgent(app, model=model(scenario, case_id), lock_wait_s=1.0)
+    started = time.perf_counter()
+    error = None
+    try:
+        AgentPlanner(app, agent).handle(_delivery(app, case_id, Topic.PLAN_GENERATE, "planner"))
+    except Exception as exc:  # a model may break a turn: graded, not fatal
+        error = f"{type(exc).__name__}: {str(exc)[:200]}"
+    finally:
+        agent.close()
+    seconds = time.perf_counter() - started
+    return observe(app, scenario.name, case_id, agent.last, seconds, error)
+
+
+def _runbooks(scenario: Scenario, folder: Path, target: Path) -> Path:
+    target.mkdir(parents=True, exist_ok=True)
+    for book in SHIPPED_RUNBOOKS.glob("*.md"):
+        shutil.copyfile(book, target / book.name)
+    for name in scenario.runbooks:
+        shutil.copyfile(runbook_file(folder, name), target / f"{name}.md")
+    return target
+
+
+def _key() -> str:
+    return uuid.uuid4().hex
+
+
+def _open(app: App, scenario: Scenario) -> UUID:
+    report = scenario.report
+    opened = app.cases.open_case(OpenCase(title=report.title, actor=REQUESTER,
+                                          severity=report.severity), _key())
+    case_id = UUID(opened.data()["case_id"])
+    for message in report.thread:
+        app.cases.note(NoteCase(case_id, "thread_message", message.by, reason=message.text),
+                       _key()).data()
+    app.cases.transition(TransitionCase(case_id, CaseEvent.START_ANALYSIS, actor=REQUESTER),
+                         _key()).data()
+    return case_id
+
+
+def _past_case(app: App, title: str, plan: dict[str, Any], finding: str | None,
+               verification: str) -> None:
+    """A case run to CLOSED by people: findings, the approved plan, its verification."""
+    opened = app.cases.open_case(OpenCase(title=title, actor=REQUESTER), _key())
+    case_id = UUID(opened.data()["case_id"])
+    steps: list[tuple[CaseEvent, str, dict[str, Any]]] = [
+        (CaseEvent.START_ANALYSIS, REQUESTER, {}), (CaseEvent.ANALYSIS_DONE, REQUESTER, {}),
+        (CaseEvent.PLAN_READY, REQUESTER, {"plan": plan}),
+        (CaseEvent.GATE_APPROVED, PAST_APPROVER, {"plan_hash": plan_hash(plan)}),
+        (CaseEvent.EXEC_DONE, "executor", {})]
+    for event, actor, extra in steps:
+        app.cases.transition(TransitionCase(case_id, event, actor=actor, **extra), _key()).data()
+    if finding is not None:
+        with transaction(app.engine) as conn:
+            write_findings(conn, case_id, 2, [{"metric": finding.split()[0],
+                                               "summary": finding}])
+    app.cases.note(NoteCase(case_id, "verify_result", "verifier", reason=verification),
+                   _key()).data()
+    app.cases.transition(TransitionCase(case_id, CaseEvent.VERIFY_PASS, actor="verifier"),
+                         _key()).data()
+    Library(app.engine).index_case(case_id)
+
+
+_message_ids = iter(range(1, 1 << 62))
+
+
+def _delivery(app: App, case_id: UUID, topic: str, consumer: str) -> Delivery:
+    case = app.cases.get_case(case_id)
+    payload = {"case_id": str(case_id), "version": case["version"],
+               "correlation_id": f"eval-{case_id}"}
+    return Delivery(consumer, Envelope(next(_message_ids), topic, str(case_id), payload))
+
+
+def observe(app: App, scenario: str, case_id: UUID, turn: TurnResult | None, seconds: float,
+            error: str | None) -> Observed:
+    """What the run left on the case."""
+    timeline = app.cases.timeline(case_id)
+    usage = [row["meta"]["context"] for row in timeline if row["event"] == "agent_usage"]
+    tools: dict[str, int] = {}
+    for entry in usage:
+        for name, count in (entry.get("tools") or {}).items():
+            tools[name] = tools.get(name, 0) + int(count)
+    stored = app.cases.proposed_plan(case_id)
+    plan = None if stored is None else stored["plan"]
+    words = [str(row["reason"] or "") for row in timeline
+             if row["actor"] == ACTOR and row["event"] in ("findings", "agent_update")]
+    words += [turn.reply if turn else "", str((plan or {}).get("title", ""))]
+    return Observed(
+        scenario=scenario, status=str(app.cases.get_case(case_id)["status"]), plan=plan,
+        words="\n".join(words), outcome=turn.outcome if turn else "no turn",
+        model_calls=sum(int(u.get("model_calls", 0)) for u in usage),
+        tokens_in=sum(int(u.get("tokens_in", 0)) for u in usage),
+        tokens_out=sum(int(u.get("tokens_out", 0)) for u in usage),
+        invalid_plans=tools.get("invalid_plans", 0),
+        malformed_calls=tools.get("malformed_calls", 0),
+        refused=tuple(str(row["reason"]) for row in timeline if row["event"] == "agent_refused"),
+        approvals=sum(row["event"] == CaseEvent.GATE_APPROVED for row in timeline),
+        seconds=seconds, error=error)

@@ -1,0 +1,171 @@
+"""The evaluation's scenarios: one JSON file each in a folder (``agent/eval/scenarios/`` ships
+with opsgate). A scenario is an incident as people report it (title, severity, thread), the
+metric series recorded around it, extra runbooks, past verified cases, and what a good answer
+contains (``expect``) — plus, for the scripted models, the answer a good model gives (``answer``).
+
+A file that does not fit is one line naming the file and the field (``ScenarioError``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from core.domain.plan_templates import load_template, template_names
+
+SHIPPED = Path(__file__).resolve().parent / "scenarios"
+FAMILIES = ("rollback", "restart", "scale", "failover", "no change", "refuse")
+Family = Literal["rollback", "restart", "scale", "failover", "no change", "refuse"]
+MAX_SCENARIOS = 500
+
+
+class ScenarioError(ValueError):
+    """A scenario folder or file that cannot be used, in one line."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Message(Strict):
+    by: str = Field(min_length=1, max_length=80)
+    text: str = Field(min_length=1, max_length=2000)
+
+
+class Report(Strict):
+    """The incident as a person wrote it."""
+
+    title: str = Field(min_length=1, max_length=200)
+    severity: Literal["SEV1", "SEV2", "SEV3", "SEV4"] = "SEV2"
+    language: str = Field(default="en", pattern=r"^[a-z]{2}$")
+    style: Literal["clear", "vague", "misleading", "hostile"] = "clear"
+    thread: tuple[Message, ...] = ()
+
+
+class Series(Strict):
+    """One recorded metric: ``normal`` before the incident, ``incident`` from ``starts_s``
+    (a ``step``, or a ``ramp`` reaching it at 0), ``fixed`` once the right change is made
+    (default: ``normal``); ``flat`` stays ``normal`` throughout. An incident that cleared by
+itself ends at ``ends_s``."""
+
+    shape: Literal["flat", "step", "ramp"] = "step"
+    normal: float
+    incident: float | None = None
+    fixed: float | None = None
+    starts_s: int = Field(default=0, ge=-3000, le=600)
+    ends_s: int | None = Field(default=None, ge=-3000, le=1800)
+    noise: float = Field(default=0.02, ge=0, le=0.5)
+
+    def value_fixed(self) -> float:
+        return self.normal if self.fixed is None else self.fixed
+
+
+class PastCase(Strict):
+    """A verified case the library already holds."""
+
+    title: str = Field(min_length=1, max_length=200)
+    plan: str | dict[str, Any]
+    finding: str | None = None
+    verification: str = "the fix held"
+
+
+class Cause(Strict):
+    metric: str = Field(min_length=1)
+    words: tuple[str, ...] = ()
+
+
+class Expect(Strict):
+    """What a good answer contains."""
+
+    family: tuple[Family, ...] = Field(min_length=1)
+    risk: tuple[float, float] = (0.0, 1.0)
+    cause: Cause | None = None
+
+    @field_validator("risk")
+    @classmethod
+    def _band(cls, band: tuple[float, float]) -> tuple[float, float]:
+        if not 0.0 <= band[0] <= band[1] <= 1.0:
+            raise ValueError("risk must be [low, high] with 0 <= low <= high <= 1")
+        return band
+
+
+class Answer(Strict):
+    """The good answer the scripted ``good`` model gives: a plan (a ``$TEMPLATE:<name>`` or a
+    ChangePlan) or none (a refusal), and its findings in words."""
+
+    plan: str | dict[str, Any] | None
+    findings: str = Field(min_length=1, max_length=1000)
+
+
+class Adversarial(Strict):
+    kind: Literal["report_injection", "runbook_injection", "skip_approval", "lying_tool"]
+    markers: tuple[str, ...] = Field(min_length=1)  # text that must never reach a plan
+
+
+class Scenario(Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")
+    report: Report
+    series: dict[str, Series] = Field(min_length=1)
+    runbooks: tuple[str, ...] = ()
+    past_cases: tuple[PastCase, ...] = ()
+    expect: Expect
+    answer: Answer
+    adversarial: Adversarial | None = None
+
+    def answer_plan(self) -> dict[str, Any] | None:
+        return resolve_plan(self.answer.plan)
+
+
+def resolve_plan(ref: str | dict[str, Any] | None) -> dict[str, Any] | None:
+    """A plan reference: ``$TEMPLATE:<name>`` is the catalog plan, a dict is itself."""
+    if ref is None or isinstance(ref, dict):
+        return ref
+    name = ref.removeprefix("$TEMPLATE:")
+    if not ref.startswith("$TEMPLATE:") or name not in template_names():
+        raise ValueError(f"{ref!r} is not $TEMPLATE:<one of {', '.join(template_names())}>")
+    return load_template(name)
+
+
+def load_scenario(path: Path) -> Scenario:
+    """One scenario file, checked; ``ScenarioError`` names the file and the field."""
+    try:
+        raw = json.loads(path.read_text("utf-8"))
+        scenario = Scenario.model_validate(raw)
+        resolve_plan(scenario.answer.plan)
+        for past in scenario.past_cases:
+            resolve_plan(past.plan)
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(f"{path}: not JSON: {exc.msg} at line {exc.lineno}") from exc
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(top)"
+        raise ScenarioError(f"{path}: {where}: {first['msg']}") from exc
+    except ValueError as exc:
+        raise ScenarioError(f"{path}: {exc}") from exc
+    if scenario.name != path.stem:
+        raise ScenarioError(f"{path}: name {scenario.name!r} must match the file name")
+    return scenario
+
+
+def load_scenarios(folder: Path = SHIPPED) -> list[Scenario]:
+    """Every ``*.json`` of ``folder``, sorted by name; at least one."""
+    if not folder.is_dir():
+        raise ScenarioError(f"--scenarios {folder}: not a folder of scenario *.json files")
+    paths = sorted(folder.glob("*.json"))
+    if not paths:
+        raise ScenarioError(f"--scenarios {folder}: holds no scenario *.json files")
+    if len(paths) > MAX_SCENARIOS:
+        raise ScenarioError(f"--scenarios {folder}: {len(paths)} files, at most {MAX_SCENARIOS}")
+    return [load_scenario(path) for path in paths]
+
+
+def runbook_file(folder: Path, name: str) -> Path:
+    """A scenario's extra runbook: ``<scenarios>/runbooks/<name>.md``."""
+    path = folder / "runbooks" / f"{name}.md"
+    if not path.is_file():
+        raise ScenarioError(f"runbook {name!r}: no file {path}")
+    return path

@@ -1,0 +1,131 @@
+"""A scenario's metrics over time, in two worlds: ``before`` (nobody fixes anything: the
+incident goes on) and ``after`` (the right change lands at ``FIX_AT_S``). The analyst reads the
+recorded points up to the moment the case is analysed (``write_recorded``); the verifier judges
+a plan's ``verify`` block in both worlds (``verify_detects``) through ``SeriesSource``, a
+``core.evidence.MetricSource`` that honours time windows, so a block that would pass before the
+fix could show is caught.
+
+Times are seconds from the incident's start (the case's opening); values are deterministic
+(noise seeded by scenario, metric and time)."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from agent.eval.scenarios import Series
+from core.domain.verify import parse_verify
+from core.errors import InvalidPlan
+from core.evidence import EvidenceMissing, Moment, Worst, read_block
+from core.outbound.allowlists import UrlAllowList
+
+STEP_S = 60
+RECORDED_FROM_S = -3600  # the analyst's view: an hour before the incident ...
+RECORDED_TO_S = 600  # ... to ten minutes into it
+FIX_AT_S = 1800  # when the change lands in the ``after`` world
+POLL_S = 30  # how often the verifier reads
+MAX_WAIT_S = 3600  # the longest a verify block is read for
+World = Literal["before", "after"]
+
+
+def value_at(scenario: str, metric: str, series: Series, t: float, world: World) -> float:
+    """The metric's value ``t`` seconds after the incident started, in ``world``."""
+    if world == "after" and t >= FIX_AT_S:
+        base = series.value_fixed()
+    else:
+        base = _incident_value(series, t)
+    seed = zlib.crc32(f"{scenario}/{metric}/{int(t)}".encode())
+    wobble = (seed % 2001) / 1000.0 - 1.0  # in [-1, 1]
+    return max(0.0, base * (1.0 + series.noise * wobble))
+
+
+def _incident_value(series: Series, t: float) -> float:
+    incident = series.normal if series.incident is None else series.incident
+    ended = series.ends_s is not None and t >= series.ends_s
+    if series.shape == "flat" or t < series.starts_s or ended:
+        return series.normal
+    if series.shape == "ramp" and series.starts_s < 0 and t < 0:
+        share = (t - series.starts_s) / -series.starts_s
+        return series.normal + (incident - series.normal) * share
+    return incident
+
+
+def write_recorded(folder: Path, scenario: str, series: Mapping[str, Series]) -> None:
+    """``<folder>/<metric>.json`` as ``core.analysis.sources.RecordedSource`` reads them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for metric, shape in series.items():
+        points = [[t, round(value_at(scenario, metric, shape, t, "before"), 6)]
+                  for t in range(RECORDED_FROM_S, RECORDED_TO_S + 1, STEP_S)]
+        doc = {"metric": metric, "step_s": STEP_S, "points": points}
+        (folder / f"{metric}.json").write_text(json.dumps(doc), "utf-8")
+
+
+@dataclass(frozen=True)
+class SeriesSource:
+    """The verifier's metric source for one world: ``read`` answers the worst value over the
+    window ending at ``at`` (points every ``STEP_S``), by metric name."""
+
+    scenario: str
+    series: Mapping[str, Series]
+    world: World
+    origin: datetime
+
+    def read(self, query: str, *, over_s: float | None = None, worst: Worst = "max",
+             at: datetime | None = None) -> float:
+        shape = self.series.get(query.strip())
+        if shape is None:
+            raise EvidenceMissing(f"no series {query.strip()[:80]!r} was recorded")
+        end = ((at or self.origin) - self.origin).total_seconds()
+        last = end - end % STEP_S
+        span = over_s or 0.0
+        times = [t for t in range(int(last), int(end - span) - 1, -STEP_S) if t > end - span]
+        values = [value_at(self.scenario, query.strip(), shape, t, self.world)
+                  for t in times or [int(last)]]
+        return max(values) if worst == "max" else min(values)
+
+
+@dataclass(frozen=True)
+class Detection:
+    """How a verify block fares: whether it ever holds after the fix and before it."""
+
+    holds_after: bool
+    holds_before: bool
+    reason: str
+
+    @property
+    def detects_fix(self) -> bool:
+        return self.holds_after and not self.holds_before
+
+
+def verify_detects(verify: Any, scenario: str, series: Mapping[str, Series]) -> Detection:
+    """Read ``verify`` every ``POLL_S`` from the fix to its deadline, in both worlds."""
+    try:
+        block = parse_verify(verify)
+    except InvalidPlan as exc:
+        return Detection(False, False, f"verify block unreadable: {exc.message}")
+    origin = datetime(2026, 1, 1)
+    since = origin + timedelta(seconds=FIX_AT_S)
+    polls = int(block.wait_s(max_wait_s=MAX_WAIT_S) // POLL_S) + 1
+    held: dict[World, str | None] = {}
+    last = ""
+    for world in ("after", "before"):
+        source = SeriesSource(scenario, series, world, origin)
+        held[world] = None
+        for n in range(polls):
+            moment = Moment(at=since + timedelta(seconds=n * POLL_S), since=since)
+            outcome = read_block(block, source, UrlAllowList([]), moment, timeout_s=1.0)
+            last = outcome.reason
+            if outcome.passed:
+                held[world] = f"{world}: held at +{n * POLL_S}s ({outcome.reason})"
+                break
+            if outcome.state == "cannot":
+                break
+        if world == "after" and held[world] is None:
+            return Detection(False, False, f"never holds after the fix: {last}")
+    reason = held["before"] or held["after"] or last
+    return Detection(held["after"] is not None, held["before"] is not None, reason)
