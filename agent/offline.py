@@ -88,7 +88,8 @@ class OfflinePlannerModel(BaseChatModel):
         if "propose_plan" in results:
             learned = learned_plan(evidence, title) is not None
             return AIMessage(content=self._proposal_answer(results["propose_plan"],
-                                                           evidence if learned else {}))
+                                                           evidence if learned else {},
+                                                           findings_cited(evidence)))
         status = self._status(case, results.get("record_findings"))
         wants_plan = any(word in request.lower() for word in WANTS_PLAN)
         if wants_plan and status == CaseStatus.ANALYZING and "record_findings" not in results:
@@ -145,14 +146,16 @@ class OfflinePlannerModel(BaseChatModel):
         return "; ".join(part for part in parts if part) + "."
 
     @staticmethod
-    def _proposal_answer(result: dict[str, Any], learned: dict[str, Any]) -> str:
-        """``learned``: the evidence whose best plan was proposed (empty for a template)."""
+    def _proposal_answer(result: dict[str, Any], learned: dict[str, Any], cited: str) -> str:
+        """``learned``: the evidence whose best plan was proposed (empty for a template);
+        ``cited``: the analyst's findings it rests on ("" when there are none)."""
         if result.get("error"):
             return f"I could not propose a plan: {json.dumps(result.get('error'))[:300]}"
         digest = str((result.get("result") or {}).get("plan_hash", ""))[:12]
         source = f", {learned_from(learned)}" if learned else ""
-        return (f"I proposed plan {digest}{source}. It waits at the gate: an authorized human "
-                "must approve it; I cannot execute or approve plans.")
+        basis = f" It rests on the analyst's {cited[:400]}." if cited else ""
+        return (f"I proposed plan {digest}{source}.{basis} It waits at the gate: an authorized "
+                "human must approve it; I cannot execute or approve plans.")
 
     def _status_answer(self, case: dict[str, Any], status: str,
                        results: dict[str, dict[str, Any]]) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agent.eval.scenarios import Series
-from core.domain.verify import parse_verify
+from core.domain.verify import VerifyBlock, parse_verify
 from core.errors import InvalidPlan
 from core.evidence import EvidenceMissing, Moment, Worst, read_block
 from core.outbound.allowlists import UrlAllowList
@@ -111,21 +111,22 @@ def verify_detects(verify: Any, scenario: str, series: Mapping[str, Series]) -> 
     origin = datetime(2026, 1, 1)
     since = origin + timedelta(seconds=FIX_AT_S)
     polls = int(block.wait_s(max_wait_s=MAX_WAIT_S) // POLL_S) + 1
-    held: dict[World, str | None] = {}
-    last = ""
-    for world in ("after", "before"):
-        source = SeriesSource(scenario, series, world, origin)
-        held[world] = None
-        for n in range(polls):
-            moment = Moment(at=since + timedelta(seconds=n * POLL_S), since=since)
-            outcome = read_block(block, source, UrlAllowList([]), moment, timeout_s=1.0)
-            last = outcome.reason
-            if outcome.passed:
-                held[world] = f"{world}: held at +{n * POLL_S}s ({outcome.reason})"
-                break
-            if outcome.state == "cannot":
-                break
-        if world == "after" and held[world] is None:
-            return Detection(False, False, f"never holds after the fix: {last}")
-    reason = held["before"] or held["after"] or last
-    return Detection(held["after"] is not None, held["before"] is not None, reason)
+    after = _first_held(block, SeriesSource(scenario, series, "after", origin), since, polls)
+    before = _first_held(block, SeriesSource(scenario, series, "before", origin), since, polls)
+    reason = (f"after the fix: {after[1]}; without it: {before[1]}")
+    return Detection(after[0], before[0], reason)
+
+
+def _first_held(block: VerifyBlock, source: SeriesSource, since: datetime,
+                polls: int) -> tuple[bool, str]:
+    """Whether the block holds at some reading, and the reading that decided."""
+    last = "no reading"
+    for n in range(polls):
+        moment = Moment(at=since + timedelta(seconds=n * POLL_S), since=since)
+        outcome = read_block(block, source, UrlAllowList([]), moment, timeout_s=1.0)
+        last = outcome.reason
+        if outcome.passed:
+            return True, f"held at +{n * POLL_S}s ({last})"
+        if outcome.state == "cannot":
+            break
+    return False, f"never held ({last})"
