@@ -68,7 +68,8 @@ def write_recorded(folder: Path, scenario: str, series: Mapping[str, Series]) ->
 @dataclass(frozen=True)
 class SeriesSource:
     """The verifier's metric source for one world: ``read`` answers the worst value over the
-    window ending at ``at`` (points every ``STEP_S``), by metric name."""
+    window ending at ``at`` (samples every ``STEP_S``), by metric name, as Prometheus does
+    (``tests/integration/test_eval_series.py`` holds the two to the same answers)."""
 
     scenario: str
     series: Mapping[str, Series]
@@ -81,11 +82,12 @@ class SeriesSource:
         if shape is None:
             raise EvidenceMissing(f"no series {query.strip()[:80]!r} was recorded")
         end = ((at or self.origin) - self.origin).total_seconds()
-        last = end - end % STEP_S
-        span = over_s or 0.0
-        times = [t for t in range(int(last), int(end - span) - 1, -STEP_S) if t > end - span]
+        # As Prometheus answers ``max_over_time((m)[W:])``: every instant of [end - W, end]
+        # sees the latest sample at or before it, so the sample before the window counts too.
+        start = end - (over_s or 0.0)
+        first, last = int(start - start % STEP_S), int(end - end % STEP_S)
         values = [value_at(self.scenario, query.strip(), shape, t, self.world)
-                  for t in times or [int(last)]]
+                  for t in range(first, last + 1, STEP_S)]
         return max(values) if worst == "max" else min(values)
 
 
