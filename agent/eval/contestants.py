@@ -18,7 +18,8 @@ from agent.models import chat_model
 from agent.offline import OFFLINE_NAME, OfflinePlannerModel
 from agent.scripted import ScriptedChatModel
 from core.domain.plan_templates import load_template
-from core.settings import Settings
+from core.settings import load_settings
+from core.settings_errors import InvalidSettings
 
 SCRIPTED = {
     "good": "finds the cause, proposes the expected plan, refuses what it must",
@@ -45,12 +46,10 @@ def contestant(name: str | None, base_url: str | None = None) -> tuple[str, Fact
                              + ", ".join(f"scripted:{k}" for k in SCRIPTED))
         return name, lambda scenario, case_id: scripted(kind, scenario, case_id)
     key = os.environ.get("OPENAI_API_KEY") or NOT_AN_API_KEY
-    try:
-        settings = Settings(_env_file=None, model=name, openai_api_key=key,
-                            openai_base_url=base_url)
-    except Exception as exc:  # pydantic's ValidationError, said in one line
-        raise ValueError(f"--base-url {base_url!r}: expected an http(s) URL such as "
-                         "http://127.0.0.1:8000/v1") from exc
+    try:  # the product's own reading: the environment, then what the command line named
+        settings = load_settings(model=name, openai_api_key=key, openai_base_url=base_url)
+    except InvalidSettings as exc:
+        raise ValueError(exc.message) from None
     return name, lambda _scenario, _case: chat_model(settings)
 
 

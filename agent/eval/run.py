@@ -34,12 +34,13 @@ from core.domain.fsm import CaseEvent
 from core.domain.messages import Topic
 from core.domain.plans import plan_hash
 from core.library import Library
+from core.library.runbooks import runbooks_folder
 from core.messaging.consumer import Delivery
 from core.messaging.envelope import Envelope
 from core.migrate import upgrade_engine
 from core.settings import Settings
 
-SHIPPED_RUNBOOKS = Path(__file__).resolve().parents[2] / "docs" / "runbooks"
+SHIPPED_RUNBOOKS = "docs/runbooks"  # the product's own, then the scenario's
 REQUESTER = "oncall@example"  # who opens the case; the planner proposes on their behalf
 PAST_APPROVER = "lead@example"  # who approved the past verified cases
 ModelFactory = Callable[[Scenario, UUID], BaseChatModel]
@@ -126,7 +127,7 @@ def _run(scenario: Scenario, folder: Path, model: ModelFactory, work: Path,
 
 def _runbooks(scenario: Scenario, folder: Path, target: Path) -> Path:
     target.mkdir(parents=True, exist_ok=True)
-    for book in SHIPPED_RUNBOOKS.glob("*.md"):
+    for book in runbooks_folder(SHIPPED_RUNBOOKS).glob("*.md"):
         shutil.copyfile(book, target / book.name)
     for name in scenario.runbooks:
         shutil.copyfile(runbook_file(folder, name), target / f"{name}.md")
