@@ -121,7 +121,7 @@ def test_the_command_prints_the_scorecard_last_and_writes_out(tmp_path, capsys):
 @pytest.mark.parametrize(("argv", "message"), [
     (["--repeat", "0"], "--repeat 0: expected a whole number from 1 to 20"),
     (["--model", "scripted:clever"], "scripted models are scripted:good"),
-    (["--model", "m", "--base-url", "not a url"], "--base-url 'not a url': expected"),
+    (["--model", "m", "--base-url", "not a url"], "'not a url': not an absolute http"),
     (["--scenarios", "/nonexistent"], "not a folder of scenario"),
 ])
 def test_bad_arguments_are_one_line(argv, message, capsys):
