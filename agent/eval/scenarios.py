@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from core.domain.plan_templates import load_template, template_names
+from core.errors import OpsgateError
 
 SHIPPED = Path(__file__).resolve().parent / "scenarios"
 FAMILIES = ("rollback", "restart", "scale", "failover", "no change", "refuse")
@@ -21,8 +22,10 @@ Family = Literal["rollback", "restart", "scale", "failover", "no change", "refus
 MAX_SCENARIOS = 500
 
 
-class ScenarioError(ValueError):
+class ScenarioError(OpsgateError):
     """A scenario folder or file that cannot be used, in one line."""
+
+    code = "invalid_scenario"
 
 
 class Strict(BaseModel):
