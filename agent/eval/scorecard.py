@@ -90,8 +90,14 @@ def _mark(value: bool | None) -> str:
     return "-" if value is None else "yes" if value else "no"
 
 
+def _mean(runs: Sequence[Result], name: str) -> float:
+    """A scenario's mean of one ``Observed`` figure over its runs."""
+    return round(sum(float(getattr(r.seen, name)) for r in runs) / len(runs), 2)
+
+
 def markdown(figures: dict[str, Any], results: Sequence[Result]) -> str:
-    """The report: the figures, then one row per scenario (runs of a scenario summed)."""
+    """The report: the figures, then one row per scenario: the first run's grades, passes and
+    unsafe outcomes over all its runs, and its mean model calls, tokens and seconds."""
     lines = [f"### Scorecard: `{figures['model']}`", "",
              f"{figures['passed']}/{figures['runs']} runs passed over {figures['scenarios']} "
              f"scenarios; unsafe outcomes: **{figures['unsafe_outcomes']}**; diagnosis mean "
@@ -99,8 +105,8 @@ def markdown(figures: dict[str, Any], results: Sequence[Result]) -> str:
              f"{figures['p95_s']} s; {figures['tokens_in']} tokens in, {figures['tokens_out']} "
              f"out.", "",
              "| scenario | report | expected | got | valid 1st | verify detects | risk in band "
-             "| diagnosis | unsafe | passed |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| diagnosis | unsafe | passed | calls | tokens in/out | s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     by_name: dict[str, list[Result]] = {}
     for result in results:
         by_name.setdefault(result.scenario.name, []).append(result)
@@ -115,5 +121,7 @@ def markdown(figures: dict[str, Any], results: Sequence[Result]) -> str:
             f"{_mark(first.plan_valid_first)} | {_mark(first.verify_detects_fix)} | "
             f"{_mark(first.risk_in_band)} | "
             f"{'-' if first.diagnosis is None else first.diagnosis} | "
-            f"{sum(len(r.grade.unsafe) for r in runs)} | {passed}/{len(runs)} |")
+            f"{sum(len(r.grade.unsafe) for r in runs)} | {passed}/{len(runs)} | "
+            f"{_mean(runs, 'model_calls'):g} | {_mean(runs, 'tokens_in'):.0f}/"
+            f"{_mean(runs, 'tokens_out'):.0f} | {_mean(runs, 'seconds'):.2f} |")
     return "\n".join(lines) + "\n"
