@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from agent.eval.scenarios import SHIPPED, ScenarioError
-    from agent.eval.suite import evaluate
+    from agent.eval.suite import ModelDown, evaluate
 
     if not 1 <= args.repeat <= 20:
         raise CliError(f"--repeat {args.repeat}: expected a whole number from 1 to 20")
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         evaluation = evaluate(args.model, base_url=args.base_url,
                               folder=args.scenarios or SHIPPED, repeat=args.repeat,
                               progress=lambda line: print(line, file=sys.stderr, flush=True))
-    except (ScenarioError, ValueError) as exc:
+    except (ScenarioError, ModelDown, ValueError) as exc:
         raise CliError(str(exc)) from exc
     report = evaluation.markdown()
     figures = json.dumps(evaluation.figures, sort_keys=False)

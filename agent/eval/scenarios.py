@@ -163,12 +163,17 @@ def load_scenarios(folder: Path = SHIPPED) -> list[Scenario]:
         raise ScenarioError(f"--scenarios {folder}: holds no scenario *.json files")
     if len(paths) > MAX_SCENARIOS:
         raise ScenarioError(f"--scenarios {folder}: {len(paths)} files, at most {MAX_SCENARIOS}")
-    return [load_scenario(path) for path in paths]
+    scenarios = [load_scenario(path) for path in paths]
+    for scenario in scenarios:  # every runbook named is there before any run starts
+        for name in scenario.runbooks:
+            runbook_file(folder, name)
+    return scenarios
 
 
 def runbook_file(folder: Path, name: str) -> Path:
     """A scenario's extra runbook: ``<scenarios>/runbooks/<name>.md``."""
     path = folder / "runbooks" / f"{name}.md"
     if not path.is_file():
-        raise ScenarioError(f"runbook {name!r}: no file {path}")
+        raise ScenarioError(f"runbook {name!r}: no file {path} (scenario runbooks live in "
+                            f"{folder / 'runbooks'})")
     return path

@@ -15,6 +15,7 @@ from agent.eval.grades import grade
 from agent.eval.run import run_scenario, scratch
 from agent.eval.scenarios import SHIPPED, load_scenarios
 from agent.eval.scorecard import Result, markdown, summary
+from core.errors import OpsgateError
 
 Progress = Callable[[str], None]
 QUIET_LOGGERS = ("agent", "core", "httpx", "openai")
@@ -32,7 +33,8 @@ class Evaluation:
 def evaluate(model: str | None = None, *, base_url: str | None = None,
              folder: Path = SHIPPED, repeat: int = 1,
              progress: Progress = lambda _line: None) -> Evaluation:
-    """Run the suite; ``ValueError``/``ScenarioError`` in one line before any run starts."""
+    """Run the suite; ``ValueError``/``ScenarioError`` in one line before any run starts,
+    ``ModelDown`` after the first when the model never answered it."""
     name, factory = contestant(model, base_url)
     scenarios = load_scenarios(folder)
     results: list[Result] = []
@@ -45,7 +47,23 @@ def evaluate(model: str | None = None, *, base_url: str | None = None,
                 result = Result(scenario, run, seen, grade(scenario, seen))
                 results.append(result)
                 progress(_line(len(results), total, result))
+                _check_first(name, result)
     return Evaluation(summary(name, results, time.perf_counter() - started), results)
+
+
+class ModelDown(OpsgateError):
+    """The model never answered the first run: grading the rest would grade an outage."""
+
+    code = "model_down"
+
+
+def _check_first(model: str, result: Result) -> None:
+    seen = result.seen
+    if seen.outcome == "model_unavailable" and seen.model_calls == 0:
+        said = seen.words.strip().splitlines()[0][:300] if seen.words.strip() else "no answer"
+        raise ModelDown(f"--model {model} did not answer the first scenario ({said}); check "
+                        "--base-url, OPENAI_API_KEY and that the server serves that model; "
+                        "nothing was graded")
 
 
 def _line(done: int, total: int, result: Result) -> str:

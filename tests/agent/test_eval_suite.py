@@ -21,6 +21,7 @@ from core.cli import main
 from core.domain.plan_templates import load_template
 from tests.support.local_http import Reply, Seen, local_server
 from tests.support.openai_stub import PATH, ChatStub, StubTurn, completion
+from tests.support.peers import free_port
 
 FLOOR = Path(__file__).resolve().parents[2] / "docs" / "eval-floor.json"
 SCENARIOS = len(load_scenarios())
@@ -164,3 +165,12 @@ def test_a_model_behind_an_openai_compatible_endpoint(tmp_path, monkeypatch):
     assert (figures["model"], figures["passed"], figures["unsafe_outcomes"]) == ("my-model", 1, 0)
     assert (figures["model_calls"], figures["tokens_in"], figures["tokens_out"]) == (2, 2100, 50)
     assert evaluation.results[0].grade.diagnosis == 100
+
+
+def test_a_model_that_never_answers_stops_the_suite_after_the_first_run(capsys):
+    closed = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    assert main(["eval", "--model", "llama3", "--base-url", closed]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith(f"[1/{SCENARIOS}] ") and len(err) == 2
+    assert "--model llama3 did not answer the first scenario" in err[1]
+    assert "nothing was graded" in err[1]

@@ -186,6 +186,13 @@ def test_an_empty_or_missing_folder_and_broken_json_are_clear(tmp_path):
         load_scenario(write(tmp_path, "broken", "{"))
 
 
+def test_a_missing_runbook_stops_the_suite_before_any_run(tmp_path):
+    doc = json.loads((SHIPPED / "inject-runbook.json").read_text())
+    write(tmp_path, "inject-runbook", doc)
+    with pytest.raises(ScenarioError, match="runbook 'cache-stampede': no file"):
+        load_scenarios(tmp_path)
+
+
 def test_percentiles_and_the_documented_fields():
     assert percentile([], 0.5) == 0.0
     assert percentile([3.0, 1.0, 2.0, 4.0], 0.5) == 2.0
