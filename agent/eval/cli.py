@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     except (ScenarioError, ModelDown, ValueError) as exc:
         raise CliError(str(exc)) from exc
     report = evaluation.markdown()
-    figures = json.dumps(evaluation.figures, sort_keys=False)
+    figures = json.dumps(evaluation.figures)
     if args.out is not None:
         _write(args.out, report, figures, evaluation)
     print(report)

@@ -36,9 +36,8 @@ Factory = Callable[[Scenario, UUID], BaseChatModel]
 def contestant(name: str | None, base_url: str | None = None) -> tuple[str, Factory]:
     """The model called ``name`` and a factory of a fresh one per run; ``ValueError`` in one
     line when it cannot be built."""
-    if name in (None, "", OFFLINE_NAME):
+    if not name or name == OFFLINE_NAME:
         return OFFLINE_NAME, lambda _scenario, _case: OfflinePlannerModel()
-    assert name is not None
     if name.startswith("scripted:"):
         kind = name.removeprefix("scripted:")
         if kind not in SCRIPTED:

@@ -1,7 +1,9 @@
 """One run of one scenario through the real product: a scratch SQLite database (migrated once,
 copied per run), the case service, the gateway, the analyst reading the scenario's recorded
 series, the library holding its past verified cases, its runbooks, and the agent planner driving
-the contestant model through the real graph. What the run left behind is ``Observed``."""
+the contestant model through the real graph; the commands the case service writes reach them
+through the outbox relay and consumer runners of the embedded default. What the run left
+behind is ``Observed``."""
 
 from __future__ import annotations
 
@@ -24,19 +26,19 @@ from agent.eval.series import write_recorded
 from agent.planner import AgentPlanner
 from agent.runner import Agent, TurnResult
 from agent.tools import ACTOR
-from core.analysis.sources import RecordedSource
 from core.analysis.store import write_findings
 from core.bootstrap import App, bootstrap
 from core.consumers.analyst import Analyst
 from core.db.database import make_engine, transaction
 from core.domain.commands import NoteCase, OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent
-from core.domain.messages import Topic
 from core.domain.plans import plan_hash
 from core.library import Library
 from core.library.runbooks import runbooks_folder
-from core.messaging.consumer import Delivery
-from core.messaging.envelope import Envelope
+from core.messaging.bus import InProcessBus
+from core.messaging.consumer import ConsumerRunner
+from core.messaging.inbox import dead_letters
+from core.messaging.relay import OutboxRelay
 from core.migrate import upgrade_engine
 from core.settings import Settings
 
@@ -47,12 +49,18 @@ ModelFactory = Callable[[Scenario, UUID], BaseChatModel]
 
 
 class RecordingAgent(Agent):
-    """The agent, keeping each turn's result: the model's final words are graded."""
+    """The agent, keeping its turn's result and how long it took: the model's final words and
+    its latency are graded."""
 
     last: TurnResult | None = None
+    seconds: float = 0.0
 
     def run_turn(self, case_id: UUID, text: str | None, **kwargs: Any) -> TurnResult:
-        self.last = super().run_turn(case_id, text, **kwargs)
+        started = time.perf_counter()
+        try:
+            self.last = super().run_turn(case_id, text, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - started
         return self.last
 
 
@@ -110,19 +118,16 @@ def _run(scenario: Scenario, folder: Path, model: ModelFactory, work: Path,
         _past_case(app, past.title, resolve_plan(past.plan) or {}, past.finding,
                    past.verification)
     case_id = _open(app, scenario)
-    Analyst(app, source=RecordedSource(work / "series")).handle(
-        _delivery(app, case_id, Topic.ANALYSIS_RUN, "analyst"))
     agent = RecordingAgent(app, model=model(scenario, case_id), lock_wait_s=1.0)
-    started = time.perf_counter()
-    error = None
+    bus = InProcessBus()  # the embedded default's bus: the relay delivers what the FSM wrote
+    for consumer in (Analyst(app), AgentPlanner(app, agent)):
+        bus.subscribe(consumer.topics, ConsumerRunner(engine, consumer))
     try:
-        AgentPlanner(app, agent).handle(_delivery(app, case_id, Topic.PLAN_GENERATE, "planner"))
-    except Exception as exc:  # a model may break a turn: graded, not fatal
-        error = f"{type(exc).__name__}: {str(exc)[:200]}"
+        OutboxRelay(engine, bus).drain()  # analysis, then planning, then nothing is due
     finally:
         agent.close()
-    seconds = time.perf_counter() - started
-    return observe(app, scenario.name, case_id, agent.last, seconds, error)
+    dead = [f"{row['consumer']}: {row['error'][:200]}" for row in dead_letters(engine)]
+    return observe(app, scenario.name, case_id, agent, dead[0] if dead else None)
 
 
 def _runbooks(scenario: Scenario, folder: Path, target: Path) -> Path:
@@ -174,19 +179,10 @@ def _past_case(app: App, title: str, plan: dict[str, Any], finding: str | None,
     Library(app.engine).index_case(case_id)
 
 
-_message_ids = iter(range(1, 1 << 62))
-
-
-def _delivery(app: App, case_id: UUID, topic: str, consumer: str) -> Delivery:
-    case = app.cases.get_case(case_id)
-    payload = {"case_id": str(case_id), "version": case["version"],
-               "correlation_id": f"eval-{case_id}"}
-    return Delivery(consumer, Envelope(next(_message_ids), topic, str(case_id), payload))
-
-
-def observe(app: App, scenario: str, case_id: UUID, turn: TurnResult | None, seconds: float,
+def observe(app: App, scenario: str, case_id: UUID, agent: RecordingAgent,
             error: str | None) -> Observed:
-    """What the run left on the case."""
+    """What the run left on the case (``error``: a delivery that went to the dead letters)."""
+    turn = agent.last
     timeline = app.cases.timeline(case_id)
     usage = [row["meta"]["context"] for row in timeline if row["event"] == "agent_usage"]
     tools: dict[str, int] = {}
@@ -208,4 +204,4 @@ def observe(app: App, scenario: str, case_id: UUID, turn: TurnResult | None, sec
         malformed_calls=tools.get("malformed_calls", 0),
         refused=tuple(str(row["reason"]) for row in timeline if row["event"] == "agent_refused"),
         approvals=sum(row["event"] == CaseEvent.GATE_APPROVED for row in timeline),
-        seconds=seconds, error=error)
+        seconds=agent.seconds, error=error)

@@ -47,7 +47,8 @@ def evaluate(model: str | None = None, *, base_url: str | None = None,
                 result = Result(scenario, run, seen, grade(scenario, seen))
                 results.append(result)
                 progress(_line(len(results), total, result))
-                _check_first(name, result)
+                if len(results) == 1:
+                    _check_first(name, result)
     return Evaluation(summary(name, results, time.perf_counter() - started), results)
 
 
