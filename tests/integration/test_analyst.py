@@ -1,8 +1,8 @@
-"""The analyst consumer on real SQLite and PostgreSQL: findings from recorded series and from a
-Prometheus-shaped ``query_range`` server on 127.0.0.1 are noted on the case
-(``evt.analysis.findings.v1`` in the outbox, ``evidence_link`` rows) in one transaction, then the
-case goes on to planning; a redelivery after a crash reads nothing again and writes nothing
-twice; with no metric source the case goes on at once, as before."""
+"""The analyst consumer on real SQLite and PostgreSQL: findings from recorded series and from
+Debian's real Prometheus on 127.0.0.1 (its ``query_range`` over a history promtool wrote) are
+noted on the case (``evt.analysis.findings.v1`` in the outbox, ``evidence_link`` rows) in one
+transaction, then the case goes on to planning; a redelivery after a crash reads nothing again
+and writes nothing twice; with no metric source the case goes on at once, as before."""
 
 from __future__ import annotations
 

@@ -27,6 +27,8 @@ from typing import IO, Any, TypeVar
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from tests.support.servers import IN_CI
 
@@ -88,16 +90,18 @@ def require(binary: str) -> str:
 
 class MetricService:
     """A service Prometheus scrapes: ``GET /metrics`` exposes its gauges (``checkout_p95_seconds``
-    starts at ``initial``); ``POST /fix`` records its ``Idempotency-Key`` and, when the fix
-    works, brings the gauge down to ``healthy``."""
+    starts at ``initial``) as prometheus-client writes them; ``POST /fix`` records its
+    ``Idempotency-Key`` and, when the fix works, brings the gauge down to ``healthy``."""
 
     def __init__(self, *, fix_works: bool = True, initial: float = HEALTHY_P95_S,
                  healthy: float = HEALTHY_P95_S) -> None:
         self.fix_works = fix_works
         self.healthy = healthy
         self.fix_requests: list[str] = []  # one Idempotency-Key per POST /fix ("" when absent)
-        self._gauges: dict[str, float] = {GAUGE: initial}
+        self._registry = CollectorRegistry()
+        self._gauges: dict[str, Gauge] = {}
         self._lock = threading.Lock()
+        self.set(GAUGE, initial)
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), _service_handler(self))
         self._http.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -108,25 +112,28 @@ class MetricService:
         if not _METRIC_NAME.fullmatch(name):
             raise ValueError(f"{name!r} is not a Prometheus metric name")
         with self._lock:
-            self._gauges[name] = float(value)
+            if name not in self._gauges:
+                self._gauges[name] = Gauge(name, f"{name}, set by the test",
+                                           registry=self._registry)
+            self._gauges[name].set(value)
 
     def value(self, name: str = GAUGE) -> float:
-        with self._lock:
-            return self._gauges[name]
+        found = self._registry.get_sample_value(name)
+        if found is None:
+            raise KeyError(name)
+        return found
 
     def exposition(self) -> bytes:
-        """The gauges in Prometheus' text format (version 0.0.4)."""
-        with self._lock:
-            gauges = sorted(self._gauges.items())
-        lines = [f"# TYPE {name} gauge\n{name} {value!r}\n" for name, value in gauges]
-        return "".join(lines).encode()
+        """The gauges in Prometheus' text format (version 0.0.4), by prometheus-client."""
+        return generate_latest(self._registry)
 
     def fix(self, key: str) -> dict[str, Any]:
         with self._lock:
             self.fix_requests.append(key)
-            if self.fix_works:
-                self._gauges[GAUGE] = self.healthy
-            return {"fixed": self.fix_works, "requests": len(self.fix_requests)}
+            requests = len(self.fix_requests)
+        if self.fix_works:
+            self.set(GAUGE, self.healthy)
+        return {"fixed": self.fix_works, "requests": requests}
 
     def start(self) -> MetricService:
         self._thread = threading.Thread(target=self._http.serve_forever, args=(0.05,),
@@ -153,7 +160,7 @@ def _service_handler(service: MetricService) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             if self.path.split("?", 1)[0] != "/metrics":
                 return self._reply(404, b"not found\n", "text/plain")
-            return self._reply(200, service.exposition(), "text/plain; version=0.0.4")
+            return self._reply(200, service.exposition(), CONTENT_TYPE_PLAIN_0_0_4)
 
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
