@@ -26,9 +26,20 @@ install: $(STAMP) ## create .venv and install opsgate with its dev tools
 demo: install ## run opsgate on the embedded default with the Slack sandbox page on :3000
 	$(BIN)/opsgate demo $(DEMO_ARGS)
 
-services: ## start the local PostgreSQL and Redis if they are down
-	@pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start || true
-	@redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 || redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no || true
+# A server that cannot be started fails here, in one line, rather than as skipped tests later.
+PG_PORT ?= 5432
+REDIS_PORT ?= 6379
+PG_START ?= pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start
+REDIS_START ?= redis-server --daemonize yes --bind 127.0.0.1 --port $(REDIS_PORT) --save "" --appendonly no
+SERVICE_WAIT_S ?= 30
+
+services: ## start the local PostgreSQL and Redis if they are down; fail if one cannot start
+	@pg_isready -q -h 127.0.0.1 -p $(PG_PORT) || { $(PG_START) >/dev/null 2>&1; \
+	  for i in $$(seq $(SERVICE_WAIT_S)); do pg_isready -q -h 127.0.0.1 -p $(PG_PORT) && exit 0; sleep 1; done; \
+	  echo "make services: PostgreSQL on 127.0.0.1:$(PG_PORT) is down and did not start ($(PG_START))" >&2; exit 1; }
+	@redis-cli -h 127.0.0.1 -p $(REDIS_PORT) ping >/dev/null 2>&1 || { $(REDIS_START) >/dev/null 2>&1; \
+	  for i in $$(seq $(SERVICE_WAIT_S)); do redis-cli -h 127.0.0.1 -p $(REDIS_PORT) ping >/dev/null 2>&1 && exit 0; sleep 1; done; \
+	  echo "make services: Redis on 127.0.0.1:$(REDIS_PORT) is down and did not start ($(REDIS_START))" >&2; exit 1; }
 
 browser: ## Chromium for the browser tests (Debian's package; Playwright never downloads one)
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)

@@ -1,7 +1,7 @@
 """Shared fixtures: a migrated database per test, on SQLite (a temp file) and on the real local
 PostgreSQL (a schema of its own, dropped afterwards), the REST client of a test's app, and the
-real monitoring peers of ``tests/support/peers.py``. Under CI=true an unreachable PostgreSQL or
-Redis, or a missing Prometheus or Alertmanager, fails the run instead of skipping."""
+real monitoring peers of ``tests/support/peers.py``. An unreachable PostgreSQL or Redis, or a
+missing Prometheus or Alertmanager, fails the run (``tests/support/servers.missing``)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from core.db.database import make_engine
 from core.migrate import scratch_schema, upgrade_engine
 from core.service import CaseService
 from tests.support.peers import alertmanager_server, metric_service, prometheus_server  # noqa: F401
-from tests.support.servers import IN_CI, POSTGRES_URL, REDIS_URL
+from tests.support.servers import POSTGRES_URL, REDIS_URL, missing
 
 # Under pytest-xdist (`make test`: two workers) the tests of one lane run on one worker, in turn:
 # "heavy" ones start many processes, threads or PostgreSQL connections at once (two together
@@ -54,13 +54,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     return LaneScheduling(config, log)
 
 
-def _unreachable(what: str, exc: Exception) -> None:
-    message = f"{what} is not reachable: {exc}"
-    if IN_CI:
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)  # outside CI only: without the servers a developer still runs the rest
-
-
 @pytest.fixture(scope="session")
 def postgres_admin() -> Iterator[Engine]:
     engine = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
@@ -68,7 +61,7 @@ def postgres_admin() -> Iterator[Engine]:
         with engine.connect() as conn:
             conn.execute(text("select 1"))
     except Exception as exc:  # any failure to reach the server
-        _unreachable("PostgreSQL", exc)
+        missing(f"PostgreSQL is not reachable: {exc}")
     yield engine
     engine.dispose()
 
@@ -125,7 +118,7 @@ def _redis_server() -> Iterator[redis.Redis]:
     try:
         client.ping()
     except Exception as exc:  # any failure to reach the server
-        _unreachable("Redis", exc)
+        missing(f"Redis is not reachable: {exc}")
     yield client
     client.close()
 

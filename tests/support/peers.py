@@ -1,8 +1,8 @@
 """The real monitoring peers of the tests, on 127.0.0.1 only: Debian's Prometheus and Alertmanager
 as subprocesses with generated configs on free ports, a tiny service they scrape (a gauge the
 test sets, and the ``POST /fix`` a plan's ``http.request`` step calls), and opsgate's own REST
-API served for them to call. Fixtures start each on demand and stop it at teardown; under
-CI=true a missing binary fails the run instead of skipping it.
+API served for them to call. Fixtures start each on demand and stop it at teardown; a missing
+binary fails the run (``tests/support/servers.missing``).
 
 Configs are written as JSON, which both servers read as YAML.
 """
@@ -30,7 +30,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from tests.support.servers import IN_CI
+from tests.support.servers import missing
 
 PROMETHEUS_BIN = os.environ.get("OPSGATE_TEST_PROMETHEUS", "/usr/bin/prometheus")
 PROMTOOL_BIN = os.environ.get("OPSGATE_TEST_PROMTOOL", "/usr/bin/promtool")
@@ -70,18 +70,11 @@ def poll(check: Callable[[], T | None], timeout_s: float, what: str, interval_s:
         time.sleep(interval_s)
 
 
-def _absent(what: str) -> None:
-    message = f"{what} is not installed (make peers installs it)"
-    if IN_CI:
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)  # outside CI only: a developer without the packages runs the rest
-
-
 def require(binary: str) -> str:
-    """``binary``'s path; fails under CI=true, skips elsewhere, when it is missing."""
+    """``binary``'s path; the test fails when it is missing."""
     found = shutil.which(binary)
     if found is None:
-        _absent(binary)
+        missing(f"{binary} is not installed (make peers installs it)")
     return str(found)
 
 
