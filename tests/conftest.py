@@ -5,6 +5,8 @@ missing Prometheus or Alertmanager, fails the run (``tests/support/servers.missi
 
 from __future__ import annotations
 
+import os
+import random
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -52,6 +54,23 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
             return lane_of(nodeid) or super()._split_scope(nodeid)
 
     return LaneScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``OPSGATE_TEST_SHUFFLE=SEED`` runs the modules, and the tests in each, in an order drawn
+    from SEED (the same on every xdist worker), to find tests that pass only after another."""
+    seed = os.environ.get("OPSGATE_TEST_SHUFFLE")
+    if not seed:
+        return
+    draw = random.Random(seed)
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+    order = list(modules.values())
+    draw.shuffle(order)
+    for tests in order:
+        draw.shuffle(tests)
+    items[:] = [item for tests in order for item in tests]
 
 
 @pytest.fixture(scope="session")
