@@ -18,7 +18,7 @@ from typing import Any
 
 from bot.blocks import Block, Message, section, short_id, who
 from core.chat import PINNED_EVENT
-from core.domain.messages import TransitionPayload
+from core.domain.messages import StepResultPayload, TransitionPayload
 from core.domain.views import CaseView, ProposedPlan, TimelineEntry
 from core.ops.alert_render import alert_text, escape
 
@@ -322,6 +322,16 @@ def outcome_post(payload: TransitionPayload) -> str | None:
     else:
         why = f"{event} by {who(payload['actor'])}" + (f" — {reason}" if reason else "")
     return f"🅿️ {case} is PARKED: {why}. A person decides what happens next."
+
+
+def unknown_outcome_post(payload: StepResultPayload) -> str | None:
+    """The thread post of a step whose outcome nobody knows (its run finished after its lease
+    ended): it asks a person to check the target its reason names; None for any other step."""
+    if payload.get("refused") != "unknown_outcome":
+        return None
+    reason = _cut(escape(payload.get("reason") or ""), 1000)
+    return (f"❓ Case `{short_id(payload['case_id'])}`: {reason}. A person checks the target "
+            "and records what happened; opsgate will not run the step again.")
 
 
 # -- /case catchup ---------------------------------------------------------------------------

@@ -3,7 +3,7 @@ thread. The card (``bot.card``, kept by ``bot.card_keeper``) is posted when the 
 updated on every fact about the case; the thread gets only what asks for a human or records a
 decision: the plan message with ``Approve`` and ``Reject`` (replaced in place, ``chat.update``,
 when the gate decides, the plan's approval expires, or a first yes of two is recorded: "1 of 2"),
-PARKED with why, CLOSED.
+PARKED with why, CLOSED, and a step whose outcome is unknown (which target to check).
 
 It replaces the core notifier by name (``Extensions.consumers["notifier"]``); posts and updates
 go through the gateway like the core's, so a redelivered event never posts twice. Besides the
@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from bot.blocks import PlanDecisionView, plan_message
-from bot.card import outcome_post
+from bot.card import outcome_post, unknown_outcome_post
 from bot.card_keeper import CardKeeper
 from bot.ids import Action
 from bot.store import SlackStore
 from core.chat import Blocks
 from core.consumers.notifier import Notifier, Payload
-from core.domain.messages import Topic, TransitionPayload, payload_as
+from core.domain.messages import StepResultPayload, Topic, TransitionPayload, payload_as
 from core.domain.views import CaseView, TimelineEntry
 from core.gateway import ToolCall, session_of
 from core.messaging.consumer import Delivery
@@ -59,6 +59,9 @@ class SlackNotifier(Notifier):
                     or super().message(topic, payload))
         if topic == Topic.CASE_TRANSITION:
             text = outcome_post(payload_as(TransitionPayload, payload))
+            return None if text is None else (text, None)
+        if topic == Topic.EXEC_STEP_RESULT:
+            text = unknown_outcome_post(payload_as(StepResultPayload, payload))
             return None if text is None else (text, None)
         return None
 

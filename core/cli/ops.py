@@ -130,7 +130,9 @@ COMMANDS = (
     Command(
         name="reconcile",
         summary="check the ledger, outbox, dead letters and case timelines against each other",
-        description="Report gateway calls stuck in progress past their lease, outbox rows "
+        description="Report gateway calls stuck in progress past their lease, calls whose "
+                    "outcome is unknown (finished after losing their lease: a person checks "
+                    "the target each names), outbox rows "
                     "unpublished past a bound, consumers' dead letters, cases whose status "
                     "disagrees with the fold of their timeline, and expired session locks. "
                     "Exits 1 when anything is found, 0 on a clean run. --repair does only safe "

@@ -14,6 +14,7 @@ from core.consumers.runs import PlanRun
 from core.domain.commands import NoteCase
 from core.domain.messages import StepResultFacts, Topic
 from core.domain.plans import PlanStep
+from core.domain.targets import step_target
 from core.errors import Unavailable
 from core.gateway import BusinessRefusal, CallResult, CallStatus, Gateway, ToolCall
 from core.metrics import ADAPTER_STEP_SECONDS
@@ -81,6 +82,8 @@ class StepResult:
     def describe(self, step: Step) -> str:
         if self.ok:
             return f"{step.label} succeeded"
+        if self.last.refused in UNKNOWN_OUTCOMES:
+            return f"{step.label}: {self.last.summary}"
         if self.last.refused is not None:
             return f"{step.label} refused: {self.last.summary}"
         tries = "1 attempt" if self.attempts == 1 else f"{self.attempts} attempts"
@@ -160,7 +163,24 @@ class StepRunner:
         note = NoteCase(run.case_id, event, run.consumer, reason=f"{step.label}: {attempt.summary}",
                         meta=meta, topic=Topic.EXEC_STEP_RESULT)
         phase = "step" if step.phase == "step" else "rollback"
-        self.cases.note(note, f"{run.key}:{phase}:{step.index}:{number}").data()
+        # A run that outlived its lease notes under a key of its own: the attempt's own key may
+        # already hold what the run that found it unfinished noted ("may have happened").
+        late = ":unknown_outcome" if attempt.refused == "unknown_outcome" else ""
+        self.cases.note(note, f"{run.key}:{phase}:{step.index}:{number}{late}").data()
+
+
+def step_named_by(business_key: str | None, action: str) -> str | None:
+    """The step a step call's business key names (``case:plan:version:part:attempt``, as
+    ``StepRunner`` writes it), in words: "step 2 (script.exec), attempt 1"; None for any
+    other key."""
+    parts = (business_key or "").split(":")
+    if len(parts) == 5 and parts[3].isdigit():
+        what, index = "step", parts[3]
+    elif len(parts) == 6 and parts[3] == "rollback" and parts[4].isdigit():
+        what, index = "rollback step", parts[4]
+    else:
+        return None
+    return f"{what} {int(index) + 1} ({action}), attempt {parts[-1]}"
 
 
 def downstream_key(business_key: str) -> str:
@@ -168,6 +188,23 @@ def downstream_key(business_key: str) -> str:
     free of the case id."""
     digest = hashlib.sha256(f"opsgate.step:{business_key}".encode()).hexdigest()
     return f"opsgate-step-{digest[:40]}"
+
+
+UNKNOWN_OUTCOMES = ("unknown_outcome", "needs_reconciliation")
+"""Refusals after which nobody knows whether the step took effect: a person checks its target."""
+
+
+def unknown_outcome_summary(code: str, step: Step, returned: Any) -> str:
+    """Why the step's outcome is unknown and which target to check, in words; ``returned``
+    is what a run that outlived its lease reported (untrusted: shown as what it said)."""
+    target = step_target(step.action, step.params)
+    if code == "unknown_outcome":
+        said = returned.get("summary") if isinstance(returned, Mapping) else None
+        reported = f" (it reported: {said})" if said else ""
+        return (f"outcome unknown — check {target}: the step finished after its lease "
+                f"ended{reported}, so whether it took effect is not known")
+    return (f"outcome unknown — check {target}: an earlier run may have happened without "
+            f"its result being stored")
 
 
 def _attempt_from(result: CallResult, step: Step) -> Attempt:
@@ -178,6 +215,9 @@ def _attempt_from(result: CallResult, step: Step) -> Attempt:
                           key=result.key)
     if result.error is not None:
         code = str(result.error.get("code", "refused"))
+        if code in UNKNOWN_OUTCOMES:
+            return Attempt(False, unknown_outcome_summary(code, step, result.result),
+                           refused=code)
         return Attempt(False, str(result.error.get("message", code)), refused=code)
     stored: Mapping[str, Any] = result.result if isinstance(result.result, Mapping) else {}
     detail = stored.get("detail")

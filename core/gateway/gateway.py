@@ -4,7 +4,9 @@ gets the first run's outcome.
 Order of a call: Redis claim-or-replay (one round trip; a replay ends here) → the ledger claims
 the key durably (it alone decides who runs, so a flushed or failed-over Redis cannot cause a
 repeat) → the body runs → the outcome goes to the ledger, then to Redis. Redis down or
-timing out: the ledger decides alone (fail closed); the ledger down: nothing runs.
+timing out: the ledger decides alone (fail closed); the ledger down: nothing runs. An outcome
+that arrives after its lease was lost is recorded as unknown (the ledger's rule), never as a
+fact, and never reaches Redis.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import redis
 from core.errors import KeyReuse, StaleFence, Unavailable
 from core.gateway import metrics
 from core.gateway.keys import args_hash, call_key
-from core.gateway.ledger import Intent, Ledger, LedgerClaim, LedgerEntry
+from core.gateway.ledger import Completion, Intent, Ledger, LedgerClaim, LedgerEntry
 from core.gateway.model import (
     BusinessRefusal,
     CallResult,
@@ -48,9 +50,14 @@ _REFUSALS = {
     "needs_reconciliation": (
         "needs_reconciliation",
         "an earlier run may have happened without its result being stored; reconcile it"),
+    "unknown_outcome": (
+        "unknown_outcome",
+        "the call finished after its lease ended, so whether it took effect is unknown; "
+        "a person checks the target"),
 }
 _DEDUP_REASON = {"mismatch": "key_reused", "stale_fence": "stale_fence",
-                 "needs_reconciliation": "needs_reconciliation"}
+                 "needs_reconciliation": "needs_reconciliation",
+                 "unknown_outcome": "lost_lease"}
 
 
 def jsonable(value: Any) -> Any:
@@ -187,19 +194,32 @@ class Gateway:
                held: bool) -> CallResult:
         # The effect happened: keep trying to record it for as long as the lease lasts (at
         # least the store patience) rather than leave a call for reconciliation.
-        owned = self._ledger_retry(lambda: self.ledger.complete(intent.key, intent.owner, outcome),
-                                   max(self.store_patience_s, intent.lease_s))
-        if owned is False:
+        completed = self._ledger_retry(
+            lambda: self.ledger.complete(intent.key, intent.owner, outcome,
+                                         intent.call.business_key),
+            max(self.store_patience_s, intent.lease_s))
+        if completed is Completion.TAKEN_OVER:
             return self._lost_lease(intent, outcome, status)
-        # owned None: the ledger stayed unreachable; the row stays in_progress and is reported
-        # by stuck_calls() once its lease ends. Redis still gets the outcome for the repeats.
+        if completed is Completion.UNKNOWN:
+            return self._unknown_outcome(intent, outcome, held)
+        # None: the ledger stayed unreachable; the row stays in_progress and is reported by
+        # stuck_calls() once its lease ends. Redis still gets the outcome for the repeats.
         self._redis_complete(intent, outcome, held)
         return CallResult(status, intent.key, result=outcome.result, error=outcome.error,
                           fence=outcome.fence, attempts=outcome.attempts)
 
+    def _unknown_outcome(self, intent: Intent, outcome: Outcome, held: bool) -> CallResult:
+        """Our lease ended while the body ran and nobody took over: the ledger records the
+        outcome as unknown; Redis gets nothing to replay (our claim there is given back)."""
+        log.warning("gateway: %s of %s finished after its lease ended; its outcome is recorded "
+                    "as unknown", intent.call.tool, intent.key)
+        self._redis_release(intent, held)
+        refused = self._refused(intent, "unknown_outcome")
+        return replace(refused, result=outcome.result, attempts=outcome.attempts)
+
     def _lost_lease(self, intent: Intent, outcome: Outcome, status: CallStatus) -> CallResult:
-        """Our lease ended and another owner re-claimed (idempotent tools only): the ledger's
-        record wins; ours is not written anywhere."""
+        """Our lease ended and another owner re-claimed: the ledger's record wins; ours is kept
+        in a late row of its own as an unknown outcome (``Ledger.complete``)."""
         metrics.DEDUP.labels(reason="lost_lease").inc()
         log.warning("gateway: lease of %s lost while %s ran; its outcome was not stored",
                     intent.key, intent.call.tool)

@@ -1,5 +1,6 @@
 """``opsgate reconcile``: the ledger and the outbox checked against each other and against the
-cases. Finds gateway calls stuck in progress past their lease, outbox rows unpublished past a
+cases. Finds gateway calls stuck in progress past their lease, calls whose outcome is unknown
+(they finished after losing their lease: a person checks the target), outbox rows unpublished past a
 bound, consumers' dead letters, and cases whose status or version disagrees with the fold of
 their timeline. ``repair`` does only what cannot repeat a side effect: re-publish stale outbox
 rows (consumers dedup on the message id), release expired claims of calls declared safe to run
@@ -14,12 +15,14 @@ from typing import Any
 from sqlalchemy import Connection, Engine, delete, func, select, update
 
 from core.clock import Clock
+from core.consumers.steps import step_named_by
 from core.db.case_store import as_utc
 from core.db.database import transaction
 from core.db.tables import case_timeline, ops_case, session_lock, tool_call_ledger
 from core.domain.fsm import CaseEvent, fold
+from core.domain.targets import step_target
 from core.gateway.keys import case_of_session
-from core.gateway.ledger import Ledger, LedgerState
+from core.gateway.ledger import Ledger, LedgerEntry, LedgerState
 from core.messaging import inbox, outbox
 from core.messaging.bus import Bus
 from core.messaging.relay import OutboxRelay
@@ -34,13 +37,14 @@ STEP_NOTES = ("step_result", "rollback_result")
 class Finding:
     """One inconsistency: its kind, what it concerns, why it matters, and what was done."""
 
-    # stuck_call | unrecorded_result | stale_outbox | dead_letter | status_mismatch |
-    # expired_lock
+    # stuck_call | unknown_outcome | unrecorded_result | stale_outbox | dead_letter |
+    # status_mismatch | expired_lock
     kind: str
     subject: str
     detail: str
     advice: str
     repaired: str | None = None
+    about: dict[str, str] = field(default_factory=dict)  # names for machines: case, step, …
 
     def line(self) -> str:
         done = f" — REPAIRED: {self.repaired}" if self.repaired else f" — {self.advice}"
@@ -76,6 +80,7 @@ class Reconciler:
         now = self.clock()
         report = Report()
         report.findings += self.stuck_calls(now, repair)
+        report.findings += self.unknown_outcomes()
         report.findings += self.unrecorded_results(now)
         report.findings += self.stale_outbox(now, repair)
         report.findings += self.dead_letters()
@@ -101,6 +106,11 @@ class Reconciler:
             found.append(Finding("stuck_call", f"call {entry.key[:16]}", detail, advice,
                                  repaired))
         return found
+
+    def unknown_outcomes(self) -> list[Finding]:
+        """Calls that finished after losing their lease: what they returned is kept but not
+        trusted, so a person checks the target. No repair: only the target knows."""
+        return [_unknown_outcome(entry) for entry in Ledger(self.engine).unknown(limit=1000)]
 
     def _release(self, key: str, owner: str | None, now: datetime) -> bool:
         """Compare-and-set: only a claim still in progress, still expired, same owner."""
@@ -218,6 +228,24 @@ class Reconciler:
                                  "harmless (the next run takes it over); --repair drops it",
                                  repaired))
         return found
+
+
+def _unknown_outcome(entry: LedgerEntry) -> Finding:
+    kept = entry.result if isinstance(entry.result, dict) else {}
+    case_id = case_of_session(entry.session_id)
+    step = step_named_by(kept.get("business_key"), entry.tool.removeprefix("step.")) or (
+        f"call {entry.key[:16]}")
+    target = step_target(entry.tool, entry.args)
+    returned = kept.get("returned")
+    said = returned.get("summary") if isinstance(returned, dict) else None
+    reported = f"; it reported: {said}" if said else ""
+    detail = (f"{entry.tool} by {entry.actor} finished at {entry.finished_at}, but "
+              f"{kept.get('why', 'after its lease was lost')}{reported}")
+    return Finding("unknown_outcome", f"case {case_id} {step}", detail,
+                   f"needs a person: check {target} to see whether it took effect, then "
+                   "record what happened on the case",
+                   about={"case": case_id, "step": step, "tool": entry.tool, "target": target,
+                          "key": entry.key})
 
 
 def _accepted_moves(conn: Connection) -> dict[str, list[CaseEvent]]:

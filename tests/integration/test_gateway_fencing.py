@@ -88,12 +88,12 @@ def test_ledger_a_zombie_cannot_complete_or_release_the_new_owners_claim(engine:
     clock.advance(0.6)
     reclaimed = ledger.claim(intent("new-owner", lease_s=10))
     assert (reclaimed.outcome, reclaimed.attempts) == ("claimed", 2)
-    assert ledger.complete(intent("x").key, "zombie", Outcome(result="zombie")) is False
+    assert ledger.complete(intent("x").key, "zombie", Outcome(result="zombie")) == "taken_over"
     assert ledger.release(intent("x").key, "zombie") is False
     entry = ledger.entry(intent("x").key)
     assert entry is not None
     assert (entry.owner, entry.state, entry.attempts) == ("new-owner", LedgerState.IN_PROGRESS, 2)
-    assert ledger.complete(entry.key, "new-owner", Outcome(result="new")) is True
+    assert ledger.complete(entry.key, "new-owner", Outcome(result="new")) == "recorded"
     replay = ledger.claim(intent("third"))
     assert replay.outcome == "replay" and replay.stored is not None
     assert replay.stored.result == "new"

@@ -207,9 +207,9 @@ class RepliesLost(Ledger):
         answer = super().claim(intent)
         return self._maybe_lose(answer) if self.operation == "claim" else answer
 
-    def complete(self, key: str, owner: str, outcome: Any) -> bool:
-        answer = super().complete(key, owner, outcome)
-        return bool(self._maybe_lose(answer)) if self.operation == "complete" else answer
+    def complete(self, key: str, owner: str, outcome: Any, business_key: Any = None) -> Any:
+        answer = super().complete(key, owner, outcome, business_key)
+        return self._maybe_lose(answer) if self.operation == "complete" else answer
 
 
 @pytest.mark.parametrize("operation", ["claim", "complete"])
