@@ -13,7 +13,9 @@ number of its notifications.
 
 Every note carries ``evt.alert.noted.v1`` (one line in the case's thread, ``alert_render``) and
 writes the alert's labels, annotations and graph link as ``evidence_link`` rows in its own
-transaction. The bookkeeping is ``alert_store``'s.
+transaction. The bookkeeping is ``alert_store``'s. What alerts say is read cleaned and cut to
+each field's budget (``alert_text``), never refused: Alertmanager does not send a refused
+notification again.
 """
 
 from __future__ import annotations
