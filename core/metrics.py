@@ -29,6 +29,13 @@ CONFLICTS = Counter(
     "Refused case writes by HTTP status: 409 illegal, 412 version/fence, 422 guard/key reuse.",
     ["reason"],
 )
+ALERT_REFUSALS = Counter(
+    "alert_notification_refused_total",
+    "Alertmanager notifications answered with an error, by reason: unauthorized, not_json, "
+    "not_webhook, too_large (4xx: Alertmanager drops them) or unavailable, internal (5xx: "
+    "Alertmanager retries).",
+    ["reason"],
+)
 _STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 ADAPTER_STEP_SECONDS = Histogram(
     "adapter_step_latency_seconds",

@@ -32,7 +32,8 @@ def create_api(app: App) -> FastAPI:
     api = FastAPI(title="opsgate", version=_version(), description=DESCRIPTION, redoc_url=None)
     install_error_handlers(api)
     api.add_middleware(FiniteJsonBody)  # inside BodyLimit: reads only a bounded body
-    api.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
+    api.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES,
+                       paths={alerts.PATH: alerts.ALERT_BODY})
     api.add_middleware(CorrelationId)  # outermost: even a refused body's reply names its id
     for routes in (cases.router, approvals.router, plans.router, walkthrough.router,
                    health.router, ops.router, alerts.router):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Connection, Engine, Update, and_, func, insert, or_, select, update
+from sqlalchemy import Connection, Engine, and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -107,6 +107,7 @@ def record_notification(engine: Engine, claim: Mapping[str, Any],
         for sighting in sightings:
             if not sighting.firing:
                 deciding.resolve(sighting)
+        deciding.write()
         touched = {s.identity for s in sightings}
         return GroupOutcome(deciding.group, _outstanding(conn, digest),
                             frozenset(_fired(conn, digest)),
@@ -131,12 +132,9 @@ def record_case(engine: Engine, digest: str, recurrence: int, case_id: UUID) -> 
 def mark_noted(conn: Connection, digest: str, rows: Iterable[Seen], *, resolved: bool) -> None:
     """In the note's transaction: these rows' firing (or resolution) note is written."""
     column = "resolved_noted_at" if resolved else "noted_at"
-    for row in rows:
-        conn.execute(update(alert_seen)
-                     .where(alert_seen.c.group_key_hash == digest,
-                            alert_seen.c.fingerprint == row.fingerprint,
-                            alert_seen.c.starts_at == row.starts_at)
-                     .values({column: func.now()}))
+    marks = [_key(digest, row) for row in rows]
+    if marks:
+        conn.execute(_ALERT_ROW.values({column: func.now()}), marks)
 
 
 def write_evidence(conn: Connection, case_id: UUID, items: Sequence[Mapping[str, Any]]) -> None:
@@ -150,8 +148,20 @@ def write_evidence(conn: Connection, case_id: UUID, items: Sequence[Mapping[str,
          "url": item.get("url") or None, "data": dict(item["data"])} for item in items])
 
 
+# One alert's row, for statements run once per many rows (``_key`` gives the parameters).
+_ALERT_ROW = update(alert_seen).where(alert_seen.c.group_key_hash == bindparam("b_group"),
+                                      alert_seen.c.fingerprint == bindparam("b_fingerprint"),
+                                      alert_seen.c.starts_at == bindparam("b_starts_at"))
+
+
+def _key(digest: str, row: Seen, **values: Any) -> dict[str, Any]:
+    return {"b_group": digest, "b_fingerprint": row.fingerprint, "b_starts_at": row.starts_at,
+            **values}
+
+
 class _Deciding:
-    """One notification's decisions, inside the transaction that holds the group's lock."""
+    """One notification's decisions, inside the transaction that holds the group's lock. Rows
+    are written together (``write``): a group of thousands of alerts is a few statements."""
 
     def __init__(self, conn: Connection, group: Group) -> None:
         self.conn = conn
@@ -161,6 +171,9 @@ class _Deciding:
         ).scalar_one() == CaseStatus.CLOSED
         self.fired_before = _fired(conn, group.digest)
         self.known: dict[Identity, Seen] = {}
+        self._inserts: list[dict[str, Any]] = []
+        self._roles: list[dict[str, Any]] = []
+        self._ends: list[dict[str, Any]] = []
 
     def load(self, fingerprints: set[str]) -> None:
         query = select(alert_seen).where(alert_seen.c.group_key_hash == self.group.digest,
@@ -185,7 +198,7 @@ class _Deciding:
                 self._insert(sighting, recurrence, self._role_in(recurrence))
             else:
                 role = self._role_in(row.recurrence)
-                self.conn.execute(self._where(row).values(role=role))
+                self._roles.append(_key(self.group.digest, row, b_role=role))
                 self.known[row.identity] = replace(row, role=role)
 
     def _role_in(self, recurrence: int) -> str:
@@ -198,8 +211,18 @@ class _Deciding:
         if row is None:
             self._insert(sighting, self._recurrence_for_unseen(), RESOLVED)
         elif row.ends_at is None:
-            self.conn.execute(self._where(row).values(ends_at=sighting.ends_at))
+            self._ends.append(_key(self.group.digest, row, b_ends_at=sighting.ends_at))
             self.known[row.identity] = replace(row, ends_at=sighting.ends_at)
+
+    def write(self) -> None:
+        """The rows decided: new ones first, then changes (which may be to a new one)."""
+        if self._inserts:
+            self.conn.execute(insert(alert_seen), self._inserts)
+        if self._roles:
+            self.conn.execute(_ALERT_ROW.values(role=bindparam("b_role")), self._roles)
+        if self._ends:
+            self.conn.execute(_ALERT_ROW.values(ends_at=bindparam("b_ends_at")), self._ends)
+        self._inserts, self._roles, self._ends = [], [], []
 
     def _recurrence_for_unseen(self) -> int:
         return self.group.recurrence + 1 if self.closed else self.group.recurrence
@@ -220,15 +243,10 @@ class _Deciding:
                   "starts_at": sighting.starts_at, "recurrence": recurrence, "role": role,
                   "case_id": case_id, "alert": sighting.alert,
                   "ends_at": ends_at}
-        self.conn.execute(insert(alert_seen).values(values))
+        self._inserts.append(values)
         self.known[sighting.identity] = Seen(
             sighting.fingerprint, sighting.starts_at, recurrence, role, case_id, sighting.alert,
             ends_at, noted=False, resolved_noted=False)
-
-    def _where(self, row: Seen) -> Update:
-        return update(alert_seen).where(alert_seen.c.group_key_hash == self.group.digest,
-                                        alert_seen.c.fingerprint == row.fingerprint,
-                                        alert_seen.c.starts_at == row.starts_at)
 
 
 def _group(conn: Connection, digest: str) -> Group:

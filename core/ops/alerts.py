@@ -13,7 +13,9 @@ number of its notifications.
 
 Every note carries ``evt.alert.noted.v1`` (one line in the case's thread, ``alert_render``) and
 writes the alert's labels, annotations and graph link as ``evidence_link`` rows in its own
-transaction. The bookkeeping is ``alert_store``'s.
+transaction. The bookkeeping is ``alert_store``'s. What alerts say is read cleaned and cut to
+each field's budget (``alert_text``), never refused: Alertmanager does not send a refused
+notification again.
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from sqlalchemy import Connection, Engine
 
 from core.domain.commands import NoteCase, OpenCase
@@ -41,6 +43,7 @@ from core.domain.messages import (
 )
 from core.ops import alert_store
 from core.ops.alert_store import OPENED, GroupOutcome, Seen, Sighting
+from core.ops.alert_text import cut, shortened, storable
 from core.service import CaseService
 from core.tracing import current
 
@@ -48,6 +51,14 @@ log = logging.getLogger(__name__)
 
 ACTOR = "alertmanager"
 TITLE_MAX = 200
+# Characters kept of each text (more is cut, with a marker): evidence keeps a label value or an
+# annotation up to these; a note's line says an alert's summary in at most SAID_MAX.
+LABEL_MAX = 2_000
+ANNOTATION_MAX = 8_000
+URL_MAX = 8_000  # a longer generatorURL is not kept as a link (a cut link leads nowhere)
+GROUP_KEY_MAX = 4_096  # as stored; the group is known by the digest of the whole key
+RECEIVER_MAX = 200
+SAID_MAX = 500
 LISTED_MAX = 20  # alerts an opening note names (its evidence keeps them all)
 SEVERITIES = {
     "critical": "SEV1", "page": "SEV1", "sev1": "SEV1",
@@ -63,31 +74,44 @@ class _Lenient(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+def _within(limit: int) -> AfterValidator:
+    """Text kept as stored: storable, cut to ``limit`` characters (``alert_text.cut``)."""
+    return AfterValidator(lambda text: cut(text, limit))
+
+
+# What an alert says is stored cut and cleaned, never refused (no alert is lost at the door);
+# only the fields that identify an alert must be as Alertmanager sends them.
+Storable = Annotated[str, AfterValidator(storable)]
+LabelText = Annotated[str, _within(LABEL_MAX)]
+AnnotationText = Annotated[str, _within(ANNOTATION_MAX)]
+
+
 class Alert(_Lenient):
     """One alert of a notification (field names are Alertmanager's own)."""
 
     status: Literal["firing", "resolved"]
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
-    startsAt: str = Field(default="", max_length=64)
-    endsAt: str = Field(default="", max_length=64)
-    generatorURL: str = ""
-    fingerprint: str = ""
+    labels: dict[LabelText, LabelText] = Field(default_factory=dict)
+    annotations: dict[LabelText, AnnotationText] = Field(default_factory=dict)
+    startsAt: Storable = Field(default="", max_length=64)
+    endsAt: Storable = Field(default="", max_length=64)
+    generatorURL: Storable = ""
+    fingerprint: Storable = ""
 
 
 class Notification(_Lenient):
-    """One webhook notification: the current state of one alert group."""
+    """One webhook notification: the current state of one alert group. Its number of alerts is
+    bounded by the API's body limit for this endpoint (``core.api.alerts``)."""
 
     version: Literal["4"]
-    groupKey: str = Field(min_length=1, max_length=4096)
+    groupKey: Storable = Field(min_length=1)
     truncatedAlerts: int = 0
     status: Literal["firing", "resolved"]
-    receiver: str = Field(default="", max_length=200)
-    groupLabels: dict[str, str] = Field(default_factory=dict)
-    commonLabels: dict[str, str] = Field(default_factory=dict)
-    commonAnnotations: dict[str, str] = Field(default_factory=dict)
-    externalURL: str = ""
-    alerts: list[Alert] = Field(default_factory=list, max_length=1000)
+    receiver: Annotated[str, _within(RECEIVER_MAX)] = ""
+    groupLabels: dict[LabelText, LabelText] = Field(default_factory=dict)
+    commonLabels: dict[LabelText, LabelText] = Field(default_factory=dict)
+    commonAnnotations: dict[LabelText, AnnotationText] = Field(default_factory=dict)
+    externalURL: Storable = ""
+    alerts: list[Alert] = Field(default_factory=list)
 
 
 @dataclass
@@ -123,7 +147,7 @@ def title_of(note: Notification) -> str:
     if not summary and len(note.alerts) == 1:
         summary = note.alerts[0].annotations.get("summary")
     title = f"{name or 'alert'}: {summary}" if summary else (name or "alert")
-    return title[:TITLE_MAX]
+    return shortened(title, TITLE_MAX)
 
 
 def severity_of(note: Notification) -> str:
@@ -138,7 +162,7 @@ def without_credentials(url: str) -> str:
         parts = urlsplit(url.strip())
     except ValueError:
         return ""
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    if parts.scheme not in ("http", "https") or not parts.netloc or len(url) > URL_MAX:
         return ""
     return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
@@ -176,8 +200,8 @@ class AlertIntake:
 
     def receive(self, note: Notification) -> Intake:
         digest = group_digest(note.groupKey)
-        claim = {"group_key_hash": digest, "group_key": note.groupKey,
-                 "receiver": note.receiver[:200], "title": title_of(note),
+        claim = {"group_key_hash": digest, "group_key": cut(note.groupKey, GROUP_KEY_MAX),
+                 "receiver": note.receiver, "title": title_of(note),
                  "severity": severity_of(note)}
         sightings = sightings_of(note, claim["title"])
         outcome = alert_store.record_notification(self.engine, claim, sightings)
@@ -324,7 +348,8 @@ def _said(row: Seen) -> AlertSaid:
     annotations: Mapping[str, str] = row.alert.get("annotations") or {}
     return {"fingerprint": row.fingerprint, "starts_at": row.starts_at,
             "alertname": labels.get("alertname", "alert"),
-            "summary": annotations.get("summary") or annotations.get("description") or "",
+            "summary": shortened(annotations.get("summary") or annotations.get("description")
+                                 or "", SAID_MAX),
             "url": row.alert.get("url") or ""}
 
 

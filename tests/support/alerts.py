@@ -1,5 +1,6 @@
 """Alertmanager as the tests play it: alerts and webhook notifications in the documented shape
-(version 4), the app that takes them behind its bearer token, and the POST that delivers one."""
+(version 4), the app that takes them behind its bearer token, the POST that delivers one, and
+the refusals the API counts."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import hashlib
 from typing import Any
 
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
 
 from core.bootstrap import App, bootstrap
@@ -57,3 +59,18 @@ def alerts_app(engine: Engine, token: str | None = TOKEN) -> App:
 
 def post(client: TestClient, body: dict[str, Any], headers: dict[str, str] = AUTH) -> Any:
     return client.post("/alerts/alertmanager", json=body, headers=headers)
+
+
+def refusals(client: TestClient) -> dict[str, float]:
+    """``alert_notification_refused_total`` by reason, as ``/metrics`` shows it (the counter is
+    process-wide: compare before and after)."""
+    text = client.get("/metrics").text
+    return {sample.labels["reason"]: sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples if sample.name == "alert_notification_refused_total"}
+
+
+def refused_since(client: TestClient, before: dict[str, float]) -> dict[str, float]:
+    """The refusals counted since ``before``, by reason (reasons not counted are left out)."""
+    return {reason: value - before.get(reason, 0.0)
+            for reason, value in refusals(client).items() if value != before.get(reason, 0.0)}

@@ -401,16 +401,18 @@ class Prometheus(_Peer):
 class Alertmanager(_Peer):
     """``prometheus-alertmanager`` routing every alert, grouped by ``alertname`` and sent within
     about a second, to one webhook with a bearer token; resolutions are sent too. Clustering is
-    off (it would bind 9094)."""
+    off (it would bind 9094). ``group_wait`` and ``group_interval`` may be longer (Alertmanager
+    gives a notification max(group_interval, 10 s) to be answered)."""
 
     name = "alertmanager"
 
     def __init__(self, workdir: Path, webhook_url: str, token: str, *,
-                 binary: str = ALERTMANAGER_BIN) -> None:
+                 binary: str = ALERTMANAGER_BIN, group_wait: str = "1s",
+                 group_interval: str = "1s") -> None:
         super().__init__(binary, workdir)
         config = {
-            "route": {"receiver": "opsgate", "group_by": ["alertname"], "group_wait": "1s",
-                      "group_interval": "1s", "repeat_interval": "1h"},
+            "route": {"receiver": "opsgate", "group_by": ["alertname"], "group_wait": group_wait,
+                      "group_interval": group_interval, "repeat_interval": "1h"},
             "receivers": [{"name": "opsgate", "webhook_configs": [{
                 "url": webhook_url, "send_resolved": True,
                 "http_config": {"authorization": {"type": "Bearer", "credentials": token}},
@@ -435,6 +437,14 @@ class Alertmanager(_Peer):
             raise PeerError(f"alertmanager GET /api/v2/alerts: {exc!r}") from exc
         alerts: list[dict[str, Any]] = reply.json()
         return alerts
+
+    def post_alerts(self, alerts: Sequence[Mapping[str, Any]]) -> None:
+        """Alerts handed to Alertmanager as Prometheus hands them (``POST /api/v2/alerts``)."""
+        try:
+            reply = httpx.post(self.base_url + "/api/v2/alerts", json=list(alerts), timeout=60.0)
+            reply.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise PeerError(f"alertmanager POST /api/v2/alerts: {exc!r}") from exc
 
 
 # -- opsgate's own API, for the peers to call ------------------------------------------------
@@ -502,14 +512,15 @@ def prometheus_server(tmp_path: Path) -> Iterator[Callable[..., Prometheus]]:
 
 @pytest.fixture
 def alertmanager_server(tmp_path: Path) -> Iterator[Callable[..., Alertmanager]]:
-    """``alertmanager_server(webhook_url, token)`` → a started ``Alertmanager`` sending every
-    group to ``webhook_url`` with ``Authorization: Bearer <token>``, stopped at teardown."""
+    """``alertmanager_server(webhook_url, token, **timing)`` → a started ``Alertmanager`` sending
+    every group to ``webhook_url`` with ``Authorization: Bearer <token>``, stopped at teardown
+    (``timing``: ``group_wait``, ``group_interval``)."""
     binary = require(ALERTMANAGER_BIN)
     started: list[Alertmanager] = []
 
-    def start(webhook_url: str, token: str) -> Alertmanager:
+    def start(webhook_url: str, token: str, **timing: str) -> Alertmanager:
         peer = Alertmanager(tmp_path / f"alertmanager-{len(started)}", webhook_url, token,
-                            binary=binary)
+                            binary=binary, **timing)
         started.append(peer)
         peer.start()
         return peer
