@@ -103,16 +103,62 @@ def create(engine: Engine, name: str, role: Role = "operator", slack_user: str |
     """A new principal and its token, which is returned once and stored only as a hash."""
     principal = Principal(name, role, slack_user)
     _check(principal)
-    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = _new_token()
     with transaction(engine) as conn:
-        if conn.execute(select(api_principal.c.id)
-                        .where(api_principal.c.name == name)).first() is not None:
-            raise InvalidRequest(f"a principal named {name} exists (names are never reused, "
-                                 "even revoked ones)", name=name)
+        found = conn.execute(select(api_principal.c.revoked_at)
+                             .where(api_principal.c.name == name)).first()
+        if found is not None:
+            raise InvalidRequest(_taken(name, revoked=found.revoked_at is not None), name=name)
         conn.execute(insert(api_principal).values(
             id=uuid4(), name=name, role=role, slack_user=slack_user,
             token_hash=token_hash(token), created_at=now or datetime.now(UTC)))
     return principal, token
+
+
+def rotate(engine: Engine, name: str, role: Role | None = None,
+           slack_user: str | None = None) -> tuple[Principal, str]:
+    """A new token for the live principal ``name``, returned once; its old token is 401 from
+    now on. The principal stays as it is: a ``role`` or ``slack_user`` that differs is refused
+    (a changed identity is another name)."""
+    token = _new_token()
+    with transaction(engine) as conn:
+        row = conn.execute(
+            select(api_principal.c.name, api_principal.c.role, api_principal.c.slack_user,
+                   api_principal.c.revoked_at)
+            .where(api_principal.c.name == name).with_for_update()).mappings().first()
+        if row is None:
+            raise NotFound(f"no principal named {name} to rotate (`opsgate token create {name}` "
+                           "makes one)", name=name)
+        if row["revoked_at"] is not None:
+            raise InvalidRequest(_taken(name, revoked=True), name=name)
+        principal = _principal(row)
+        if (role or principal.role, slack_user or principal.slack_user) != (
+                principal.role, principal.slack_user):
+            raise InvalidRequest(
+                f"{name} is {_described(principal)}: rotating keeps who it is (to change that, "
+                f"revoke {name} and create another name)", name=name)
+        conn.execute(update(api_principal).where(api_principal.c.name == name)
+                     .values(token_hash=token_hash(token)))
+    return principal, token
+
+
+def _new_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def _taken(name: str, *, revoked: bool) -> str:
+    """Why ``name`` cannot be created, and what to do instead."""
+    if revoked:
+        return (f"a principal named {name} was revoked, and names are never reused: create "
+                "another name")
+    return (f"a principal named {name} exists: `opsgate token create {name} --rotate` gives it "
+            "a new token and ends the old one")
+
+
+def _described(principal: Principal) -> str:
+    article = "a" if principal.role == "reader" else "an"
+    person = f" (Slack {principal.slack_user})" if principal.slack_user else ""
+    return f"{article} {principal.role}{person}"
 
 
 def _check(principal: Principal) -> None:

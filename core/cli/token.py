@@ -15,7 +15,7 @@ from core.cli.command import Command, database_option
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-    from core.principals import PrincipalRecord
+    from core.principals import Principal, PrincipalRecord
 
 
 def token_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,12 +29,16 @@ def token_arguments(parser: argparse.ArgumentParser) -> None:
                     "Roles: reader (reads), operator (reads and writes, never through the "
                     "gate), approver (an operator who approves and rejects plans; needs "
                     "--slack-user, the person's Slack id, under which their approvals count "
-                    "whatever the channel).")
+                    "whatever the channel). A name is given out once: --rotate gives an "
+                    "existing principal a new token instead.")
     made.add_argument("name", metavar="NAME", help="lower case: a-z, 0-9, '.', '_', '-'")
-    made.add_argument("--role", choices=ROLES, default="operator",
-                      help="what the token may do (default: %(default)s)")
+    made.add_argument("--role", choices=ROLES,
+                      help="what the token may do (default: operator)")
     made.add_argument("--slack-user", metavar="U…",
                       help="the person's Slack user id: makes the principal a person")
+    made.add_argument("--rotate", action="store_true",
+                      help="NAME exists: give it a new token (printed once) and end the old "
+                           "one; its role and Slack user stay")
     database_option(made)
     listed = actions.add_parser("list", help="list principals (never tokens or hashes)",
                                 description="Every principal: name, role, kind, Slack user, "
@@ -55,20 +59,29 @@ def run_token(args: argparse.Namespace) -> int:
 
 
 def _act(engine: Engine, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from core.principals import create, records, revoke
+    from core.principals import create, records, revoke, rotate
 
-    if args.principal_action == "create":
-        principal, token = create(engine, args.name, args.role, args.slack_user)
+    if args.principal_action == "create" and args.rotate:
+        principal, token = rotate(engine, args.name, args.role, args.slack_user)
         print(token, file=out, flush=True)
-        print(f"token: created {principal.name} ({principal.role}, {principal.kind}"
-              f"{', Slack ' + principal.slack_user if principal.slack_user else ''}); the token "
-              "above is shown once: opsgate keeps only its SHA-256", file=err, flush=True)
+        print(f"token: rotated {_who(principal)}: its old token is refused from now on; the "
+              "token above is shown once: opsgate keeps only its SHA-256", file=err, flush=True)
+    elif args.principal_action == "create":
+        principal, token = create(engine, args.name, args.role or "operator", args.slack_user)
+        print(token, file=out, flush=True)
+        print(f"token: created {_who(principal)}; the token above is shown once: opsgate keeps "
+              "only its SHA-256", file=err, flush=True)
     elif args.principal_action == "list":
         print(_table(records(engine)), file=out, flush=True)
     else:
         done = "revoked" if revoke(engine, args.name) else "was already revoked"
         print(f"token: {args.name} {done}", file=out, flush=True)
     return 0
+
+
+def _who(principal: Principal) -> str:
+    slack = f", Slack {principal.slack_user}" if principal.slack_user else ""
+    return f"{principal.name} ({principal.role}, {principal.kind}{slack})"
 
 
 def _table(rows: list[PrincipalRecord]) -> str:
@@ -95,7 +108,8 @@ COMMANDS = (
         description="REST callers are principals named by their bearer token, each a reader, "
                     "operator or approver; an approver is a person linked to their Slack id. "
                     "`opsgate token create NAME [--role R] [--slack-user U…]` prints a new "
-                    "token once (the database keeps only its SHA-256); `opsgate token list` "
+                    "token once (the database keeps only its SHA-256; `--rotate`: a new "
+                    "token for an existing NAME, the old one ends); `opsgate token list` "
                     "shows principals, never tokens; `opsgate token revoke NAME` ends one.",
         add_arguments=token_arguments,
         run=run_token,

@@ -36,7 +36,7 @@ def export_case(engine: Engine, case_id: UUID) -> str:
         decisions = list(conn.execute(select(plan_approved)
                                       .where(plan_approved.c.case_id == case_id)
                                       .order_by(plan_approved.c.created_at)).mappings())
-    parts = [_summary(case, timeline), _timeline(timeline), _plans(plans),
+    parts = [_summary(case, timeline), _timeline(timeline), _plans(plans, timeline),
              _approvals(decisions), _steps(timeline), _verification(timeline),
              _usage(timeline)]
     return "\n\n".join(part for part in parts if part) + "\n"
@@ -84,15 +84,16 @@ def _reason(row: Row) -> str:
     return f"📌 pinned: {facts.get('author', '?')} said “{_text(row['reason'] or '')}”{shown}"
 
 
-def _plans(plans: Sequence[Row]) -> str:
+def _plans(plans: Sequence[Row], timeline: Sequence[Row]) -> str:
     if not plans:
         return "## Plan\n\nNo plan was proposed."
     blocks = ["## Plan" if len(plans) == 1 else f"## Plans ({len(plans)}, oldest first)"]
     for row in plans:
         plan = row["plan"]
         blocks.append(f"### {_text(str(plan.get('title', 'untitled')))}\n\n"
-                      f"- **Hash:** `{row['plan_hash']}` · **Proposed by:** {row['proposed_by']} "
-                      f"at case version {row['case_version']} · **Risk:** "
+                      f"- **Hash:** `{row['plan_hash']}` · **Proposed by:** "
+                      f"{_proposer(row, timeline)} at case version {row['case_version']} · "
+                      f"**Requested by:** {row['proposed_by']} · **Risk:** "
                       f"{plan.get('risk_score', '-')}")
         steps = [(str(n + 1), f"`{s.get('action')}`", _json(s.get("params", {})),
                   str(s.get("timeout_s", "-")), str(s.get("retry", "-")))
@@ -101,6 +102,18 @@ def _plans(plans: Sequence[Row]) -> str:
         blocks.append(f"**Rollback:** `{_json(plan.get('rollback'))}`\n\n"
                       f"**Verify:** `{_json(plan.get('verify'))}`")
     return "\n\n".join(blocks)
+
+
+def _proposer(plan: Row, timeline: Sequence[Row]) -> str:
+    """Who proposed ``plan``: the actor of the ``plan_ready`` move that admitted it (the planner,
+    the agent, a principal) — not ``proposed_by``, the requester it was proposed for."""
+    for row in timeline:
+        meta = row["meta"]
+        if (row["event"] == "plan_ready" and meta.get("outcome") == "accepted"
+                and meta.get("plan_hash") == plan["plan_hash"]
+                and meta.get("version") == plan["case_version"]):
+            return shown_actor(row["actor"], meta)
+    return "-"
 
 
 def _approvals(decisions: Sequence[Row]) -> str:

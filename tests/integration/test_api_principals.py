@@ -438,6 +438,60 @@ def test_the_token_command_creates_lists_and_revokes(engine, capsys):
     assert capsys.readouterr().out.splitlines()[1].split()[-1] != "-"
 
 
+def test_creating_an_existing_name_fails_in_one_line_naming_rotate_and_prints_no_token(
+        engine, capsys):
+    """``AUTH="Bearer $(opsgate token create svc-ci)"`` run twice: the second exits non-zero
+    with one line saying how to rotate, and stdout stays empty (never a blank token)."""
+    url = ["--database-url", engine.url.render_as_string(hide_password=False)]
+    assert main(["token", "create", "svc-ci", *url]) == 0
+    first = capsys.readouterr().out.strip()
+
+    assert main(["token", "create", "svc-ci", *url]) == 1
+    again = capsys.readouterr()
+    assert again.out == ""
+    errors = [line for line in again.err.splitlines() if line.startswith("opsgate: error:")]
+    assert errors == ["opsgate: error: a principal named svc-ci exists: `opsgate token create "
+                      "svc-ci --rotate` gives it a new token and ends the old one"]
+    assert principals.authenticate(engine, first, None) == principals.Principal(
+        "svc-ci", "operator")
+
+
+def test_rotate_gives_a_new_token_and_ends_the_old_one(engine, capsys):
+    url = ["--database-url", engine.url.render_as_string(hide_password=False)]
+    assert main(["token", "create", "lead", "--role", "approver", "--slack-user", "U0LEAD",
+                 *url]) == 0
+    old = capsys.readouterr().out.strip()
+    assert main(["token", "create", "lead", "--rotate", *url]) == 0
+    rotated = capsys.readouterr()
+    new = rotated.out.strip()
+    assert new.startswith("og_") and new != old
+    assert "rotated lead (approver, person, Slack U0LEAD)" in rotated.err
+    assert principals.authenticate(engine, old, None) is None
+    assert principals.authenticate(engine, new, None) == principals.Principal(
+        "lead", "approver", "U0LEAD")
+    assert [record.principal.name for record in principals.records(engine)] == ["lead"]
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["nobody", "--rotate"], "no principal named nobody to rotate"),
+    (["lead", "--rotate", "--role", "operator"], "lead is an approver (Slack U0LEAD): rotating "
+                                                 "keeps who it is"),
+    (["lead", "--rotate", "--slack-user", "U0OTHER"], "rotating keeps who it is"),
+    (["gone", "--rotate"], "gone was revoked, and names are never reused"),
+    (["gone"], "gone was revoked, and names are never reused: create another name")])
+def test_rotate_refuses_what_it_cannot_do(engine, capsys, argv, says):
+    url = ["--database-url", engine.url.render_as_string(hide_password=False)]
+    _, lead = principals.create(engine, "lead", "approver", "U0LEAD")
+    principals.create(engine, "gone", "reader")
+    principals.revoke(engine, "gone")
+    capsys.readouterr()
+    assert main(["token", "create", *argv, *url]) == 1
+    refused = capsys.readouterr()
+    assert refused.out == "" and says in refused.err
+    assert principals.authenticate(engine, lead, None) == principals.Principal(
+        "lead", "approver", "U0LEAD")
+
+
 def test_the_token_command_refuses_what_it_cannot_do(engine, capsys):
     url = ["--database-url", engine.url.render_as_string(hide_password=False)]
     assert main(["token", "create", "lead", "--role", "approver", *url]) == 1

@@ -68,6 +68,17 @@ def test_the_postmortem_has_every_section_with_the_case_facts(service, engine):
     assert "| `gpt-4o-mini` | 3 | 1700 | 380 |" in markdown
 
 
+def test_the_plan_names_who_proposed_it_and_who_asked(service, engine):
+    """The planner proposes the plan for the person who opened the case: the postmortem names
+    the planner as the proposer (the plan_ready row's actor) and the person as the requester."""
+    case_id = case_in(service, S.PLANNING)
+    proposed = command(case_id, E.PLAN_READY, actor="planner", requester=REQUESTER)
+    assert reply_status(service.transition(proposed, key())) == 200
+    markdown = export_case(engine, case_id)
+    assert (f"- **Hash:** `{PLAN_HASH}` · **Proposed by:** planner at case version 3 · "
+            f"**Requested by:** {REQUESTER} · **Risk:** 0.2") in markdown
+
+
 def test_pinned_messages_are_in_the_timeline(service, engine):
     case_id = case_in(service, S.WAIT_GATE)
     link = "https://acme.slack.com/archives/C0INC/p1700000000000200?thread_ts=1.1&cid=C0INC"
