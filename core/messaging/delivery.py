@@ -53,9 +53,16 @@ class Late:
     key: str
     published_at: datetime
     missing: tuple[str, ...]
+    attempts: int = 1
 
     def age_s(self, now: datetime) -> float:
         return max(0.0, (now - self.published_at).total_seconds())
+
+    @property
+    def sent_again(self) -> int:
+        """How often the watchdog sent it again (each time counts one publication and one
+        hand-back in ``attempts``)."""
+        return max(0, (self.attempts - 1) // 2)
 
 
 @dataclass
@@ -70,7 +77,8 @@ def look(engine: Engine, topics: Subscribers, now: datetime, bound_s: float,
          limit: int = SCAN_LIMIT) -> Delivery:
     """Published rows not yet marked delivered: those every subscriber recorded, and those
     some subscriber has not recorded ``bound_s`` after their publication."""
-    rows = (select(outbox.c.id, outbox.c.topic, outbox.c.key, outbox.c.published_at)
+    rows = (select(outbox.c.id, outbox.c.topic, outbox.c.key, outbox.c.published_at,
+                   outbox.c.attempts)
             .where(outbox.c.published_at.is_not(None), outbox.c.delivered_at.is_(None))
             .order_by(outbox.c.id).limit(limit))
     with engine.connect() as conn:
@@ -89,7 +97,7 @@ def look(engine: Engine, topics: Subscribers, now: datetime, bound_s: float,
             found.delivered.append(row.id)
         elif as_utc(row.published_at) < cutoff:
             found.late.append(Late(row.id, row.topic, row.key, as_utc(row.published_at),
-                                   tuple(sorted(missing))))
+                                   tuple(sorted(missing)), row.attempts))
     return found
 
 
@@ -132,12 +140,18 @@ class DeliveryWatchdog:
         """How often to look: a few times per bound, at least every 10 s, at most twice a second."""
         return min(max(self.bound_s / 4, 0.5), 10.0)
 
+    def due(self, message: Late, now: datetime) -> bool:
+        """Whether to send ``message`` again now: a bound after its publication, then twice
+        as long after each time it was sent again (up to 16 bounds), so a consumer that is
+        slow rather than lost is not buried in copies."""
+        return message.age_s(now) >= self.bound_s * 2 ** min(message.sent_again, 4)
+
     def sweep(self) -> list[Late]:
         """One look: marks what was delivered, sends the late again; returns what it sent."""
         now = self.clock()
         found = look(self.engine, self.topics, now, self.bound_s)
         mark_delivered(self.engine, found.delivered, now)
-        again = send_again(self.engine, found.late)
+        again = send_again(self.engine, [m for m in found.late if self.due(m, now)])
         for message in again:
             DELIVERY_RESENT.labels(topic=message.topic).inc()
             log.warning("delivery: message #%d (%s, case %s) not recorded by %s %.0fs after it "

@@ -1,5 +1,6 @@
 """``/healthz`` answers while the process runs; ``/readyz`` checks the database, Redis (when
-configured), the bus, the relay's lag and delivery to consumers, and says 503 with the failing check named."""
+configured), the bus, the relay's lag and delivery to consumers, and says 503 with the failing
+check named."""
 
 from __future__ import annotations
 
