@@ -144,7 +144,7 @@ class DeliveryWatchdog:
         """Whether to send ``message`` again now: a bound after its publication, then twice
         as long after each time it was sent again (up to 16 bounds), so a consumer that is
         slow rather than lost is not buried in copies."""
-        return message.age_s(now) >= self.bound_s * 2 ** min(message.sent_again, 4)
+        return message.age_s(now) >= self.bound_s * 2.0 ** min(message.sent_again, 4)
 
     def sweep(self) -> list[Late]:
         """One look: marks what was delivered, sends the late again; returns what it sent."""
