@@ -1,7 +1,8 @@
 """The closed loop inside one process (``opsgate serve``, ``opsgate demo``): a relay thread moves
 outbox rows onto an in-process bus whose subscribers are the consumers, each behind a runner with
-inbox dedup, retries and dead letters. Production splits the same pieces into ``opsgate relay``
-and ``opsgate consume`` processes on Redis Streams (see ``core.cli``)."""
+inbox dedup, retries and dead letters; a delivery watchdog thread sends again what a consumer has
+not recorded within ``OPSGATE_DELIVERY_BOUND_S``. Production splits the same pieces into
+``opsgate relay`` and ``opsgate consume`` processes on Redis Streams (see ``core.cli``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from core.bootstrap import App
 from core.consumers import build_consumers
 from core.db.database import is_sqlite
 from core.errors import InternalError
+from core.loop_processes import delivery_watchdog
 from core.messaging import outbox
 from core.messaging.bus import InProcessBus
 from core.messaging.consumer import Consumer, ConsumerRunner
@@ -45,6 +47,7 @@ class InProcessLoop:
             self.bus.subscribe(runner.consumer.topics, runner)
         self.relay = OutboxRelay(app.engine, self.bus, batch_size=settings.relay_batch_size,
                                  poll_s=settings.relay_poll_s)
+        self.watchdog = delivery_watchdog(app, self.consumers)
         self.poll_s = settings.loop_poll_s
         self._stop = threading.Event()
         self._workers: Supervisor | None = None
@@ -59,6 +62,8 @@ class InProcessLoop:
         self._workers = Supervisor(self._stop, "in-process loop")
         self._workers.start("opsgate-loop", partial(self.relay.run, idle_poll_s=idle_poll_s),
                             restart_after_s=self.relay.poll_s)
+        self._workers.start("opsgate-delivery", self.watchdog.run,
+                            restart_after_s=self.watchdog.every_s)
         return self
 
     def stop(self, timeout_s: float = 30.0) -> None:

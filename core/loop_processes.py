@@ -17,11 +17,14 @@ from typing import TextIO
 
 import redis
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from core.bootstrap import App
+from core.consumers import subscriptions
 from core.messaging import inbox, outbox
 from core.messaging.bus import Bus, RedisStreamsBus
 from core.messaging.consumer import Consumer, ConsumerRunner
+from core.messaging.delivery import DeliveryWatchdog, subscribers
 from core.messaging.envelope import Envelope
 from core.messaging.relay import OutboxRelay
 from core.messaging.streams import StreamConsumer
@@ -67,6 +70,8 @@ def run_relay(app: App, bus: Bus, stop: threading.Event, out: TextIO, *,
                         poll_s=settings.relay_poll_s)
     workers = Supervisor(stop, "relay")
     workers.start("opsgate-relay", relay.run, restart_after_s=relay.poll_s)
+    watchdog = delivery_watchdog(app)
+    workers.start("opsgate-delivery", watchdog.run, restart_after_s=watchdog.every_s)
     started, reported = time.monotonic(), 0
 
     def report() -> None:
@@ -75,11 +80,28 @@ def run_relay(app: App, bus: Bus, stop: threading.Event, out: TextIO, *,
             reported = counting.published
             rate = reported / max(time.monotonic() - started, 1e-9)
             print(f"relay: {reported} messages published ({rate:.1f}/s), "
-                  f"{outbox.unpublished(app.engine)} waiting", file=out, flush=True)
+                  f"{_waiting(app.engine)}", file=out, flush=True)
 
     workers.watch(progress_every_s, report)
     workers.join(settings.relay_poll_s + 30)
     return counting.published
+
+
+def delivery_watchdog(app: App, consumers: Sequence[Consumer] | None = None) -> DeliveryWatchdog:
+    """The watchdog of a relay: every consumer (or those given) must record each message of
+    its topics within ``OPSGATE_DELIVERY_BOUND_S``, or the message is sent again."""
+    topics_of = (subscriptions() if consumers is None
+                 else {consumer.name: consumer.topics for consumer in consumers})
+    return DeliveryWatchdog(app.engine, subscribers(topics_of),
+                            bound_s=app.settings.delivery_bound_s)
+
+
+def _waiting(engine: Engine) -> str:
+    """How many due rows wait for a relay, as a progress line says it."""
+    try:
+        return f"{outbox.unpublished(engine)} waiting"
+    except SQLAlchemyError:
+        return "the database is unreachable (retrying)"
 
 
 # -- the consumers ---------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from core.errors import IllegalTransition, OpsgateError, PreconditionFailed, Unprocessable
 from core.gateway.metrics import REPLAYS  # idempotent_replay_total: gateway and case service
@@ -18,6 +18,17 @@ INBOX_DEDUP = Counter(
 )
 DEAD_LETTERS = Counter(
     "dead_letter_total", "Messages a consumer gave up on after its retries.", ["consumer", "topic"]
+)
+DELIVERY_RESENT = Counter(
+    "delivery_resent_total",
+    "Published messages sent again because a consumer had not recorded them within the bound.",
+    ["topic"],
+)
+WORKER_OUTAGE = Gauge(
+    "opsgate_worker_outage",
+    "1 while a long-running worker (relay, consumer, delivery watchdog) retries a lost "
+    "database or Redis, else 0.",
+    ["worker"],
 )
 CASE_TRANSITIONS = Counter(
     "case_transition_total",

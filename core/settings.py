@@ -226,6 +226,12 @@ class Settings(BaseSettings):
         default=4, ge=1, le=20,
         description="Attempts of a consumer on one message before it becomes a dead letter.",
     )
+    delivery_bound_s: float = Field(
+        default=120.0, gt=0, le=86_400,
+        description="A published message that a consumer of its topic has not recorded in its "
+        "inbox this long after is sent again by the relay and reported by /readyz and "
+        "`opsgate reconcile`; must exceed the slowest handling of one message.",
+    )
     # The agent (docs/agent.md). No model and no key: the offline planner model.
     model: str | None = Field(
         default=None,

@@ -49,8 +49,9 @@ def run_trace(app: App, args: argparse.Namespace, out: TextIO) -> int:
 def reconcile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repair", action="store_true",
                         help="also do the safe repairs: re-publish stale outbox rows (needs "
-                             "OPSGATE_REDIS_URL), release expired claims of calls safe to run "
-                             "again, drop expired session locks")
+                             "OPSGATE_REDIS_URL), send undelivered messages again, release "
+                             "expired claims of calls safe to run again, drop expired session "
+                             "locks")
     parser.add_argument("--outbox-bound-s", type=float, metavar="SECONDS",
                         help="report outbox rows unpublished for longer than this (default: "
                              "$OPSGATE_RECONCILE_OUTBOX_LAG_S, else 300)")
@@ -69,7 +70,9 @@ def run_reconcile(app: App, args: argparse.Namespace, out: TextIO) -> int:
         bus = stream_bus(app.settings, client)
     bound = args.outbox_bound_s or app.settings.reconcile_outbox_lag_s
     try:
-        report = Reconciler(app.engine, outbox_bound_s=bound, bus=bus).run(repair=args.repair)
+        report = Reconciler(app.engine, outbox_bound_s=bound, bus=bus,
+                            delivery_bound_s=app.settings.delivery_bound_s
+                            ).run(repair=args.repair)
     finally:
         if client is not None:
             client.close()
@@ -132,13 +135,14 @@ COMMANDS = (
         summary="check the ledger, outbox, dead letters and case timelines against each other",
         description="Report gateway calls stuck in progress past their lease, calls whose "
                     "outcome is unknown (finished after losing their lease: a person checks "
-                    "the target each names), outbox rows "
-                    "unpublished past a bound, consumers' dead letters, cases whose status "
+                    "the target each names), outbox rows unpublished past a bound, published "
+                    "messages a consumer has not recorded past $OPSGATE_DELIVERY_BOUND_S, "
+                    "consumers' dead letters, cases whose status "
                     "disagrees with the fold of their timeline, and expired session locks. "
                     "Exits 1 when anything is found, 0 on a clean run. --repair does only safe "
-                    "repairs (re-publish stale outbox rows through Redis Streams, release "
-                    "expired claims of calls safe to run again, drop expired session locks) "
-                    "and reports each.",
+                    "repairs (re-publish stale outbox rows and undelivered messages through "
+                    "Redis Streams, release expired claims of calls safe to run again, drop "
+                    "expired session locks) and reports each.",
         add_arguments=reconcile_arguments,
         run=_on_app(run_reconcile),
     ),

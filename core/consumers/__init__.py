@@ -19,6 +19,18 @@ CONSUMER_NAMES = ("intake", "analyst", "planner", "gatekeeper", "executor", "ver
 def build_consumers(app: App) -> list[Consumer]:
     """One instance of every consumer, wired to ``app``; a consumer the app's extensions
     provide under the same name (the agent's planner) replaces the core one."""
+    factories: dict[str, Callable[[App], Consumer]] = {**_core_consumers(),
+                                                      **app.extensions.consumers}
+    return [factories[name](app) for name in CONSUMER_NAMES]
+
+
+def subscriptions() -> dict[str, tuple[str, ...]]:
+    """The topics each consumer takes, by name, without building any: which inbox rows prove a
+    message delivered (a replacement keeps the topics of the consumer it replaces)."""
+    return {name: consumer.topics for name, consumer in _core_consumers().items()}
+
+
+def _core_consumers() -> dict[str, type[Consumer]]:
     # Imported here: the consumers import the composition root, which must not import them.
     from core.consumers.analyst import Analyst
     from core.consumers.executor import Executor
@@ -29,9 +41,6 @@ def build_consumers(app: App) -> list[Consumer]:
     from core.consumers.verifier import Verifier
     from core.library.consumer import Librarian
 
-    core: dict[str, Callable[[App], Consumer]] = {
-        "intake": Intake, "analyst": Analyst, "planner": Planner, "gatekeeper": Gatekeeper,
-        "executor": Executor, "verifier": Verifier, "notifier": Notifier,
-        "librarian": Librarian}
-    factories = {**core, **app.extensions.consumers}
-    return [factories[name](app) for name in CONSUMER_NAMES]
+    return {"intake": Intake, "analyst": Analyst, "planner": Planner, "gatekeeper": Gatekeeper,
+            "executor": Executor, "verifier": Verifier, "notifier": Notifier,
+            "librarian": Librarian}

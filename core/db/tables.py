@@ -81,8 +81,13 @@ outbox = Table(
     Column("published_at", DateTime(timezone=True)),
     Column("attempts", Integer, nullable=False, server_default="0"),
     Column("deliver_after", DateTime(timezone=True)),  # migration 0007: not published before
+    # migration 0013: every consumer of the topic recorded it in its inbox (core.messaging.delivery)
+    Column("delivered_at", DateTime(timezone=True)),
     Index("ix_outbox_unpublished", "id", postgresql_where=text("published_at IS NULL"),
           sqlite_where=text("published_at IS NULL")),
+    Index("ix_outbox_undelivered", "id",
+          postgresql_where=text("published_at IS NOT NULL AND delivered_at IS NULL"),
+          sqlite_where=text("published_at IS NOT NULL AND delivered_at IS NULL")),
 )
 
 idempotency = Table(

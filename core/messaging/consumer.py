@@ -1,6 +1,7 @@
 """Runs a consumer on delivered messages: skips what its inbox has seen, retries failures a
 bounded number of times with backoff, then buries the message as a dead letter so the other
-cases go on."""
+cases go on. A failure while the database is unreachable is no attempt: the message is left for
+redelivery (``Unavailable``), never buried for an outage."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import SQLAlchemyError
 
+from core.errors import Unavailable
 from core.messaging import inbox
 from core.messaging.envelope import Envelope
 from core.metrics import DEAD_LETTERS, INBOX_DEDUP
@@ -77,6 +80,11 @@ class ConsumerRunner:
             try:
                 self.consumer.handle(Delivery(name, envelope))
             except Exception as exc:  # a consumer's failure must not stop the others
+                if self._database_lost():
+                    # Not the message's fault: no attempt spent, nothing buried; the bus
+                    # delivers it again once the database answers.
+                    raise Unavailable(f"{name} left message {envelope.message_id} for "
+                                      f"redelivery: the database is unreachable") from exc
                 error = f"{type(exc).__name__}: {exc}"
                 log.warning("%s failed on message %s (attempt %d/%d): %s", name,
                             envelope.message_id, attempt, self.max_attempts, error)
@@ -91,3 +99,12 @@ class ConsumerRunner:
             inbox.bury(conn, name, envelope, error, self.max_attempts)
         DEAD_LETTERS.labels(consumer=name, topic=envelope.topic).inc()
         return "dead"
+
+    def _database_lost(self) -> bool:
+        """Whether the database is away (asked only after a failure)."""
+        try:
+            with self.engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+        except SQLAlchemyError:
+            return True
+        return False

@@ -28,6 +28,7 @@ from core.clock import Clock, utcnow
 from core.messaging import outbox
 from core.messaging.bus import Bus
 from core.messaging.envelope import Envelope
+from core.messaging.outage import Outage
 from core.metrics import OUTBOX_PUBLISH
 
 log = logging.getLogger(__name__)
@@ -82,16 +83,18 @@ class OutboxRelay:
         notification, the soonest scheduled row or the poll period. With ``idle_poll_s`` (the
         in-process loop on SQLite, which cannot notify) any batch goes again at once, as the
         consumers it just ran usually wrote the next messages, and an empty one waits that long.
-        Database and socket errors are retried after the poll period."""
+        A lost database or bus is retried with backoff (from a tenth of the poll period up to
+        15 s), said once in the log when it begins and once when it ends."""
+        outage = Outage("outbox relay", first_s=self.poll_s / 10)
         with _Waker(self.engine) as waker:
             while not stop.is_set():
                 try:
                     moved = self.relay_batch()
-                except (SQLAlchemyError, OSError, ConnectionError) as exc:
-                    log.warning("outbox relay: %s; retrying in %.1fs", exc, self.poll_s)
+                except outage.transient as exc:
                     OUTBOX_PUBLISH.labels(topic="*", status="error").inc()
-                    stop.wait(self.poll_s)
+                    stop.wait(outage.failed(exc))
                     continue
+                outage.recovered()
                 if idle_poll_s is not None:
                     if not moved:
                         stop.wait(idle_poll_s)

@@ -68,11 +68,15 @@ class Supervisor:
 
     def watch(self, every_s: float, report: Callable[[], None]) -> None:
         """Call ``report`` every ``every_s`` until the stop event is set; ``WorkersDied``
-        when every worker thread has died meanwhile."""
+        when every worker thread has died meanwhile. A report that fails (the database it
+        reads is away) is logged and skipped: progress lines never end the process."""
         while not self.stop.wait(every_s):
             if not self.alive:
                 raise WorkersDied(f"every {self.role} thread died; see the log above")
-            report()
+            try:
+                report()
+            except Exception as exc:
+                log.warning("%s progress report skipped: %s", self.role, exc)
 
     def join(self, timeout_s: float) -> bool:
         """Wait for each thread up to ``timeout_s``; True when all have ended."""

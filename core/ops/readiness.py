@@ -1,6 +1,8 @@
 """Readiness of one opsgate process: the database answers, Redis answers when configured, the
-bus is reachable, and the relay keeps up (the oldest due unpublished outbox row became due less
-than ``OPSGATE_READY_MAX_RELAY_LAG_S`` ago: a row scheduled for later is not late before then)."""
+bus is reachable, the relay keeps up (the oldest due unpublished outbox row became due less
+than ``OPSGATE_READY_MAX_RELAY_LAG_S`` ago: a row scheduled for later is not late before then),
+and published messages reach their consumers (none unrecorded in a consumer's inbox longer than
+``OPSGATE_DELIVERY_BOUND_S`` after its publication)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import redis
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
+from core.messaging.delivery import look, subscribers
 from core.messaging.outbox import oldest_unpublished
 
 if TYPE_CHECKING:
@@ -31,8 +34,11 @@ def readiness(app: App, now: datetime | None = None) -> dict[str, Any]:
     if database["ok"]:
         checks["relay_lag"] = check_relay_lag(app.engine, app.settings.ready_max_relay_lag_s,
                                               now or datetime.now(UTC))
+        checks["delivery"] = check_delivery(app.engine, app.settings.delivery_bound_s,
+                                            now or datetime.now(UTC))
     else:
         checks["relay_lag"] = {"ok": False, "error": "the database is unreachable"}
+        checks["delivery"] = {"ok": False, "error": "the database is unreachable"}
     ready = all(check["ok"] for check in checks.values())
     return {"status": "ready" if ready else "not_ready", "checks": checks}
 
@@ -68,6 +74,22 @@ def check_relay_lag(engine: Engine, bound_s: float, now: datetime) -> Check:
     lag_s = 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds())
     return {"ok": lag_s <= bound_s, "lag_s": round(lag_s, 3), "bound_s": bound_s,
             "unpublished": waiting}
+
+
+def check_delivery(engine: Engine, bound_s: float, now: datetime) -> Check:
+    """Published messages a consumer of their topic has not recorded within ``bound_s`` (the
+    bus lost them, or a consumer is not running): the relay sends them again meanwhile."""
+    from core.consumers import subscriptions
+
+    try:
+        late = look(engine, subscribers(subscriptions()), now, bound_s).late
+    except SQLAlchemyError as exc:
+        return {"ok": False, "error": _first_line(exc)}
+    check: Check = {"ok": not late, "undelivered": len(late), "bound_s": bound_s}
+    if late:
+        check["oldest_s"] = round(max(message.age_s(now) for message in late), 3)
+        check["waiting_for"] = sorted({name for message in late for name in message.missing})
+    return check
 
 
 def _first_line(exc: BaseException) -> str:

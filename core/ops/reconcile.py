@@ -1,9 +1,10 @@
 """``opsgate reconcile``: the ledger and the outbox checked against each other and against the
 cases. Finds gateway calls stuck in progress past their lease, calls whose outcome is unknown
 (they finished after losing their lease: a person checks the target), outbox rows unpublished past a
-bound, consumers' dead letters, and cases whose status or version disagrees with the fold of
-their timeline. ``repair`` does only what cannot repeat a side effect: re-publish stale outbox
-rows (consumers dedup on the message id), release expired claims of calls declared safe to run
+bound, published messages a consumer has not recorded past the delivery bound, consumers' dead
+letters, and cases whose status or version disagrees with the fold of their timeline.
+``repair`` does only what cannot repeat a side effect: send stale and undelivered outbox rows
+again (consumers dedup on the message id), release expired claims of calls declared safe to run
 again, and drop expired session locks. Everything else is left for a person, with what to do."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from core.gateway.keys import case_of_session
 from core.gateway.ledger import Ledger, LedgerEntry, LedgerState
 from core.messaging import inbox, outbox
 from core.messaging.bus import Bus
+from core.messaging.delivery import Subscribers, look, send_again, subscribers
 from core.messaging.relay import OutboxRelay
 
 SAFE_TO_RUN_AGAIN = frozenset({"step.noop", "verify.evaluate"})
@@ -37,8 +39,8 @@ STEP_NOTES = ("step_result", "rollback_result")
 class Finding:
     """One inconsistency: its kind, what it concerns, why it matters, and what was done."""
 
-    # stuck_call | unknown_outcome | unrecorded_result | stale_outbox | dead_letter |
-    # status_mismatch | expired_lock
+    # stuck_call | unknown_outcome | unrecorded_result | stale_outbox | undelivered |
+    # dead_letter | status_mismatch | expired_lock
     kind: str
     subject: str
     detail: str
@@ -70,11 +72,14 @@ class Reconciler:
     """Runs every check; with ``bus`` set, ``repair`` may re-publish through it."""
 
     def __init__(self, engine: Engine, *, outbox_bound_s: float, bus: Bus | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, delivery_bound_s: float | None = None,
+                 topics: Subscribers | None = None) -> None:
         self.engine = engine
         self.outbox_bound_s = outbox_bound_s
         self.bus = bus
         self.clock = clock or (lambda: datetime.now(UTC))
+        self.delivery_bound_s = outbox_bound_s if delivery_bound_s is None else delivery_bound_s
+        self.topics = topics
 
     def run(self, *, repair: bool = False) -> Report:
         now = self.clock()
@@ -83,6 +88,7 @@ class Reconciler:
         report.findings += self.unknown_outcomes()
         report.findings += self.unrecorded_results(now)
         report.findings += self.stale_outbox(now, repair)
+        report.findings += self.undelivered(now, repair)
         report.findings += self.dead_letters()
         report.findings += self.status_mismatches()
         report.findings += self.expired_locks(now, repair)
@@ -174,6 +180,28 @@ class Reconciler:
                                  f"{age:.0f} s (bound {self.outbox_bound_s:g} s)", advice,
                                  repaired))
         return found
+
+    def undelivered(self, now: datetime, repair: bool) -> list[Finding]:
+        """Published messages a consumer of their topic has not recorded past the delivery
+        bound: the bus lost them (Redis without its data) or a consumer is not running."""
+        if self.topics is None:
+            from core.consumers import subscriptions
+
+            self.topics = subscribers(subscriptions())
+        late = look(self.engine, self.topics, now, self.delivery_bound_s).late
+        if not late:
+            return []
+        again = {m.message_id for m in send_again(self.engine, late)} if repair else set()
+        if again and self.bus is not None:
+            self._republish()
+        done = "re-published to the bus" if self.bus is not None else "handed back to the relay"
+        advice = ("the relay sends it again by itself (OPSGATE_DELIVERY_BOUND_S); if it stays, "
+                  "is every consumer running (`opsgate consume`)? --repair sends it again now")
+        return [Finding("undelivered", f"message #{m.message_id}",
+                        f"{m.topic} for case {m.key} published {m.age_s(now):.0f} s ago, not "
+                        f"recorded by {', '.join(m.missing)} (bound {self.delivery_bound_s:g} s)",
+                        advice, done if m.message_id in again else None)
+                for m in late]
 
     def _republish(self) -> int:
         assert self.bus is not None

@@ -1,5 +1,6 @@
 """``/healthz`` answers while the process runs; ``/readyz`` checks the database, Redis (when
-configured), the bus and the relay's lag, and says 503 with the failing check named."""
+configured), the bus, the relay's lag and delivery to consumers, and says 503 with the failing
+check named."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from sqlalchemy import Engine, insert
 
 from core.api import create_api
 from core.bootstrap import bootstrap
+from core.consumers import subscriptions
 from core.db.tables import outbox
+from core.messaging import inbox
+from core.messaging.delivery import subscribers
 from core.settings import Settings
 from tests.support.servers import REDIS_URL
 
@@ -61,7 +65,8 @@ def test_a_fresh_process_is_ready(client, engine):
         "database": {"ok": True, "dialect": engine.dialect.name},
         "redis": {"ok": True, "configured": False},
         "bus": {"ok": True, "kind": "in-process"},
-        "relay_lag": {"ok": True, "lag_s": 0.0, "bound_s": 60.0, "unpublished": 0}}}
+        "relay_lag": {"ok": True, "lag_s": 0.0, "bound_s": 60.0, "unpublished": 0},
+        "delivery": {"ok": True, "undelivered": 0, "bound_s": 120.0}}}
 
 
 def test_a_relay_that_lags_past_its_bound_makes_the_process_not_ready(client, engine):
@@ -73,6 +78,29 @@ def test_a_relay_that_lags_past_its_bound_makes_the_process_not_ready(client, en
     assert status == 503
     lag = report["checks"]["relay_lag"]
     assert lag["ok"] is False and lag["unpublished"] == 1 and 119 < lag["lag_s"] < 600
+
+
+def test_a_message_its_consumers_never_recorded_makes_the_process_not_ready(client, engine):
+    """Accepted by the bus is not delivered: a published row whose consumers' inbox rows are
+    missing past OPSGATE_DELIVERY_BOUND_S is reported, naming who has not recorded it."""
+    topic = "evt.case.opened.v1"
+    waiting_for = sorted(subscribers(subscriptions())[topic])
+    with engine.begin() as conn:
+        message_id = conn.execute(insert(outbox).values(
+            topic=topic, key="k", payload={},
+            published_at=datetime.now(UTC) - timedelta(seconds=200)).returning(outbox.c.id)
+        ).scalar_one()
+    status, report = _ready(client)
+    assert status == 503
+    assert report["checks"]["delivery"]["ok"] is False
+    assert report["checks"]["delivery"]["undelivered"] == 1
+    assert report["checks"]["delivery"]["waiting_for"] == waiting_for
+    assert 199 < report["checks"]["delivery"]["oldest_s"] < 600
+    with engine.begin() as conn:
+        for consumer in waiting_for:
+            inbox.mark(conn, consumer, message_id)
+    status, report = _ready(client)
+    assert status == 200, report
 
 
 def test_an_unreachable_redis_makes_the_process_not_ready(sqlite_engine):

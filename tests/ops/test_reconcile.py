@@ -1,6 +1,7 @@
 """``opsgate reconcile``: one test per kind of injected inconsistency (a call stuck past its
-lease, an outbox row left unpublished, a dead letter, a case whose status disagrees with its
-timeline, an expired session lock), the safe repairs, and a clean run that reports none."""
+lease, an outbox row left unpublished, a published message no consumer recorded, a dead letter,
+a case whose status disagrees with its timeline, an expired session lock), the safe repairs, and
+a clean run that reports none."""
 
 from __future__ import annotations
 
@@ -137,6 +138,29 @@ def test_an_outbox_row_unpublished_past_its_bound_is_found_and_republished(engin
     entries = redis_client.xrange(bus.stream("cmd.exec.run"))
     assert [Envelope.from_fields({k.decode(): v.decode() for k, v in fields.items()}).message_id
             for _, fields in entries] == [row_id, fresh]
+    assert reconciler(engine).run().clean
+
+
+def test_a_published_message_its_consumer_never_recorded_is_found_and_sent_again(
+        engine, redis_client, redis_prefix):
+    """Accepted by the bus is not delivered (a Redis restarted without its data forgets it):
+    reconcile reports the message by who has not recorded it, and --repair sends it again."""
+    row_id = _stale_row(engine)
+    with engine.begin() as conn:
+        conn.execute(update(outbox).where(outbox.c.id == row_id)
+                     .values(published_at=LONG_AGO, attempts=1))
+    [finding] = reconciler(engine).run().findings
+    assert finding.kind == "undelivered" and finding.subject == f"message #{row_id}"
+    assert "not recorded by executor" in finding.detail and finding.repaired is None
+    bus = RedisStreamsBus(redis_client, prefix=redis_prefix)
+    report = reconciler(engine, bus).run(repair=True)
+    assert [(f.subject, f.repaired) for f in report.findings] == [
+        (f"message #{row_id}", "re-published to the bus")]
+    entries = redis_client.xrange(bus.stream("cmd.exec.run"))
+    assert [Envelope.from_fields({k.decode(): v.decode() for k, v in fields.items()}).message_id
+            for _, fields in entries] == [row_id]
+    with engine.begin() as conn:
+        inbox.mark(conn, "executor", row_id)
     assert reconciler(engine).run().clean
 
 

@@ -61,6 +61,7 @@ class ChaosProxy:
         self._open: set[asyncio.StreamWriter] = set()
         self._handlers: set[asyncio.Task[None]] = set()
         self._targeted: list[bytes] = []  # markers whose next reply is swallowed, once each
+        self._before_cut = faults
 
     # -- lifecycle ------------------------------------------------------------------------
     def __enter__(self) -> ChaosProxy:
@@ -89,6 +90,26 @@ class ChaosProxy:
                 loop.call_soon_threadsafe(stop.set)
         if self._thread is not None:
             self._thread.join(timeout=5.0)
+
+    def cut(self) -> None:
+        """Sever the link, as a network partition does: every open connection is aborted now
+        and new ones are refused until ``heal``."""
+        assert self._loop is not None, "the proxy is not running"
+        self._before_cut = self.faults
+        self.faults = Faults(refuse=1.0)
+        aborted = threading.Event()
+
+        def abort_open() -> None:
+            for writer in list(self._open):
+                writer.transport.abort()
+            aborted.set()
+
+        self._loop.call_soon_threadsafe(abort_open)
+        aborted.wait(5.0)
+
+    def heal(self) -> None:
+        """Forward again as before the cut."""
+        self.faults = self._before_cut
 
     def drop_reply_to(self, marker: bytes, times: int = 1) -> None:
         """Swallow the reply to the next ``times`` requests containing ``marker`` (e.g. a

@@ -62,6 +62,15 @@ class Process:
         self.popen.wait(10)
         self.kills += 1
 
+    def freeze(self) -> None:
+        """SIGSTOP: the process holds what it has and does nothing until ``thaw``."""
+        assert self.popen is not None
+        self.popen.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self.popen is not None
+        self.popen.send_signal(signal.SIGCONT)
+
     def terminate(self, timeout_s: float = 30) -> int:
         """SIGTERM and wait: the exit code of a clean stop."""
         assert self.popen is not None
