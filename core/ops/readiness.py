@@ -1,6 +1,8 @@
 """Readiness of one opsgate process: the database answers, Redis answers when configured, the
 bus is reachable, and the relay keeps up (the oldest due unpublished outbox row became due less
-than ``OPSGATE_READY_MAX_RELAY_LAG_S`` ago: a row scheduled for later is not late before then)."""
+than ``OPSGATE_READY_MAX_RELAY_LAG_S`` ago: a row scheduled for later is not late before then).
+It also says where metric checks are read (``metrics``): with no source the process is still
+ready (probes verify), but the check says plans with a metric check are refused and why."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import redis
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
+from core.evidence import has_metrics_source, metrics_source_line
 from core.messaging.outbox import oldest_unpublished
 
 if TYPE_CHECKING:
@@ -33,6 +36,7 @@ def readiness(app: App, now: datetime | None = None) -> dict[str, Any]:
                                               now or datetime.now(UTC))
     else:
         checks["relay_lag"] = {"ok": False, "error": "the database is unreachable"}
+    checks["metrics"] = check_metrics(app)
     ready = all(check["ok"] for check in checks.values())
     return {"status": "ready" if ready else "not_ready", "checks": checks}
 
@@ -68,6 +72,13 @@ def check_relay_lag(engine: Engine, bound_s: float, now: datetime) -> Check:
     lag_s = 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds())
     return {"ok": lag_s <= bound_s, "lag_s": round(lag_s, 3), "bound_s": bound_s,
             "unpublished": waiting}
+
+
+def check_metrics(app: App) -> Check:
+    """Where metric checks are read; ``configured`` False when nowhere (still ok: a plan with
+    a metric check is refused at the guard, probes verify)."""
+    return {"ok": True, "configured": has_metrics_source(app.settings),
+            "source": metrics_source_line(app.settings)}
 
 
 def _first_line(exc: BaseException) -> str:
