@@ -4,6 +4,7 @@ source, ``plan_ready`` refuses a plan with a metric check."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 STAND_IN_METRICS: dict[str, float] = {"http_5xx_ratio": 0.001, "error_rate": 0.001,
@@ -15,3 +16,6 @@ def with_stand_in(values: dict[str, Any]) -> dict[str, Any]:
     if values.get("prometheus_url") or "static_metrics" in values:
         return values
     return {**values, "static_metrics": STAND_IN_METRICS}
+
+STAND_IN_ENV: dict[str, str] = {"OPSGATE_STATIC_METRICS": json.dumps(STAND_IN_METRICS)}
+"""The same table for an ``opsgate`` process's environment."""
