@@ -15,6 +15,7 @@ from sqlalchemy import Engine, select
 from core.bootstrap import App, bootstrap
 from core.db.tables import case_timeline, ops_case
 from core.settings import Settings
+from tests.support.metrics import STAND_IN_METRICS
 from tests.support.peers import (
     BAD_P95_S,
     GAUGE,
@@ -34,7 +35,8 @@ RULE = alert_rule("CheckoutSlow", f"{GAUGE} > 1", summary="checkout p95 over 1 s
 
 @pytest.fixture
 def app(pg_engine: Engine) -> Iterator[App]:
-    made = bootstrap(Settings(_env_file=None, redis_url=None, prometheus_url=None,
+    made = bootstrap(Settings(static_metrics=STAND_IN_METRICS,
+                              _env_file=None, redis_url=None, prometheus_url=None,
                               alert_token=TOKEN), engine=pg_engine)
     yield made
     made.close()
