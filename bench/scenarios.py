@@ -24,6 +24,7 @@ from agent.planner import AgentPlanner
 from agent.runner import Agent
 from agent.scripted import ScriptedChatModel
 from core.bootstrap import App, bootstrap
+from core.demo import DEMO_METRICS_AFTER_CHANGE
 from core.domain.commands import OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic
@@ -63,8 +64,11 @@ class Outcome:
 
 
 def agent_app(engine: Engine, **overrides: Any) -> App:
-    settings = Settings(runbooks_dir=str(RUNBOOKS), **overrides)
-    return bootstrap(settings, engine=engine)
+    """The agent's app on ``engine``; its metrics source is the demo's stand-in table (there
+    is no default: without a source, plan_ready refuses a plan with a metric check)."""
+    values: dict[str, Any] = {"runbooks_dir": str(RUNBOOKS),
+                              "static_metrics": DEMO_METRICS_AFTER_CHANGE, **overrides}
+    return bootstrap(Settings(**values), engine=engine)
 
 
 def case_at(app: App, status: CaseStatus, title: str = "p95 latency after deploy of checkout"

@@ -243,7 +243,8 @@ def case_similar(evidence: Mapping[str, Any]) -> Message:
     findings = [f"• {f.get('summary')} _(confidence {float(f.get('confidence', 0)):.0%})_"
                 for f in evidence.get("findings") or []]
     similar = [f"{n}. *{c.get('title')}* (`{short_id(c.get('case_id'))}`)\n"
-               f"    resolved by _{c.get('resolved_by') or 'its plan'}_; verified: "
+               f"    resolved by _{c.get('resolved_by') or 'its plan'}_; "
+               f"{'not verified' if c.get('stand_in') else 'verified'}: "
                f"{c.get('verification') or '—'}"
                for n, c in enumerate(evidence.get("similar_cases") or [], 1)]
     runbooks = [f"• *{r.get('title')}* `{r.get('path')}`" for r in evidence.get("runbooks") or []]

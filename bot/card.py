@@ -251,6 +251,8 @@ def _verification(state: CaseState) -> list[str]:
         what = facts.get("waiting_for") or facts.get("reason") or "the verify block to hold"
         now = f"now {_number(facts.get('observed'))}" if facts.get("observed") is not None \
             else _cut(escape(facts.get("reason")), LINE_LIMIT)
+        if facts.get("stand_in") and facts.get("observed") is not None:
+            now = f"{now}, a stand-in reading"  # the reason says so itself
         return [f"🧪 Waiting for {_cut(escape(what), LINE_LIMIT)} ({now})",
                 f"Reading {facts.get('reading', 1)} at {_at(readings[-1])} · next reading "
                 f"{_clock(facts.get('next_reading_at'))} · *deadline* "

@@ -11,6 +11,7 @@ from sqlalchemy import Engine
 from core.chat import ChatSink, RecordingSink
 from core.db.database import make_engine
 from core.domain.policy import ApprovalPolicy, GroupMembers
+from core.evidence import has_metrics_source
 from core.gateway import Gateway, build_gateway
 from core.service import CaseService
 from core.settings import Settings, load_settings
@@ -87,7 +88,8 @@ def bootstrap(settings: Settings | None = None, *, engine: Engine | None = None,
     engine = engine or make_engine(settings.database_url, pool_size=settings.db_pool_size)
     policy = policy_from_settings(settings, members)
     app = App(settings=settings, engine=engine,
-              cases=CaseService(engine, tenant=settings.tenant, policy=policy),
+              cases=CaseService(engine, tenant=settings.tenant, policy=policy,
+                                reads_metrics=has_metrics_source(settings)),
               gateway=build_gateway(settings, engine), policy=policy,
               chat=chat or RecordingSink(), extensions=extensions)
     if chat is None and extensions.chat is not None:

@@ -38,15 +38,28 @@ WATCH_EVERY_S = 0.01
 DEMO_VERIFY_TIME_SCALE = 0.01
 """The demo's verification clock: a plan's 300 s window after the change takes 3 s."""
 DEMO_VERIFY_POLL_S = 0.5
+DEMO_METRICS_BEFORE_CHANGE = {"http_5xx_ratio": 0.12, "error_rate": 0.12,
+                              "latency_p95_ms": 2400.0}
+"""The demo's stand-in world during the incident: what its metrics read until the approved
+change has settled (``core.evidence.StaticSource``)."""
+DEMO_METRICS_AFTER_CHANGE = {"http_5xx_ratio": 0.001, "error_rate": 0.001,
+                             "latency_p95_ms": 120.0, "standby_saturation": 0.3}
+"""... and once it has: the template plans' checks hold (the standby is not part of the
+incident, so it reads the same before)."""
 
 
 def demo_verification(settings: Settings) -> Settings:
     """``settings`` with the demo's verification clock, unless the environment sets its own
-    (``OPSGATE_VERIFY_TIME_SCALE``, ``OPSGATE_VERIFY_POLL_S``). Against a real Prometheus
-    (``OPSGATE_PROMETHEUS_URL``) windows keep their length: its samples are seconds apart, so
-    a window of a few seconds would hold no data."""
+    (``OPSGATE_VERIFY_TIME_SCALE``, ``OPSGATE_VERIFY_POLL_S``), and, with neither Prometheus nor
+    a stand-in table configured, the demo's stand-in metrics, which react to the approved
+    change: bad before it, good after. Against a real Prometheus (``OPSGATE_PROMETHEUS_URL``)
+    windows keep their length: its samples are seconds apart, so a window of a few seconds would
+    hold no data."""
     chosen = settings.model_fields_set
-    update: dict[str, float] = {}
+    update: dict[str, object] = {}
+    if not settings.prometheus_url and not settings.static_metrics:
+        update["static_metrics"] = DEMO_METRICS_AFTER_CHANGE
+        update["static_metrics_before_change"] = DEMO_METRICS_BEFORE_CHANGE
     if "verify_time_scale" not in chosen and not settings.prometheus_url:
         update["verify_time_scale"] = DEMO_VERIFY_TIME_SCALE
     if "verify_poll_s" not in chosen and not settings.prometheus_url:

@@ -8,7 +8,10 @@ at ``at``); before that it is *pending*, with its value at ``at`` as the reading
 ``for_s``, and a probe, is judged on its reading at ``at``. A block holds when every check holds;
 the first check that does not is the reason.
 
-Sources: ``PrometheusSource`` (the HTTP query API) and ``StaticSource`` (embedded default).
+Sources: ``PrometheusSource`` (the HTTP query API) and ``StaticSource``, a stand-in table used
+only where one is configured (``OPSGATE_STATIC_METRICS``; ``opsgate demo`` sets its own, which
+reacts to the approved change). Its readings are labelled (``STAND_IN``). Neither configured:
+no source, and the ``plan_ready`` guard refuses a metric check (``NO_METRICS_SOURCE``).
 """
 
 from __future__ import annotations
@@ -17,12 +20,13 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
 import httpx
 
 from core.domain.verify import (
+    NO_METRICS_SOURCE,
     MetricCheck,
     ProbeCheck,
     ProbeTarget,
@@ -33,12 +37,18 @@ from core.domain.verify import (
 from core.errors import InternalError, InvalidPlan
 from core.outbound.allowlists import Origin, UrlAllowList, url_problem
 from core.outbound.http import HttpReply, RedirectRefused, is_expected, send
+from core.redact import url_without_credentials
 from core.settings import Settings
 
 Worst = Literal["max", "min"]
 State = Literal["held", "pending", "cannot"]
 PROMETHEUS_BODY_LIMIT = 1_048_576
 _PROBE_BODY_LIMIT = 4096
+STAND_IN = "stand-in readings (OPSGATE_STATIC_METRICS)"
+"""The label of every verdict read from a stand-in table: the timeline, thread and card say it."""
+STAND_IN_SETTLE_S = 60.0
+"""How long after the change a reacting stand-in still reads its before-change values (times
+``OPSGATE_VERIFY_TIME_SCALE``): a change takes a moment to show in the metrics."""
 
 
 @dataclass(frozen=True)
@@ -76,16 +86,40 @@ class MetricSource(Protocol):
 
 
 class StaticSource:
-    """Fixed values by metric name: the embedded default and tests. Time windows change nothing."""
+    """A stand-in table by metric name (``OPSGATE_STATIC_METRICS``). Alone, a constant: time
+    windows change nothing. With ``before_change`` it reacts to the approved change, as the
+    eval's two-world series do (``agent/eval/series.py``): those values until ``settle_s`` after
+    the change it is bound to (``after_change``; unbound, the change has not happened), the
+    table's after; a window spanning both reads the worse."""
 
-    def __init__(self, values: Mapping[str, float]) -> None:
+    def __init__(self, values: Mapping[str, float],
+                 before_change: Mapping[str, float] | None = None, *, settle_s: float = 0.0,
+                 changed_at: datetime | None = None) -> None:
         self._values = dict(values)
+        self._before = dict(before_change or {})
+        self._settle = timedelta(seconds=settle_s)
+        self._changed_at = changed_at
+
+    def after_change(self, changed_at: datetime) -> StaticSource:
+        """The same table, reading the world after the change that finished at ``changed_at``."""
+        return StaticSource(self._values, self._before, settle_s=self._settle.total_seconds(),
+                            changed_at=changed_at)
 
     def read(self, query: str, *, over_s: float | None = None, worst: Worst = "max",
              at: datetime | None = None) -> float:
         if query not in self._values:
-            raise EvidenceMissing(f"no value for {query!r} in the static source")
-        return self._values[query]
+            raise EvidenceMissing(f"no value for {query!r} in the stand-in table "
+                                  "(OPSGATE_STATIC_METRICS)")
+        if query not in self._before:
+            return self._values[query]
+        seen = []
+        end = at or datetime.now(UTC)
+        settled = None if self._changed_at is None else self._changed_at + self._settle
+        if settled is None or end - timedelta(seconds=over_s or 0.0) < settled:
+            seen.append(self._before[query])
+        if settled is not None and end >= settled:
+            seen.append(self._values[query])
+        return max(seen) if worst == "max" else min(seen)
 
 
 class PrometheusSource:
@@ -164,12 +198,36 @@ def _sample_values(data: dict[str, Any]) -> list[float]:
     raise ValueError(f"a {kind} result; an instant query must give a vector or a scalar")
 
 
-def source_from_settings(settings: Settings, static_values: Mapping[str, float] | None = None,
-                         ) -> MetricSource:
-    """Prometheus when ``OPSGATE_PROMETHEUS_URL`` is set, else a static source."""
+def source_from_settings(settings: Settings) -> MetricSource | None:
+    """Prometheus when ``OPSGATE_PROMETHEUS_URL`` is set, else the stand-in table of
+    ``OPSGATE_STATIC_METRICS`` when one is set, else None: no metrics source."""
     if settings.prometheus_url:
         return PrometheusSource(settings.prometheus_url)
-    return StaticSource(static_values or {})
+    if settings.static_metrics:
+        return StaticSource(settings.static_metrics, settings.static_metrics_before_change,
+                            settle_s=STAND_IN_SETTLE_S * settings.verify_time_scale)
+    return None
+
+
+def has_metrics_source(settings: Settings) -> bool:
+    """Whether a metric check can be read at all (Prometheus, or a stand-in table)."""
+    return bool(settings.prometheus_url or settings.static_metrics)
+
+
+def metrics_source_line(settings: Settings) -> str:
+    """Where metric checks are read, in one line (the serve banner, ``/readyz``)."""
+    if settings.prometheus_url:
+        return f"Prometheus at {url_without_credentials(settings.prometheus_url)}"
+    if settings.static_metrics:
+        return ("a stand-in table (OPSGATE_STATIC_METRICS): its readings are labelled stand-in "
+                "and never make a verified fix")
+    return f"none: plans with a metric check are refused; {NO_METRICS_SOURCE}"
+
+
+def after_change(source: MetricSource, changed_at: datetime) -> MetricSource:
+    """``source`` as it reads the world after the change that finished at ``changed_at``: a
+    stand-in table reacts to it; a real source needs no telling."""
+    return source.after_change(changed_at) if isinstance(source, StaticSource) else source
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ from core.domain.messages import (
 from core.domain.plans import canonical_json, plan_hash, plan_problems
 from core.domain.policy import ApprovalPolicy, Satisfied
 from core.domain.policy import Refused as PolicyRefused
+from core.domain.verify import NO_METRICS_SOURCE, parse_verify
 from core.domain.views import ApprovalState, CaseView, ProposedPlan, TimelineEntry
 from core.errors import (
     ApprovalRefused,
@@ -196,12 +197,15 @@ class CaseService:
     """Opens, moves and reads cases. Built once by the composition root."""
 
     def __init__(self, engine: Engine, *, tenant: str = "default", clock: Clock = utcnow,
-                 policy: ApprovalPolicy | None = None) -> None:
+                 policy: ApprovalPolicy | None = None, reads_metrics: bool = False) -> None:
         self.engine = engine
         self.tenant = tenant
         self.clock = clock
         # The default lets anyone but the requester approve: bootstrap passes the configured one.
         self.policy = policy or ApprovalPolicy()
+        # Whether a metrics source is configured (core.evidence.has_metrics_source): without
+        # one, plan_ready refuses a plan with a metric check, which nothing could ever judge.
+        self.reads_metrics = reads_metrics
 
     @property
     def gate(self) -> Gate:
@@ -553,8 +557,7 @@ class CaseService:
             return self._admit_expiry(conn, case, cmd, writes)
         return None
 
-    @staticmethod
-    def _admit_plan(conn: Connection, cmd: TransitionCase, next_version: int,
+    def _admit_plan(self, conn: Connection, cmd: TransitionCase, next_version: int,
                     writes: store.Writes) -> str:
         plan = cmd.plan
         if plan is None:
@@ -566,6 +569,9 @@ class CaseService:
         problems = plan_problems(plan)
         if problems:
             raise GuardFailed("the plan is incomplete or invalid", problems=problems)
+        if not self.reads_metrics and parse_verify(plan["verify"]).reads_metrics:
+            raise GuardFailed(f"the plan's metric check cannot be judged: {NO_METRICS_SOURCE}",
+                              problems=[f"plan.verify: {NO_METRICS_SOURCE}"])
         digest = plan_hash(plan)
         writes.plan = {"id": uuid4(), "case_id": cmd.case_id, "case_version": next_version,
                        "plan_hash": digest, "plan": dict(plan),

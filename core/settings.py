@@ -151,13 +151,22 @@ class Settings(BaseSettings):
         default=None, description="Admin URL gateway.flip POSTs to. Unset: gateway.flip refused."
     )
     prometheus_url: HttpUrl | None = Field(
-        default=None, description="Prometheus base URL for verify metrics. Unset: static source."
+        default=None, description="Prometheus base URL for verify metrics. Unset: the "
+        "stand-in table of OPSGATE_STATIC_METRICS if one is set, else no metrics source "
+        "(plans with a metric check are refused at plan_ready).",
     )
     static_metrics: ObjectOfNumbers = Field(
-        default_factory=lambda: {"http_5xx_ratio": 0.001, "error_rate": 0.001,
-                                 "latency_p95_ms": 120.0, "standby_saturation": 0.3},
-        description="Metric values the verifier reads when OPSGATE_PROMETHEUS_URL is unset "
-        "(JSON object, name → number); the default lets the template plans' checks pass.",
+        default_factory=dict,
+        description="A stand-in table the verifier reads when OPSGATE_PROMETHEUS_URL is unset "
+        "(JSON object, name → number), e.g. '{\"http_5xx_ratio\": 0.001}'; its readings are "
+        "labelled stand-in and a case closed on them is never offered as a verified fix. "
+        "Empty (the default): no stand-in.",
+    )
+    static_metrics_before_change: ObjectOfNumbers = Field(
+        default_factory=dict,
+        description="Demo: what the stand-in table reads until an approved change has settled "
+        "(JSON object, name → number; OPSGATE_STATIC_METRICS after it), so a verification reads "
+        "bad before the change and good after. `opsgate demo` sets its own.",
     )
     # Verification after a change (docs/executor.md): readings are scheduled, never slept on.
     verify_poll_s: float = Field(

@@ -22,6 +22,7 @@ from core.bootstrap import App
 from core.db.database import make_engine
 from core.migrate import scratch_schema, upgrade_engine
 from core.service import CaseService
+from tests.support.cases import case_service
 from tests.support.peers import alertmanager_server, metric_service, prometheus_server  # noqa: F401
 from tests.support.servers import POSTGRES_URL, REDIS_URL, missing
 
@@ -122,7 +123,7 @@ def engine(request: pytest.FixtureRequest) -> Engine:
 
 @pytest.fixture
 def service(engine: Engine) -> CaseService:
-    return CaseService(engine)
+    return case_service(engine)
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from sqlalchemy import Engine
 
 from agent.eval.grades import Observed
 from agent.eval.scenarios import Scenario, resolve_plan, runbook_file
-from agent.eval.series import write_recorded
+from agent.eval.series import with_stand_in, write_recorded
 from agent.planner import AgentPlanner
 from agent.runner import Agent, TurnResult
 from agent.tools import ACTOR
@@ -113,6 +113,7 @@ def _run(scenario: Scenario, folder: Path, model: ModelFactory, work: Path,
                         runbooks_dir=str(_runbooks(scenario, folder, work / "runbooks")),
                         series_dir=str(work / "series"), redis_url=None, prometheus_url=None,
                         auto_approve="off", mcp_servers=None)
+    settings = with_stand_in(settings, scenario.series)
     app = bootstrap(settings, engine=engine)
     for past in scenario.past_cases:
         _past_case(app, past.title, resolve_plan(past.plan) or {}, past.finding,

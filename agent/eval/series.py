@@ -23,6 +23,7 @@ from core.domain.verify import VerifyBlock, parse_verify
 from core.errors import InvalidPlan
 from core.evidence import EvidenceMissing, Moment, Worst, read_block
 from core.outbound.allowlists import UrlAllowList
+from core.settings import Settings
 
 STEP_S = 60
 RECORDED_FROM_S = -3600  # the analyst's view: an hour before the incident ...
@@ -63,6 +64,16 @@ def write_recorded(folder: Path, scenario: str, series: Mapping[str, Series]) ->
                   for t in range(RECORDED_FROM_S, RECORDED_TO_S + 1, STEP_S)]
         doc = {"metric": metric, "step_s": STEP_S, "points": points}
         (folder / f"{metric}.json").write_text(json.dumps(doc), "utf-8")
+
+
+def with_stand_in(settings: Settings, series: Mapping[str, Series]) -> Settings:
+    """``settings`` with the scenario's two worlds as its stand-in metrics
+    (``OPSGATE_STATIC_METRICS`` and its before-change values): the run's metric checks have a
+    source, as the grade's have (``SeriesSource``)."""
+    return settings.model_copy(update={
+        "static_metrics": {m: shape.value_fixed() for m, shape in series.items()},
+        "static_metrics_before_change": {m: _incident_value(shape, FIX_AT_S - STEP_S)
+                                         for m, shape in series.items()}})
 
 
 @dataclass(frozen=True)

@@ -73,10 +73,10 @@ def walk(args: argparse.Namespace) -> int:
     """``--walk``: the core's scripted walk of one case through the REST API (``core.demo``)."""
     from core.cli import STARTED
     from core.cli.app import opened_app, settings_of
-    from core.demo import DemoFailed, run_demo
+    from core.demo import DemoFailed, demo_verification, run_demo
 
     try:
-        with opened_app(settings_of(args)) as app:
+        with opened_app(demo_verification(settings_of(args))) as app:
             run_demo(app, sys.stdout)
     except DemoFailed as failed:
         raise CliError(f"demo failed: {failed}") from failed
@@ -188,6 +188,7 @@ class Demo:
 
     def _welcome(self, settings: Settings, took_s: float) -> None:
         from core.cli import STARTED
+        from core.evidence import metrics_source_line
 
         engines = "PostgreSQL" if not settings.database_url.startswith("sqlite") else "SQLite"
         bus = "Redis Streams" if settings.redis_url else "in-process bus"
@@ -196,6 +197,8 @@ class Demo:
         print("opsgate demo: restart-service, kubectl and the traffic gateway are stand-ins "
               "(bot/sandbox/bin, the sandbox): approved plans change nothing real",
               file=self.out, flush=True)
+        print(f"opsgate demo: metrics: {metrics_source_line(settings)}", file=self.out,
+              flush=True)
         print(f"opsgate demo: ready in {time.perf_counter() - STARTED:.2f} s "
               f"(startup {took_s:.2f} s after imports)", file=self.out, flush=True)
         print(f"\n  open {self.page_url}  — the Slack sandbox: mention @opsgate, then switch to "

@@ -37,10 +37,12 @@ def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from core.api import create_api
+    from core.evidence import metrics_source_line
 
     with opened_app(settings_of(args)) as app:
         print(f"opsgate API on http://{args.host}:{args.port} "
               f"(database {shown(app.settings.database_url)}; {_access(app)})", flush=True)
+        print(f"metrics: {metrics_source_line(app.settings)}", flush=True)
         loop = socket = None
         try:
             loop = _serve_loop(app, args.no_loop)

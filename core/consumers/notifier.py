@@ -102,6 +102,8 @@ def _verify_waiting(raw: Payload) -> str:
     p = payload_as(VerifyWaitingPayload, raw)
     observed = p["observed"]
     now = f"now {observed:g}" if isinstance(observed, int | float) else str(p["reason"])
+    if p.get("stand_in") and isinstance(observed, int | float):
+        now = f"{now}, a stand-in reading"  # the reason says so itself
     deadline = str(p["deadline"] or "")
     with suppress(ValueError):
         deadline = f"{datetime.fromisoformat(deadline).astimezone(UTC):%H:%M:%S} UTC"

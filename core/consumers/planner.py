@@ -6,6 +6,7 @@ replaces the choice with the agent issue; the way the plan enters the case stays
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,12 +19,15 @@ from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import CommandPayload, Topic, payload_as
 from core.domain.plan_templates import load_template
 from core.domain.plans import plan_problems
+from core.errors import GuardFailed
 from core.library import Library
 from core.messaging.consumer import Delivery
 from core.service import CaseService
 
 if TYPE_CHECKING:
     from core.bootstrap import App
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TEMPLATE = "noop"
 KEYWORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -118,4 +122,8 @@ class Planner:
                              plan=proposal.plan, reason=proposal.reason, meta=proposal.meta,
                              correlation_id=correlation_id, expected_version=run.version,
                              requester=case_opener(self.cases, run.case_id))
-        move_case(self.cases, run, cmd, delivery.inbox_entry)
+        try:
+            move_case(self.cases, run, cmd, delivery.inbox_entry)
+        except GuardFailed as refused:
+            # Recorded with the inbox mark (one timeline row says why): a retry only replays it.
+            log.warning("planner: case %s: plan_ready refused: %s", run.case_id, refused)

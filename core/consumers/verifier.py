@@ -1,6 +1,8 @@
 """The verifier (``cmd.verify.run``): judges the executed plan's ``verify`` block on what happened
-after the change, one reading at a time (Prometheus, else the static metrics of settings;
-allow-listed probes).
+after the change, one reading at a time (Prometheus, else the stand-in table of settings when
+one is configured; allow-listed probes). A metric check with no source configured cannot be
+judged (the ``plan_ready`` guard refuses it first); a verdict read from a stand-in table says so
+first in its reason and records ``stand_in`` (the library never offers such a case as a fix).
 
 The change finished when the case entered VERIFYING (its ``updated_at``: notes do not move it).
 Reading n notes what it saw, then:
@@ -40,9 +42,17 @@ from core.domain.messages import (
     VerifyWaitingFacts,
     payload_as,
 )
-from core.domain.verify import VerifyBlock, parse_verify, problem_lines
+from core.domain.verify import NO_METRICS_SOURCE, VerifyBlock, parse_verify, problem_lines
 from core.errors import InvalidPlan, Unavailable
-from core.evidence import MetricSource, Moment, read_block, source_from_settings
+from core.evidence import (
+    STAND_IN,
+    MetricSource,
+    Moment,
+    StaticSource,
+    after_change,
+    read_block,
+    source_from_settings,
+)
 from core.gateway import CallStatus, ToolCall
 from core.messaging.consumer import Delivery
 from core.metrics import VERIFY_SECONDS
@@ -89,7 +99,7 @@ class Verifier:
                  clock: Callable[[], datetime] | None = None) -> None:
         self.app = app
         settings = app.settings
-        self.source = source or source_from_settings(settings, settings.static_metrics)
+        self.source = source or source_from_settings(settings)
         self.allowlist = UrlAllowList(settings.http_allowlist)
         self.clock = clock or app.cases.clock  # the clock that stamped the change's end
         self.poll = timedelta(seconds=settings.verify_poll_s)
@@ -132,6 +142,8 @@ class Verifier:
             block = parse_verify(raw)
         except InvalidPlan:
             return f"cannot verify: {'; '.join(problem_lines(raw))}"
+        if block.reads_metrics and self.source is None:
+            return f"cannot verify: {NO_METRICS_SOURCE}"
         wait_s = block.wait_s(scale=self.scale, max_wait_s=self.max_wait_s)
         if block.window_s * self.scale > wait_s:
             return (f"cannot verify: the {block.window_s * self.scale:g}s window after the change "
@@ -163,14 +175,18 @@ class Verifier:
 
     def _evaluate(self, watch: Watch) -> Observation:
         started, at = time.monotonic(), self.clock()
+        # Never read without a source: _watch refused a metric check then, so none is read.
+        source = after_change(self.source or StaticSource({}), watch.since)
         try:
-            outcome = read_block(watch.block, self.source, self.allowlist,
+            outcome = read_block(watch.block, source, self.allowlist,
                                  Moment(at=at, since=watch.since, scale=self.scale),
                                  timeout_s=CHECK_TIMEOUT_S)
         finally:
             VERIFY_SECONDS.observe(time.monotonic() - started)
-        return _observation(outcome.state, outcome.reason, outcome.observed, at=at,
-                            waiting_for=outcome.waiting_for)
+        stand_in = watch.block.reads_metrics and isinstance(self.source, StaticSource)
+        reason = f"{STAND_IN}: {outcome.reason}" if stand_in else outcome.reason
+        return _observation(outcome.state, reason, outcome.observed, at=at,
+                            waiting_for=outcome.waiting_for, stand_in=stand_in)
 
     # -- what a reading leads to ----------------------------------------------------------
 
@@ -200,13 +216,15 @@ class Verifier:
                             self._key(run, number)).data()
         passed = observation["state"] == "held"
         event = CaseEvent.VERIFY_PASS if passed else CaseEvent.VERIFY_FAILED
-        moved = self._move(run, inbox_entry, number, event, reason)
+        moved = self._move(run, inbox_entry, number, event, reason,
+                           stand_in=bool(observation.get("stand_in")))
         return Reading(number, meta, reason, event, moved, watch)
 
     def _move(self, run: PlanRun, inbox_entry: tuple[str, int] | None, number: int,
-              event: CaseEvent, reason: str) -> Reply | None:
+              event: CaseEvent, reason: str, *, stand_in: bool = False) -> Reply | None:
+        meta = {"plan_hash": run.plan_hash, "reading": number}
         cmd = TransitionCase(run.case_id, event, actor=run.consumer, reason=reason,
-                             meta={"plan_hash": run.plan_hash, "reading": number},
+                             meta={**meta, "stand_in": True} if stand_in else meta,
                              expected_version=run.version)
         reply = self.app.cases.transition(cmd, f"{self._key(run, number)}:{event}",
                                           inbox_entry=inbox_entry)
@@ -226,7 +244,8 @@ def _at(observation: Observation) -> datetime:
 
 
 def _observation(state: str, reason: str, observed: float | None = None, *,
-                 at: datetime | None = None, waiting_for: str | None = None) -> Observation:
+                 at: datetime | None = None, waiting_for: str | None = None,
+                 stand_in: bool = False) -> Observation:
     # NaN and infinities are not JSON: the ledger and the timeline could not store them.
     value = observed if observed is not None and math.isfinite(observed) else None
     found: Observation = {"state": state, "passed": state == "held", "reason": reason,
@@ -235,4 +254,6 @@ def _observation(state: str, reason: str, observed: float | None = None, *,
         found["at"] = at.isoformat()
     if waiting_for is not None:
         found["waiting_for"] = waiting_for
+    if stand_in:
+        found["stand_in"] = True
     return found

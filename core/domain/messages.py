@@ -131,6 +131,7 @@ class Observation(TypedDict):
     observed: float | None
     at: NotRequired[str]  # ISO 8601, UTC
     waiting_for: NotRequired[str]
+    stand_in: NotRequired[bool]  # read from a stand-in table (OPSGATE_STATIC_METRICS)
 
 
 class VerifyReading(Observation):

@@ -39,6 +39,11 @@ from core.errors import InvalidPlan
 DEFAULT_GRACE_S = 600
 """How long past its window a block without ``timeout_s`` may take to start holding."""
 
+NO_METRICS_SOURCE = ("no metrics source is configured (set OPSGATE_PROMETHEUS_URL to your "
+                     "Prometheus, or OPSGATE_STATIC_METRICS to a stand-in table: JSON, "
+                     "metric name → number)")
+"""Why a metric check cannot be read, and how to configure a source, in one line."""
+
 MAX_SECONDS = 86400
 
 Path = tuple[str | int, ...]
@@ -134,6 +139,11 @@ class VerifyBlock:
     checks: tuple[Check, ...]
     timeout_s: int | None = None
     listed: bool = False  # written as {"checks": [...]}, however many
+
+    @property
+    def reads_metrics(self) -> bool:
+        """Whether a check reads a metric (a metrics source must be configured to judge it)."""
+        return any(isinstance(check, MetricCheck) for check in self.checks)
 
     @property
     def window_s(self) -> int:

@@ -1,5 +1,6 @@
 """The librarian: indexes what resolved past cases (title, findings, the plan that worked, its
-verification) and the runbooks folder, and recalls them for a new case.
+verification) and the runbooks folder, and recalls them for a new case. A case closed on
+stand-in readings (``OPSGATE_STATIC_METRICS``) is recalled as such, never offered as a fix.
 
 A document is replaced whole when its text changes (its digest), so indexing is idempotent:
 re-indexing a case or an unchanged runbook writes nothing.
@@ -31,6 +32,7 @@ from core.library.tables import kb_chunk, kb_doc
 
 CHUNK_CHARS = 1500  # a runbook section longer than this is cut at paragraph breaks
 MIN_SHARED_WORDS = 2  # words a past case's title must share with a new one to lend its plan
+LENDERS_SEARCHED = 10  # similar cases looked through for the most similar verified one
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,8 @@ class Library:
                       exclude: UUID | None = None) -> list[dict[str, Any]]:
         """Closed cases most like ``text``, best first, each with what resolved it:
         ``case_id``, ``title``, ``resolved_by`` (the plan's title), ``plan_hash``,
-        ``verification``, ``findings``, ``score``."""
+        ``verification``, ``stand_in`` (closed on stand-in readings: not verified),
+        ``findings``, ``score``."""
         with connection(self.engine) as conn:
             hits = search(conn, text, "case", limit + (exclude is not None))
         cases = [_case_hit(hit) for hit in hits]
@@ -131,8 +134,10 @@ class Library:
         """The plan that resolved the most similar verified case: ``plan``, ``case_id`` (the
         case it was learned from), ``title``, ``score``, ``shared`` (the words its title shares
         with ``text``); None when no case is that similar (fewer than ``min_shared`` shared
-        words: one common word is no reason to repeat someone else's change)."""
-        for similar in self.similar_cases(text, limit=1, exclude=exclude):
+        words: one common word is no reason to repeat someone else's change). A case closed on
+        stand-in readings was never verified: it lends no plan."""
+        similar_cases = self.similar_cases(text, limit=LENDERS_SEARCHED, exclude=exclude)
+        for similar in [case for case in similar_cases if not case["stand_in"]][:1]:
             shared = shared_words(text, str(similar["title"]))
             if len(shared) < min_shared:
                 return None
@@ -187,7 +192,8 @@ def _case_hit(hit: Hit) -> dict[str, Any]:
     meta = hit.meta
     return {"case_id": meta.get("case_id"), "title": hit.title,
             "resolved_by": meta.get("resolved_by"), "plan_hash": meta.get("plan_hash"),
-            "verification": meta.get("verification"), "findings": meta.get("findings", []),
+            "verification": meta.get("verification"),
+            "stand_in": bool(meta.get("stand_in")), "findings": meta.get("findings", []),
             "score": round(hit.score, 4)}
 
 
@@ -204,15 +210,16 @@ def case_document(conn: Connection, case_id: UUID) -> Document | None:
     findings = [str(s) for s in conn.execute(
         select(evidence_link.c.summary).where(evidence_link.c.case_id == case_id)
         .order_by(evidence_link.c.id)).scalars()]
-    verification = _verification(case_store.read_timeline(conn, case_id))
+    timeline = case_store.read_timeline(conn, case_id)
+    verification, stand_in = _verification(timeline), _closed_on_stand_in(timeline)
     steps = ", ".join(_step_words(step) for step in plan.get("steps", []))
     lines = [str(case["title"]), *(f"finding: {f}" for f in findings),
              f"resolved by: {plan.get('title', 'no plan')} ({steps})",
-             f"verified: {verification}"]
+             f"{'not verified' if stand_in else 'verified'}: {verification}"]
     meta = {"case_id": str(case_id), "resolved_by": plan.get("title"),
             "plan_hash": None if plan_row is None else plan_row["plan_hash"],
             "verification": verification, "findings": findings,
-            "severity": case["severity"]}
+            "severity": case["severity"], "stand_in": stand_in}
     return Document(f"case:{case_id}", "case", str(case["title"]), ["\n".join(lines)], meta)
 
 
@@ -221,6 +228,14 @@ def _verification(timeline: Sequence[Mapping[Any, Any]]) -> str:
         if row["event"] in ("verify_result", "verify_pass") and row["reason"]:
             return str(row["reason"])
     return "verified"
+
+
+def _closed_on_stand_in(timeline: Sequence[Mapping[Any, Any]]) -> bool:
+    """Whether the verdict that closed the case was read from a stand-in table."""
+    for row in reversed(timeline):
+        if row["event"] == "verify_result":
+            return bool(((row["meta"] or {}).get("context") or {}).get("stand_in"))
+    return False
 
 
 def _step_words(step: Mapping[str, Any]) -> str:

@@ -16,7 +16,8 @@ def evidence_text(evidence: Mapping[str, Any]) -> str:
               for f in evidence.get("findings") or []] or ["- none"]
     lines.append("Similar past cases:")
     lines += [f"- {c.get('title')} (case {c.get('case_id')}): resolved by "
-              f"{c.get('resolved_by') or 'its plan'}; verified: {c.get('verification')}"
+              f"{c.get('resolved_by') or 'its plan'}; "
+              f"{'not verified' if c.get('stand_in') else 'verified'}: {c.get('verification')}"
               for c in evidence.get("similar_cases") or []] or ["- none"]
     lines.append("Relevant runbooks:")
     lines += [f"- {r.get('title')} ({r.get('path')})"

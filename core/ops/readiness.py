@@ -2,7 +2,9 @@
 bus is reachable, the relay keeps up (the oldest due unpublished outbox row became due less
 than ``OPSGATE_READY_MAX_RELAY_LAG_S`` ago: a row scheduled for later is not late before then),
 and published messages reach their consumers (none unrecorded in a consumer's inbox longer than
-``OPSGATE_DELIVERY_BOUND_S`` after its publication)."""
+``OPSGATE_DELIVERY_BOUND_S`` after its publication). It also says where metric checks are read
+(``metrics``): with no source the process is still ready (probes verify), but the check says
+plans with a metric check are refused and why."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import redis
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
+from core.evidence import has_metrics_source, metrics_source_line
 from core.messaging.delivery import look, subscribers
 from core.messaging.outbox import oldest_unpublished
 
@@ -39,6 +42,7 @@ def readiness(app: App, now: datetime | None = None) -> dict[str, Any]:
     else:
         checks["relay_lag"] = {"ok": False, "error": "the database is unreachable"}
         checks["delivery"] = {"ok": False, "error": "the database is unreachable"}
+    checks["metrics"] = check_metrics(app)
     ready = all(check["ok"] for check in checks.values())
     return {"status": "ready" if ready else "not_ready", "checks": checks}
 
@@ -90,6 +94,13 @@ def check_delivery(engine: Engine, bound_s: float, now: datetime) -> Check:
         check["oldest_s"] = round(max(message.age_s(now) for message in late), 3)
         check["waiting_for"] = sorted({name for message in late for name in message.missing})
     return check
+
+
+def check_metrics(app: App) -> Check:
+    """Where metric checks are read; ``configured`` False when nowhere (still ok: a plan with
+    a metric check is refused at the guard, probes verify)."""
+    return {"ok": True, "configured": has_metrics_source(app.settings),
+            "source": metrics_source_line(app.settings)}
 
 
 def _first_line(exc: BaseException) -> str:

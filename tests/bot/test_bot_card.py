@@ -31,6 +31,7 @@ from core.messaging.consumer import Delivery
 from core.messaging.envelope import Envelope
 from core.settings import Settings
 from tests.support.cases import APPROVER, PLAN, PLAN_HASH, E, command, key, open_case
+from tests.support.metrics import STAND_IN_METRICS
 from tests.support.slack import block_kit_problems, fake_slack
 
 ORDER = ["NEW", "ANALYZING", "PLANNING", "WAIT_GATE", "EXECUTING", "VERIFYING", "CLOSED"]
@@ -38,7 +39,8 @@ ORDER = ["NEW", "ANALYZING", "PLANNING", "WAIT_GATE", "EXECUTING", "VERIFYING", 
 
 @pytest.fixture
 def app(engine: Engine) -> Iterator[App]:
-    made = bootstrap(Settings(_env_file=None, redis_url=None, auto_approve="off"),
+    made = bootstrap(Settings(static_metrics=STAND_IN_METRICS,
+                              _env_file=None, redis_url=None, auto_approve="off"),
                      engine=engine, chat=RecordingSink())
     yield made
     made.close()

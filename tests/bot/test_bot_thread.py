@@ -75,7 +75,8 @@ def test_a_closed_case_leaves_four_posts_and_a_card_that_followed_every_stage(
         assert any("Waiting at the gate* — approvals 0 of 1" in s for s in shown)
         last = shown[-1]
         for part in ("✅ CLOSED · SEV3 · checkout returns 500s", "Approved by <@U0BOB>",
-                     "✓ step 1 (noop): noop: observe only", "✅ Held: the check passed",
+                     "✓ step 1 (noop): noop: observe only",
+                     "✅ Held: stand-in readings (OPSGATE_STATIC_METRICS): the check passed",
                      "✅ *CLOSED* at", "/case catchup"):
             assert part in last, (part, last)
         for call in (*bot.slack.calls("chat.postMessage"), *bot.slack.calls("chat.update")):

@@ -202,7 +202,8 @@ def test_demo_walks_a_case_to_closed_and_prints_its_timeline(tmp_path):
                   "409  illegal_transition", "403  forbidden", "412  version_conflict",
                   "422  approval_refused", "API principals for this run",
                   "the refusal added one timeline row", "EXECUTING v4", "CLOSED v6",
-                  'ETag "6"', "5 moves by the consumers", "demo done in"):
+                  'ETag "6"', "5 moves by the consumers", "demo done in",
+                  "VERIFYING -> CLOSED v6  stand-in readings (OPSGATE_STATIC_METRICS): "):
         assert shown in out, f"{shown!r} missing from:\n{out}"
     table = out[out.index("time  "):].splitlines()
     assert table[0].split() == ["time", "event", "from", "->", "to", "actor", "outcome"]
@@ -289,6 +290,8 @@ def test_serve_answers_over_real_http_and_stops_on_sigterm(tmp_path):
     assert f"opsgate API on http://127.0.0.1:{port}" in output
     assert "writes need a bearer token" in output
     assert "upgraded from an empty schema to head" in output
+    assert ("metrics: none: plans with a metric check are refused; no metrics source is "
+            "configured (set OPSGATE_PROMETHEUS_URL") in output
 
 
 @pytest.fixture

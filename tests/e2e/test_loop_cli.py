@@ -16,6 +16,7 @@ from core.db.tables import outbox
 from core.messaging import inbox
 from core.messaging.envelope import Envelope
 from core.migrate import upgrade_engine
+from tests.support.metrics import STAND_IN_ENV
 from tests.support.peers import free_port
 from tests.support.processes import Process, clean_env, command
 from tests.support.servers import REDIS_URL
@@ -144,7 +145,8 @@ def test_serve_runs_the_loop_in_process_and_a_case_closes_by_itself(tmp_path):
     # The noop plan's verify window (60 s after the change) on a fast clock: 0.6 s.
     env = clean_env(OPSGATE_AUTO_APPROVE="noop_only",
                     OPSGATE_RUNBOOKS_DIR=str(tmp_path / "no-runbooks"),
-                    OPSGATE_VERIFY_TIME_SCALE="0.01", OPSGATE_VERIFY_POLL_S="0.5")
+                    OPSGATE_VERIFY_TIME_SCALE="0.01", OPSGATE_VERIFY_POLL_S="0.5",
+                    **STAND_IN_ENV)
     serve = Process("serve", ("serve", "--port", str(port)), env, tmp_path / "serve.log")
     base = f"http://127.0.0.1:{port}"
     try:

@@ -46,6 +46,7 @@ from core.messaging.consumer import ConsumerRunner, Delivery
 from core.messaging.streams import StreamConsumer
 from core.settings import Settings
 from tests.support.local_http import LocalServer, Reply, Seen, local_server
+from tests.support.metrics import STAND_IN_ENV, STAND_IN_METRICS
 from tests.support.processes import Process, clean_env
 from tests.support.servers import REDIS_URL
 
@@ -165,12 +166,13 @@ def world(tmp_path: Path, pg_engine: Engine, redis_client, redis_prefix: str) ->
             "OPSGATE_AUTO_APPROVE": "low_risk",
             "OPSGATE_HTTP_ALLOWLIST": json.dumps([server.base + "/"]),
             "OPSGATE_RELAY_POLL_S": "0.5", "OPSGATE_STREAM_CLAIM_IDLE_S": "2",
-            "OPSGATE_DB_POOL_SIZE": "12",
+            "OPSGATE_DB_POOL_SIZE": "12", **STAND_IN_ENV,
         }
         settings = Settings(database_url=url, redis_url=REDIS_URL,
                             stream_prefix=knobs["OPSGATE_STREAM_PREFIX"],
                             gateway_key_prefix=knobs["OPSGATE_GATEWAY_KEY_PREFIX"],
-                            auto_approve="low_risk", http_allowlist=[server.base + "/"])
+                            auto_approve="low_risk", http_allowlist=[server.base + "/"],
+                            static_metrics=STAND_IN_METRICS)
         app = bootstrap(settings, engine=pg_engine)
         env = clean_env(**knobs)
         relay = Process("relay", ("relay", "--progress-s", "2"), env, tmp_path / "relay.log")

@@ -141,7 +141,8 @@ def test_mention_then_approval_closes_the_case(page):
     expect(page.locator("#case-status")).to_have_text("CLOSED")
     thread = page.locator("#thread")
     expect(thread).to_contain_text("Approved")
-    expect(thread).to_contain_text("is CLOSED: all 2 checks passed")
+    expect(thread).to_contain_text(
+        "is CLOSED: stand-in readings (OPSGATE_STATIC_METRICS): all 2 checks passed")
     expect(thread.get_by_role("button", name="Approve")).to_have_count(0)
     expect(page.locator("#timeline [data-event=verify_pass]")).to_have_count(1)
     shot(page, "sandbox-closed")

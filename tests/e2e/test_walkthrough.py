@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from tests.support.metrics import STAND_IN_ENV
 from tests.support.peers import free_port
 from tests.support.processes import Process, clean_env
 
@@ -46,7 +47,8 @@ class Api:
 def test_the_seeds_curl_session_closes_a_case_over_http(tmp_path):
     port = free_port()
     env = clean_env(OPSGATE_API_TOKEN=TOKEN, OPSGATE_AUTO_APPROVE="noop_only",
-                    OPSGATE_VERIFY_TIME_SCALE="0.01")  # the noop plan's 60 s window: 0.6 s
+                    OPSGATE_VERIFY_TIME_SCALE="0.01",  # the noop plan's 60 s window: 0.6 s
+                    **STAND_IN_ENV)
     serve = Process("serve", ("serve", "--port", str(port), "--no-loop"), env,
                     tmp_path / "serve.log")
     base = f"http://127.0.0.1:{port}"

@@ -29,6 +29,7 @@ from core.errors import Unavailable
 from core.messaging.consumer import ConsumerRunner
 from core.service import CaseService
 from tests.support.cases import command, key, open_case
+from tests.support.metrics import STAND_IN_METRICS
 from tests.support.peers import Prometheus
 from tests.support.plan_runs import envelope_of, make_app, notes, status
 
@@ -231,7 +232,8 @@ def test_in_the_loop_findings_reach_the_thread_and_the_closed_case_the_library(s
     from core.loop import InProcessLoop
     from core.settings import Settings
 
-    app = bootstrap(Settings(database_url=str(sqlite_engine.url), auto_approve="noop_only",
+    app = bootstrap(Settings(static_metrics=STAND_IN_METRICS,
+                             database_url=str(sqlite_engine.url), auto_approve="noop_only",
                              series_dir=str(SERIES / "latency_step"),
                              verify_time_scale=0.01, verify_poll_s=0.2),  # a 60 s window: 0.6 s
                     engine=sqlite_engine)

@@ -21,13 +21,15 @@ from core.domain.plan_templates import load_template, template_names
 from core.domain.plans import plan_hash
 from core.settings import Settings
 from tests.support.api import assert_error, bearer, data, new_key, rows
+from tests.support.metrics import STAND_IN_METRICS
 
 TOKEN = "s3cret-token"
 INCOMPLETE_PLAN = {"title": "restart it", "steps": [{"action": "script.exec"}]}
 
 
 def _app(engine: Engine, token: str | None = None) -> App:
-    settings = Settings(_env_file=None, api_token=token, redis_url=None)
+    settings = Settings(static_metrics=STAND_IN_METRICS,
+                        _env_file=None, api_token=token, redis_url=None)
     return bootstrap(settings, engine=engine)
 
 
@@ -342,7 +344,8 @@ def test_healthz_reports_the_database(client, engine):
 @pytest.mark.parametrize("url", ["sqlite:////nonexistent-dir/sub/opsgate.db",
                                  "postgresql://postgres@127.0.0.1:1/test"])
 def test_an_unreachable_database_is_503_on_reads_and_writes(url):
-    settings = Settings(_env_file=None, database_url=url, api_token=None, redis_url=None)
+    settings = Settings(static_metrics=STAND_IN_METRICS,
+                        _env_file=None, database_url=url, api_token=None, redis_url=None)
     app = bootstrap(settings)
     try:
         with TestClient(create_api(app)) as unreachable:

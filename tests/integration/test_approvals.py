@@ -21,7 +21,15 @@ from core.domain.plans import plan_hash
 from core.domain.policy import AUTO_APPROVER, ApprovalPolicy
 from core.errors import NotFound
 from core.service import CaseService, Reply
-from tests.support.cases import PLAN, REQUESTER, command, key, open_case, snapshot
+from tests.support.cases import (
+    PLAN,
+    REQUESTER,
+    case_service,
+    command,
+    key,
+    open_case,
+    snapshot,
+)
 from tests.support.clock import Clock
 
 E, S = CaseEvent, CaseStatus
@@ -103,7 +111,7 @@ def test_the_requester_cannot_approve_their_own_plan_and_only_an_audit_line_is_l
 
 
 def test_someone_off_the_approver_list_is_refused(engine):
-    service = CaseService(engine, policy=ApprovalPolicy(approvers=frozenset({"U1", "U2"})))
+    service = case_service(engine, policy=ApprovalPolicy(approvers=frozenset({"U1", "U2"})))
     case_id = waiting(service)
     status, code, message = error(approve(service, case_id, "U9"))
     assert (status, code) == (422, "approval_refused") and "U9 is not an approver" in message
@@ -116,7 +124,7 @@ def test_a_member_of_an_approver_group_may_approve(engine):
     groups = {"S-sre": {"U7"}}
     policy = ApprovalPolicy(approvers=frozenset({"S-sre"}),
                             members=lambda group: groups.get(group, set()))
-    service = CaseService(engine, policy=policy)
+    service = case_service(engine, policy=policy)
     case_id = waiting(service)
     assert error(approve(service, case_id, "U8"))[1] == "approval_refused"
     assert approve(service, case_id, "U7").data()["status"] == "EXECUTING"
@@ -227,7 +235,7 @@ def test_one_click_evaluates_the_policy_once(engine):
             judged.append(requester)
             return super().evaluate(plan, requester, approvals)
 
-    service = CaseService(engine, policy=Counting())
+    service = case_service(engine, policy=Counting())
     case_id = waiting(service)
     judged.clear()
     assert approve(service, case_id, "bob").data()["status"] == "EXECUTING"
@@ -254,7 +262,7 @@ def test_a_rejection_parks_the_case_with_the_reason(service, engine):
 @pytest.mark.parametrize(("approver", "code"), [(REQUESTER, "approval_refused"),
                                                 ("U9", "approval_refused")])
 def test_the_approver_rules_apply_to_a_rejection(engine, approver, code):
-    service = CaseService(engine, policy=ApprovalPolicy(approvers=frozenset({"U1", REQUESTER})))
+    service = case_service(engine, policy=ApprovalPolicy(approvers=frozenset({"U1", REQUESTER})))
     case_id = waiting(service)
     reply = service.reject_plan(RejectPlan(case_id, plan_hash(PLAN), approver, "no"), key())
     assert error(reply)[:2] == (422, code)
@@ -270,7 +278,7 @@ def test_a_rejection_needs_a_reason_and_the_current_plan(service):
 
 
 def test_may_reject_asks_the_checks_reject_plan_makes_and_writes_nothing(engine):
-    service = CaseService(engine, policy=ApprovalPolicy(approvers=frozenset({"U1", REQUESTER})))
+    service = case_service(engine, policy=ApprovalPolicy(approvers=frozenset({"U1", REQUESTER})))
     case_id = waiting(service)
     digest = plan_hash(PLAN)
     before = snapshot(engine, case_id)
@@ -319,7 +327,7 @@ def test_a_raw_gate_rejected_is_held_to_the_approver_rules(service):
 
 def test_a_raw_gate_expired_waits_for_the_ttl_and_names_the_plan(engine):
     clock = Clock()
-    service = CaseService(engine, clock=clock, policy=ApprovalPolicy(approval_ttl_s=1800))
+    service = case_service(engine, clock=clock, policy=ApprovalPolicy(approval_ttl_s=1800))
     case_id = waiting(service)
     expire = command(case_id, E.GATE_EXPIRED, actor=AUTO_APPROVER, reason="nobody decided")
     clock.now += timedelta(seconds=1799)
@@ -341,7 +349,7 @@ def test_a_raw_gate_expired_waits_for_the_ttl_and_names_the_plan(engine):
 
 def test_a_decision_after_the_expiry_says_the_approval_expired(engine):
     clock = Clock()
-    service = CaseService(engine, clock=clock)  # the default TTL: an hour
+    service = case_service(engine, clock=clock)  # the default TTL: an hour
     case_id = waiting(service)
     clock.now += timedelta(hours=1)
     expire = command(case_id, E.GATE_EXPIRED, actor=AUTO_APPROVER)
@@ -360,7 +368,7 @@ def test_a_decision_after_the_expiry_says_the_approval_expired(engine):
 
 
 def test_the_gatekeeper_approves_only_what_the_policy_lets_approve_itself(engine):
-    service = CaseService(engine, policy=ApprovalPolicy(auto_approve="noop_only"))
+    service = case_service(engine, policy=ApprovalPolicy(auto_approve="noop_only"))
     noop_case = waiting(service, NOOP_PLAN)
     data = approve(service, noop_case, AUTO_APPROVER, NOOP_PLAN).data()
     assert data["status"] == "EXECUTING" and "automatic approval" in data["approval"]["reason"]

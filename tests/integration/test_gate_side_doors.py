@@ -33,6 +33,7 @@ from core.messaging.envelope import Envelope
 from core.settings import Settings
 from core.steps.adapters import StepContext, StepOutcome
 from tests.support.cases import PLAN, command, key, open_case
+from tests.support.metrics import STAND_IN_METRICS
 from tests.support.plan_runs import envelope_of
 from tests.support.plan_shapes import plan_shapes
 
@@ -57,7 +58,8 @@ def touch(tmp_path: Path) -> Path:
 def app(engine: Engine, touch: Path) -> App:
     """Automatic approval of noop-only plans, and the script on the allow-list: all that stands
     between a plan and the script is the gate."""
-    settings = Settings(_env_file=None, redis_url=None, prometheus_url=None,
+    settings = Settings(static_metrics=STAND_IN_METRICS,
+                        _env_file=None, redis_url=None, prometheus_url=None,
                         auto_approve="noop_only", script_allowlist=[str(touch)])
     return bootstrap(settings, engine=engine)
 

@@ -24,6 +24,7 @@ from core.messaging import inbox
 from core.messaging.consumer import Delivery
 from core.settings import Settings
 from tests.support.cases import PLAN, PLAN_HASH, open_case
+from tests.support.metrics import STAND_IN_METRICS
 
 E, S = CaseEvent, CaseStatus
 
@@ -77,7 +78,8 @@ def stages(app) -> list[Stage]:
 
 @pytest.fixture
 def app(engine):
-    wired = bootstrap(Settings(database_url=str(engine.url), consumer_max_attempts=2,
+    wired = bootstrap(Settings(static_metrics=STAND_IN_METRICS,
+                               database_url=str(engine.url), consumer_max_attempts=2,
                                relay_poll_s=0.5, loop_poll_s=0.02), engine=engine)
     yield wired
     wired.gateway.close()

@@ -18,9 +18,10 @@ from core.consumers.verifier import Verifier
 from core.db.case_store import as_utc
 from core.db.tables import outbox, plan_proposed
 from core.domain.messages import Topic
-from core.evidence import Worst
+from core.evidence import STAND_IN, Worst
 from core.messaging.bus import InProcessBus
 from core.messaging.consumer import ConsumerRunner, Delivery
+from core.messaging.envelope import Envelope
 from core.messaging.relay import OutboxRelay
 from core.settings import Settings
 from tests.support.clock import Clock
@@ -316,22 +317,22 @@ def test_a_failing_check_parks_the_case_at_the_deadline_with_the_reading(engine)
 
     assert status(app, case_id) == S.PARKED
     reason = last(app, case_id, "verify_failed")["reason"]
-    assert reason.startswith("error_rate = 0.2, not below 0.01; still so at the deadline")
+    assert reason.startswith(f"{STAND_IN}: error_rate = 0.2, not below 0.01; still so at the "
+                             "deadline")
     assert notes(app, case_id, "verify_result")[0]["context"]["passed"] is False
 
 
 def test_a_metric_missing_from_the_static_source_parks_at_the_deadline(engine):
-    app = make_app(engine, static_metrics={}, verify_poll_s=300)
+    app = make_app(engine, static_metrics={"latency_p95_ms": 120.0}, verify_poll_s=300)
     case_id = verifying_case(app, {"metric": "error_rate", "below": 0.01, "timeout_s": 60})
     deadline_passes(app, case_id)
     assert status(app, case_id) == S.PARKED
     assert "no value for 'error_rate'" in last(app, case_id, "verify_failed")["reason"]
 
 
-def test_the_default_static_metrics_pass_the_template_metric_checks():
-    values = Settings(prometheus_url=None).static_metrics
-    assert values["http_5xx_ratio"] < 0.01 and values["latency_p95_ms"] < 500
-    assert values["standby_saturation"] < 0.8 and values["error_rate"] < 0.01
+def test_there_is_no_default_stand_in_table():
+    settings = Settings(_env_file=None, prometheus_url=None)
+    assert settings.static_metrics == {} and settings.static_metrics_before_change == {}
 
 
 CHANGED_AGO_S = 600  # the change finished this long ago: its verification window is recorded
@@ -437,3 +438,93 @@ def test_a_redelivery_after_a_crash_reuses_the_first_reading(engine, metric_serv
     assert status(app, case_id) == S.CLOSED  # judged on the reading its note shows
     [observation] = notes(app, case_id, "verify_result")
     assert observation["context"]["observed"] == 0.004
+
+
+# -- stand-in readings: labelled, never a verified fix; the demo's react to the change -----------
+
+def closed_case(app, source=None) -> Any:
+    """A case of one noop step and an error-rate check, CLOSED by the verifier reading
+    ``source`` (None: the settings' own)."""
+    case_id = verifying_case(app, {"metric": "error_rate", "below": 0.01})
+    assert verify(app, case_id, Verifier(app, source)) == "done"
+    assert status(app, case_id) == S.CLOSED
+    return case_id
+
+
+def test_a_verdict_read_from_a_stand_in_table_is_labelled_in_the_timeline_thread_and_card(engine):
+    from bot.card import CaseState, card_message, outcome_post
+
+    app = make_app(engine, static_metrics={"error_rate": 0.002})
+    case_id = closed_case(app)
+
+    [result] = notes(app, case_id, "verify_result")
+    assert result["reason"] == f"{STAND_IN}: error_rate = 0.002, below 0.01"
+    assert result["context"]["stand_in"] is True
+    assert last(app, case_id, "verify_pass")["reason"].startswith(f"{STAND_IN}: ")
+    closed = [e.payload for e in transitions(engine, case_id) if e.payload["to"] == "CLOSED"]
+    assert f"is CLOSED: {STAND_IN}: error_rate = 0.002" in outcome_post(closed[0])
+    _text, blocks = card_message(CaseState(app.cases.get_case(case_id),
+                                          app.cases.timeline(case_id),
+                                          app.cases.proposed_plan(case_id)))
+    assert f"✅ Held: {STAND_IN}: error_rate = 0.002" in str(blocks)
+
+
+def test_a_reading_from_a_real_source_carries_no_stand_in_label(engine):
+    app = make_app(engine, static_metrics={"error_rate": 0.9})
+    case_id = closed_case(app, Scripted(lambda _m, _at: 0.002))
+    [result] = notes(app, case_id, "verify_result")
+    assert result["reason"] == "error_rate = 0.002, below 0.01"
+    assert "stand_in" not in result["context"]
+
+
+def test_a_case_closed_on_stand_in_readings_is_never_offered_as_a_verified_fix(engine):
+    from core.library import Library
+    from core.library.render import evidence_text
+
+    app = make_app(engine, static_metrics={"error_rate": 0.002})
+    stand_in_case = closed_case(app)
+    library = Library(app.engine)
+    assert library.index_case(stand_in_case)
+
+    [similar] = library.similar_cases("p95 latency spike on checkout")
+    assert similar["case_id"] == str(stand_in_case) and similar["stand_in"] is True
+    assert library.best_plan_for("p95 latency spike on checkout") is None
+    assert f"not verified: {STAND_IN}" in evidence_text({"similar_cases": [similar]})
+
+    # The same case closed on a real source's readings is a verified fix the library offers.
+    verified_case = closed_case(app, Scripted(lambda _m, _at: 0.002))
+    assert library.index_case(verified_case)
+    best = library.best_plan_for("p95 latency spike on checkout")
+    assert best is not None and best["case_id"] == str(verified_case)
+
+
+def test_in_the_demo_a_latency_check_reads_bad_before_the_change_and_good_after(engine):
+    from bot.card import CaseState, card_message
+    from core.demo import demo_verification
+
+    settings = demo_verification(Settings(_env_file=None, redis_url=None))
+    app = make_app(engine, **settings.model_dump(include={
+        "static_metrics", "static_metrics_before_change", "verify_time_scale",
+        "verify_poll_s"}))
+    case_id = verifying_case(app, {"metric": "latency_p95_ms", "below": 500, "for_s": 120})
+    since = changed_at(app, case_id)
+    clock = Clock(since + timedelta(seconds=0.1))
+    Loop(app, Verifier(app, clock=clock), clock).until_settled(case_id)
+
+    assert status(app, case_id) == S.CLOSED
+    readings = notes(app, case_id, "verify_reading")
+    assert readings[0]["context"]["observed"] == 2400.0  # the incident, as the change lands
+    assert readings[0]["context"]["stand_in"] is True
+    assert last(app, case_id, "verify_pass")["reason"] == (
+        f"{STAND_IN}: latency_p95_ms = 120 over 1.2s, below 500")
+    waiting = CaseState(app.cases.get_case(case_id), app.cases.timeline(case_id)[:-2],
+                        app.cases.proposed_plan(case_id))
+    assert "(now 2400, a stand-in reading)" in str(card_message(waiting)[1])
+
+
+def transitions(engine, case_id):
+    query = (select(outbox).where(outbox.c.topic == Topic.CASE_TRANSITION,
+                                  outbox.c.key == str(case_id)).order_by(outbox.c.id))
+    with engine.connect() as conn:
+        return [Envelope(int(r["id"]), r["topic"], r["key"], dict(r["payload"]))
+                for r in conn.execute(query).mappings()]

@@ -15,6 +15,7 @@ from core import principals
 from core.bootstrap import bootstrap
 from core.settings import Settings
 from tests.support.mcp_clients import READ_TOOLS, WRITE_TOOLS, World, structured, world
+from tests.support.metrics import STAND_IN_METRICS
 from tests.support.peers import serve_api
 
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
@@ -56,7 +57,7 @@ def test_open_reads_let_a_caller_without_a_token_read_only(sqlite_engine: Engine
 
 
 def test_without_any_token_the_caller_is_the_anonymous_operator(sqlite_engine: Engine) -> None:
-    app = bootstrap(Settings(), engine=sqlite_engine)
+    app = bootstrap(Settings(static_metrics=STAND_IN_METRICS), engine=sqlite_engine)
 
     async def opened(base_url: str) -> tuple[set[str], Any]:
         found = World("http", sqlite_engine, app, base_url=base_url)

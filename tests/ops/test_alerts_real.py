@@ -23,6 +23,7 @@ from core.analysis.tables import evidence_link
 from core.bootstrap import App, Extensions, bootstrap
 from core.db.tables import alert_seen, case_timeline, ops_case
 from core.settings import Settings
+from tests.support.metrics import STAND_IN_METRICS
 from tests.support.peers import (
     BAD_P95_S,
     GAUGE,
@@ -79,7 +80,8 @@ def deliveries() -> Deliveries:
 
 @pytest.fixture
 def app(pg_engine: Engine, deliveries: Deliveries) -> Iterator[App]:
-    made = bootstrap(Settings(_env_file=None, redis_url=None, prometheus_url=None,
+    made = bootstrap(Settings(static_metrics=STAND_IN_METRICS,
+                              _env_file=None, redis_url=None, prometheus_url=None,
                               alert_token=TOKEN), engine=pg_engine,
                      extensions=Extensions(routes=(deliveries.mount,)))
     yield made

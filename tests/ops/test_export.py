@@ -21,6 +21,7 @@ from core.errors import InvalidRequest, NotFound
 from core.ops.export import export_case
 from core.settings import Settings
 from tests.support.cases import APPROVER, PLAN, PLAN_HASH, REQUESTER, E, S, case_in, command, key
+from tests.support.metrics import STAND_IN_METRICS
 
 
 def closed_case(service) -> UUID:
@@ -125,7 +126,8 @@ def test_an_ambiguous_prefix_is_refused(service, engine):
 
 def test_the_command_writes_the_file(service, engine, tmp_path):
     case_id = closed_case(service)
-    app = bootstrap(Settings(_env_file=None, redis_url=None), engine=engine)
+    app = bootstrap(Settings(static_metrics=STAND_IN_METRICS,
+                             _env_file=None, redis_url=None), engine=engine)
     try:
         target = tmp_path / "pm.md"
         out = io.StringIO()

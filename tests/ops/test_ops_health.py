@@ -66,7 +66,29 @@ def test_a_fresh_process_is_ready(client, engine):
         "redis": {"ok": True, "configured": False},
         "bus": {"ok": True, "kind": "in-process"},
         "relay_lag": {"ok": True, "lag_s": 0.0, "bound_s": 60.0, "unpublished": 0},
-        "delivery": {"ok": True, "undelivered": 0, "bound_s": 120.0}}}
+        "delivery": {"ok": True, "undelivered": 0, "bound_s": 120.0},
+        "metrics": {"ok": True, "configured": False, "source": NO_SOURCE}}}
+
+
+NO_SOURCE = ("none: plans with a metric check are refused; no metrics source is configured (set "
+             "OPSGATE_PROMETHEUS_URL to your Prometheus, or OPSGATE_STATIC_METRICS to a stand-in "
+             "table: JSON, metric name → number)")
+
+
+def test_readyz_says_where_metric_checks_are_read(engine):
+    for settings, configured, source in (
+            ({}, False, NO_SOURCE),
+            ({"static_metrics": {"error_rate": 0.001}}, True,
+             "a stand-in table (OPSGATE_STATIC_METRICS): its readings are labelled stand-in and "
+             "never make a verified fix"),
+            ({"prometheus_url": "http://watcher:secret@127.0.0.1:9090"}, True,
+             "Prometheus at http://127.0.0.1:9090")):
+        gen = _client(engine, **settings)
+        status, report = _ready(next(gen))
+        gen.close()
+        assert status == 200, report  # still ready: probes verify without a metrics source
+        assert report["checks"]["metrics"] == {"ok": True, "configured": configured,
+                                               "source": source}
 
 
 def test_a_relay_that_lags_past_its_bound_makes_the_process_not_ready(client, engine):

@@ -29,6 +29,7 @@ from core.ops.reconcile import Reconciler
 from core.settings import Settings
 from tests.support.cases import S, case_in
 from tests.support.loop import loop_settings
+from tests.support.metrics import STAND_IN_METRICS
 from tests.support.processes import clean_env, command
 
 LONG_AGO = datetime.now(UTC) - timedelta(hours=1)
@@ -201,7 +202,8 @@ def test_an_expired_session_lock_is_found_and_dropped(engine):
 
 
 def test_the_command_exits_1_on_findings_and_0_when_clean(sqlite_engine):
-    app = bootstrap(Settings(_env_file=None, redis_url=None), engine=sqlite_engine)
+    app = bootstrap(Settings(static_metrics=STAND_IN_METRICS,
+                             _env_file=None, redis_url=None), engine=sqlite_engine)
     try:
         out = io.StringIO()
         args = Namespace(repair=False, outbox_bound_s=None, json=False)

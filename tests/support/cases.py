@@ -73,6 +73,12 @@ def command(case_id: UUID, event: CaseEvent, **overrides: Any) -> TransitionCase
     return TransitionCase(case_id, event, **{**extra, **overrides})
 
 
+def case_service(engine: Engine, **options: Any) -> CaseService:
+    """A case service as bootstrap builds it with a metrics source configured (``PLAN`` has a
+    metric check, which the ``plan_ready`` guard refuses without one)."""
+    return CaseService(engine, reads_metrics=True, **options)
+
+
 def open_case(service: CaseService, title: str = "p95 latency spike on checkout") -> UUID:
     reply = service.open_case(OpenCase(title=title, actor=REQUESTER), key())
     assert reply_status(reply) == 201, reply.body

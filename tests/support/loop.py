@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from core.settings import Settings
+from tests.support.metrics import with_stand_in
 
 
 def loop_settings(**overrides: Any) -> Settings:
     values: dict[str, Any] = {"_env_file": None, "redis_url": None, "auto_approve": "off",
                               "verify_time_scale": 0.01, "verify_poll_s": 0.2, **overrides}
-    return Settings(**values)
+    return Settings(**with_stand_in(values))

@@ -21,6 +21,7 @@ from core import principals
 from core.bootstrap import App, bootstrap
 from core.db.tables import ops_case
 from core.settings import Settings
+from tests.support.metrics import with_stand_in
 from tests.support.peers import serve_api
 from tests.support.processes import clean_env
 
@@ -71,7 +72,8 @@ class World:
 @contextmanager
 def world(transport: str, engine: Engine, **settings: Any) -> Iterator[World]:
     """A world with a reader, an operator and an approver (a person) token."""
-    app = bootstrap(Settings(runbooks_dir=str(RUNBOOKS), **settings), engine=engine)
+    app = bootstrap(Settings(**with_stand_in({"runbooks_dir": str(RUNBOOKS), **settings})),
+                    engine=engine)
     found = World(transport, engine, app)
     for name, role, slack in (("ro-bot", "reader", None), ("ops-bot", "operator", None),
                               ("lead", "approver", APPROVER_SLACK)):

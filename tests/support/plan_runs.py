@@ -18,6 +18,7 @@ from core.domain.plans import plan_hash
 from core.messaging.envelope import Envelope
 from core.settings import Settings
 from tests.support.cases import APPROVER, command, key, open_case
+from tests.support.metrics import with_stand_in
 
 E, S = CaseEvent, CaseStatus
 
@@ -29,7 +30,7 @@ COUNTING_SCRIPT = '#!/bin/sh\necho "$1" >> "$2"\nexit "${3:-0}"\n'
 def make_app(engine: Engine, **settings: Any) -> App:
     """The composition root on ``engine``; Redis only when the test passes ``redis_url``."""
     values: dict[str, Any] = {"redis_url": None, "prometheus_url": None, **settings}
-    return bootstrap(Settings(**values), engine=engine)
+    return bootstrap(Settings(**with_stand_in(values)), engine=engine)
 
 
 def counting_script(folder: Path) -> Path:

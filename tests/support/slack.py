@@ -31,6 +31,7 @@ from core.bootstrap import App, Extensions, bootstrap
 from core.loop import InProcessLoop
 from core.settings import Settings
 from tests.support.local_http import LocalServer, Reply, Seen, local_server
+from tests.support.metrics import with_stand_in
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 TEAM, CHANNEL, BOT_USER = "T0001", "C0INCIDENT", "U0BOT"
@@ -449,7 +450,7 @@ def settings_for(slack: FakeSlack, **overrides: Any) -> Settings:
         # plans' windows after the change (60-300 s) pass in 0.6-3 s
         "verify_time_scale": 0.01, "verify_poll_s": 0.2,
         **overrides}
-    return Settings(**values)
+    return Settings(**with_stand_in(values))
 
 
 @contextmanager

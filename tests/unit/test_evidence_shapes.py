@@ -124,11 +124,26 @@ def test_prometheus_answers_without_a_value(body, why):
 
 
 def test_the_source_follows_settings():
-    assert isinstance(source_from_settings(Settings(_env_file=None, prometheus_url=None),
-                                           {"x": 1.0}), StaticSource)
+    assert source_from_settings(Settings(_env_file=None, prometheus_url=None)) is None
+    assert isinstance(source_from_settings(Settings(_env_file=None, prometheus_url=None,
+                                                    static_metrics={"x": 1.0})), StaticSource)
     prometheus = source_from_settings(Settings(_env_file=None,
                                                prometheus_url="http://127.0.0.1:9090"))
     assert type(prometheus).__name__ == "PrometheusSource"
+
+
+def test_a_stand_in_with_before_change_values_reacts_to_the_change():
+    since = datetime(2026, 1, 1, tzinfo=UTC)
+    world = StaticSource({"latency_p95_ms": 120.0}, {"latency_p95_ms": 2400.0}, settle_s=10)
+    assert world.read("latency_p95_ms", at=since + timedelta(hours=1)) == 2400.0  # no change
+    changed = world.after_change(since)
+    assert changed.read("latency_p95_ms", at=since + timedelta(seconds=5)) == 2400.0
+    assert changed.read("latency_p95_ms", at=since + timedelta(seconds=10)) == 120.0
+    # A window reaching back before it settled reads the worse of the two.
+    late = since + timedelta(seconds=30)
+    assert changed.read("latency_p95_ms", over_s=25, at=late) == 2400.0
+    assert changed.read("latency_p95_ms", over_s=25, worst="min", at=late) == 120.0
+    assert changed.read("latency_p95_ms", over_s=15, at=late) == 120.0
 
 
 # -- one reading after a change ------------------------------------------------------------------

@@ -3,14 +3,17 @@ its adapter's params model, and every verify block is one the evidence module ca
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
+from core.demo import demo_verification
 from core.domain.plan_templates import load_template, template_names
 from core.domain.plans import parse_plan
-from core.evidence import StaticSource, evaluate
+from core.domain.verify import parse_verify
+from core.evidence import Moment, StaticSource, evaluate, source_from_settings
 from core.outbound.allowlists import UrlAllowList
 from core.settings import Settings
 from core.steps.adapters.base import StepContext, StepRefused, parse_params
@@ -51,11 +54,20 @@ def test_every_step_of_every_template_is_accepted_by_its_adapter(name):
 
 
 @pytest.mark.parametrize("name", template_names())
-def test_every_verify_block_is_judged_and_passes_on_the_embedded_metrics(name):
+def test_every_verify_block_reads_bad_before_the_change_and_holds_after_in_the_demo(name):
+    settings = demo_verification(Settings(_env_file=None))
+    source = source_from_settings(settings)
+    assert isinstance(source, StaticSource)
     verify = load_template(name)["verify"]
-    outcome = evaluate(verify, StaticSource(Settings().static_metrics), UrlAllowList([]))
-    assert not outcome.reason.startswith("cannot verify"), outcome.reason
-    assert outcome.passed, outcome.reason
+    block = parse_verify(verify)
+    since = datetime(2026, 1, 1, tzinfo=UTC)
+    scale = settings.verify_time_scale
+    before = evaluate(verify, source, UrlAllowList([]), moment=Moment(at=since, scale=scale))
+    assert before.state == "pending", before.reason  # the incident, as the change starts
+    after = evaluate(verify, source.after_change(since), UrlAllowList([]),
+                     moment=Moment(at=block.deadline(since, scale=scale), since=since,
+                                   scale=scale))
+    assert after.passed, after.reason
     failing = evaluate(verify, StaticSource({}), UrlAllowList([]))
     assert not failing.passed and "no value" in failing.reason, "the checks must read metrics"
 
