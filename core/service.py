@@ -200,7 +200,7 @@ class CaseService:
         self.engine = engine
         self.tenant = tenant
         self.clock = clock
-        # The default lets anyone but the requester approve: bootstrap passes the configured one.
+        # The default names no approver, so nobody approves: bootstrap passes the configured one.
         self.policy = policy or ApprovalPolicy()
 
     @property

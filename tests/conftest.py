@@ -18,8 +18,10 @@ from sqlalchemy import Engine, create_engine, text
 from core.api import create_api
 from core.bootstrap import App
 from core.db.database import make_engine
+from core.domain.policy import ApprovalPolicy
 from core.migrate import scratch_schema, upgrade_engine
 from core.service import CaseService
+from tests.support.cases import APPROVERS
 from tests.support.peers import alertmanager_server, metric_service, prometheus_server  # noqa: F401
 from tests.support.servers import IN_CI, POSTGRES_URL, REDIS_URL
 
@@ -109,7 +111,8 @@ def engine(request: pytest.FixtureRequest) -> Engine:
 
 @pytest.fixture
 def service(engine: Engine) -> CaseService:
-    return CaseService(engine)
+    """The case service with the tests' approvers named (an empty list lets nobody approve)."""
+    return CaseService(engine, policy=ApprovalPolicy(approvers=APPROVERS))
 
 
 @pytest.fixture

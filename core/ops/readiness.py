@@ -1,6 +1,8 @@
 """Readiness of one opsgate process: the database answers, Redis answers when configured, the
 bus is reachable, and the relay keeps up (the oldest due unpublished outbox row became due less
-than ``OPSGATE_READY_MAX_RELAY_LAG_S`` ago: a row scheduled for later is not late before then)."""
+than ``OPSGATE_READY_MAX_RELAY_LAG_S`` ago: a row scheduled for later is not late before then).
+It also says what the configuration leaves out (no approvers, no Slack) without withholding
+traffic: those checks carry a ``warning``."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import redis
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
+from core.domain.policy import NO_APPROVERS
 from core.messaging.outbox import oldest_unpublished
 
 if TYPE_CHECKING:
@@ -33,6 +36,8 @@ def readiness(app: App, now: datetime | None = None) -> dict[str, Any]:
                                               now or datetime.now(UTC))
     else:
         checks["relay_lag"] = {"ok": False, "error": "the database is unreachable"}
+    checks["approvers"] = check_approvers(app)
+    checks["slack"] = check_slack(app)
     ready = all(check["ok"] for check in checks.values())
     return {"status": "ready" if ready else "not_ready", "checks": checks}
 
@@ -68,6 +73,34 @@ def check_relay_lag(engine: Engine, bound_s: float, now: datetime) -> Check:
     lag_s = 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds())
     return {"ok": lag_s <= bound_s, "lag_s": round(lag_s, 3), "bound_s": bound_s,
             "unpublished": waiting}
+
+
+NO_SLACK = ("Slack is not configured (SLACK_BOT_TOKEN): chat posts are held, none is recorded "
+            "as sent, until it is")
+
+
+def check_approvers(app: App) -> Check:
+    """Whether anyone may approve: with no approvers named, plans wait at the gate. The process
+    still serves (``ok``); ``warning`` says what is missing."""
+    if app.policy.approvers:
+        return {"ok": True, "configured": True}
+    return {"ok": True, "configured": False,
+            "warning": f"{NO_APPROVERS}: nobody approves, plans wait at the gate until someone "
+                       "is named"}
+
+
+def check_slack(app: App) -> Check:
+    """Whether the notifier's posts reach Slack; without a bot token they are held (``ok``: the
+    process still serves; ``warning`` says what is missing)."""
+    if app.settings.slack_bot_token is not None:
+        return {"ok": True, "configured": True}
+    return {"ok": True, "configured": False, "warning": NO_SLACK}
+
+
+def warnings(app: App) -> list[str]:
+    """What is missing from the configuration, one line each (``serve`` prints them at start)."""
+    return [str(check["warning"]) for check in (check_approvers(app), check_slack(app))
+            if "warning" in check]
 
 
 def _first_line(exc: BaseException) -> str:

@@ -55,7 +55,10 @@ def key() -> str:
 REQUESTER = "sre@example"
 """Who opens the cases and asks for their plans; the approval policy never lets them approve."""
 APPROVER = "lead@example"
-"""Who decides at the gate: anyone but the requester, under the default policy."""
+"""Who decides at the gate: on the tests' approver list (``APPROVERS``)."""
+APPROVERS = frozenset({APPROVER, "lead", "alice", "bob", "carol", "dave", "U0LEAD"})
+"""The approvers the tests name (an empty list lets nobody approve): every policy the tests build
+from their defaults lists them (``TEST_POLICY``, ``test_settings``)."""
 
 
 def command(case_id: UUID, event: CaseEvent, **overrides: Any) -> TransitionCase:

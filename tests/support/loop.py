@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from core.settings import Settings
+from tests.support.cases import APPROVERS
 
 
 def loop_settings(**overrides: Any) -> Settings:
     values: dict[str, Any] = {"_env_file": None, "redis_url": None, "auto_approve": "off",
+                              "approvers": sorted(APPROVERS),
                               "verify_time_scale": 0.01, "verify_poll_s": 0.2, **overrides}
     return Settings(**values)
