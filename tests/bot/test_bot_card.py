@@ -30,7 +30,7 @@ from core.domain.policy import ApprovalPolicy
 from core.messaging.consumer import Delivery
 from core.messaging.envelope import Envelope
 from core.settings import Settings
-from tests.support.cases import APPROVER, PLAN, PLAN_HASH, E, command, key, open_case
+from tests.support.cases import APPROVER, APPROVERS, PLAN, PLAN_HASH, E, command, key, open_case
 from tests.support.slack import block_kit_problems, fake_slack
 
 ORDER = ["NEW", "ANALYZING", "PLANNING", "WAIT_GATE", "EXECUTING", "VERIFYING", "CLOSED"]
@@ -38,8 +38,8 @@ ORDER = ["NEW", "ANALYZING", "PLANNING", "WAIT_GATE", "EXECUTING", "VERIFYING", 
 
 @pytest.fixture
 def app(engine: Engine) -> Iterator[App]:
-    made = bootstrap(Settings(_env_file=None, redis_url=None, auto_approve="off"),
-                     engine=engine, chat=RecordingSink())
+    made = bootstrap(Settings(_env_file=None, redis_url=None, auto_approve="off",
+                              approvers=sorted(APPROVERS)), engine=engine, chat=RecordingSink())
     yield made
     made.close()
 

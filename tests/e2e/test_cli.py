@@ -289,6 +289,10 @@ def test_serve_answers_over_real_http_and_stops_on_sigterm(tmp_path):
     assert f"opsgate API on http://127.0.0.1:{port}" in output
     assert "writes need a bearer token" in output
     assert "upgraded from an empty schema to head" in output
+    # what the configuration leaves out, said at start as /readyz says it
+    assert ("warning: no approvers are configured (OPSGATE_APPROVERS): nobody approves, plans "
+            "wait at the gate until someone is named") in output
+    assert "warning: Slack is not configured (SLACK_BOT_TOKEN)" in output
 
 
 @pytest.fixture

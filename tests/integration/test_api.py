@@ -21,13 +21,15 @@ from core.domain.plan_templates import load_template, template_names
 from core.domain.plans import plan_hash
 from core.settings import Settings
 from tests.support.api import assert_error, bearer, data, new_key, rows
+from tests.support.cases import APPROVERS
 
 TOKEN = "s3cret-token"
 INCOMPLETE_PLAN = {"title": "restart it", "steps": [{"action": "script.exec"}]}
 
 
 def _app(engine: Engine, token: str | None = None) -> App:
-    settings = Settings(_env_file=None, api_token=token, redis_url=None)
+    settings = Settings(_env_file=None, api_token=token, redis_url=None,
+                        approvers=sorted(APPROVERS))
     return bootstrap(settings, engine=engine)
 
 

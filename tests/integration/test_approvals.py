@@ -21,7 +21,7 @@ from core.domain.plans import plan_hash
 from core.domain.policy import AUTO_APPROVER, ApprovalPolicy
 from core.errors import NotFound
 from core.service import CaseService, Reply
-from tests.support.cases import PLAN, REQUESTER, command, key, open_case, snapshot
+from tests.support.cases import APPROVERS, PLAN, REQUESTER, command, key, open_case, snapshot
 from tests.support.clock import Clock
 
 E, S = CaseEvent, CaseStatus
@@ -227,7 +227,7 @@ def test_one_click_evaluates_the_policy_once(engine):
             judged.append(requester)
             return super().evaluate(plan, requester, approvals)
 
-    service = CaseService(engine, policy=Counting())
+    service = CaseService(engine, policy=Counting(approvers=APPROVERS))
     case_id = waiting(service)
     judged.clear()
     assert approve(service, case_id, "bob").data()["status"] == "EXECUTING"
@@ -319,7 +319,8 @@ def test_a_raw_gate_rejected_is_held_to_the_approver_rules(service):
 
 def test_a_raw_gate_expired_waits_for_the_ttl_and_names_the_plan(engine):
     clock = Clock()
-    service = CaseService(engine, clock=clock, policy=ApprovalPolicy(approval_ttl_s=1800))
+    service = CaseService(engine, clock=clock,
+                          policy=ApprovalPolicy(approvers=APPROVERS, approval_ttl_s=1800))
     case_id = waiting(service)
     expire = command(case_id, E.GATE_EXPIRED, actor=AUTO_APPROVER, reason="nobody decided")
     clock.now += timedelta(seconds=1799)
@@ -341,7 +342,8 @@ def test_a_raw_gate_expired_waits_for_the_ttl_and_names_the_plan(engine):
 
 def test_a_decision_after_the_expiry_says_the_approval_expired(engine):
     clock = Clock()
-    service = CaseService(engine, clock=clock)  # the default TTL: an hour
+    service = CaseService(engine, clock=clock,  # the default TTL: an hour
+                          policy=ApprovalPolicy(approvers=APPROVERS))
     case_id = waiting(service)
     clock.now += timedelta(hours=1)
     expire = command(case_id, E.GATE_EXPIRED, actor=AUTO_APPROVER)

@@ -13,6 +13,7 @@ from sqlalchemy import Engine, insert
 from core.api import create_api
 from core.bootstrap import bootstrap
 from core.db.tables import outbox
+from core.ops.readiness import NO_SLACK
 from core.settings import Settings
 from tests.support.servers import REDIS_URL
 
@@ -61,7 +62,21 @@ def test_a_fresh_process_is_ready(client, engine):
         "database": {"ok": True, "dialect": engine.dialect.name},
         "redis": {"ok": True, "configured": False},
         "bus": {"ok": True, "kind": "in-process"},
-        "relay_lag": {"ok": True, "lag_s": 0.0, "bound_s": 60.0, "unpublished": 0}}}
+        "relay_lag": {"ok": True, "lag_s": 0.0, "bound_s": 60.0, "unpublished": 0},
+        "approvers": {"ok": True, "configured": False, "warning": (
+            "no approvers are configured (OPSGATE_APPROVERS): nobody approves, plans wait at "
+            "the gate until someone is named")},
+        "slack": {"ok": True, "configured": False, "warning": NO_SLACK}}}
+
+
+def test_readiness_says_what_the_configuration_leaves_out_until_it_is_named(engine):
+    gen = _client(engine, approvers=["U0LEAD"], slack_bot_token="xoxb-configured")
+    client = next(gen)
+    status, report = _ready(client)
+    assert status == 200
+    assert report["checks"]["approvers"] == {"ok": True, "configured": True}
+    assert report["checks"]["slack"] == {"ok": True, "configured": True}
+    gen.close()
 
 
 def test_a_relay_that_lags_past_its_bound_makes_the_process_not_ready(client, engine):

@@ -56,7 +56,7 @@ REQUESTER = "sre@example"
 """Who opens the cases and asks for their plans; the approval policy never lets them approve."""
 APPROVER = "lead@example"
 """Who decides at the gate: on the tests' approver list (``APPROVERS``)."""
-APPROVERS = frozenset({APPROVER, "lead", "alice", "bob", "carol", "dave", "U0LEAD"})
+APPROVERS = frozenset({APPROVER, "lead", "alice", "bob", "carol", "dave", "U0LEAD", "U0KIM"})
 """The approvers the tests name (an empty list lets nobody approve): every policy the tests build
 from their defaults lists them (``TEST_POLICY``, ``test_settings``)."""
 
