@@ -11,6 +11,7 @@ from sqlalchemy import Engine
 
 from core.bootstrap import App, bootstrap
 from core.settings import Settings
+from tests.support.cases import APPROVERS
 
 TOKEN = "am-secret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -52,7 +53,8 @@ def notification(name: str, alerts: list[dict[str, Any]],
 
 
 def alerts_app(engine: Engine, token: str | None = TOKEN) -> App:
-    return bootstrap(Settings(_env_file=None, redis_url=None, alert_token=token), engine=engine)
+    return bootstrap(Settings(_env_file=None, redis_url=None, alert_token=token,
+                              approvers=sorted(APPROVERS)), engine=engine)
 
 
 def post(client: TestClient, body: dict[str, Any], headers: dict[str, str] = AUTH) -> Any:
