@@ -32,6 +32,7 @@ from agent.tool_specs import (
     SearchRunbooks,
     tool_specs,
 )
+from core.chat import ChatNotConfigured
 from core.domain.commands import Fence, NoteCase, OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.plans import plan_hash, plan_problems
@@ -321,7 +322,11 @@ class CaseTools:
             return {"posted": self.app.chat.post(str(case_id), args.text)}
 
         intent = {"case_id": str(case_id), "text": normalized(args.text)}
-        return self._through_gateway("post_update", intent, key, run)
+        try:
+            return self._through_gateway("post_update", intent, key, run)
+        except ChatNotConfigured as held:  # nothing recorded as posted; the note stands
+            return ToolReply.of(False, {"error": f"{held.message}; the update is on the "
+                                        "case's timeline"})
 
     # -- notes the agent itself writes ------------------------------------------------------
 

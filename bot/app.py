@@ -71,7 +71,7 @@ def build_bolt(app: App, *, agent: Agent | None = None, client: WebClient | None
 
     @bolt.error
     def on_error(error: Exception, body: dict[str, object]) -> None:
-        report(error, dict(body), client)
+        report(error, dict(body), cases)
 
     return bolt
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from bot.ids import COMMAND, REASON_BLOCK, REASON_INPUT, Action, Subcommand, View
 from core.domain.plans import ParsedPlan, PlanStep, parsed_or_none
-from core.domain.policy import ApprovalPolicy, PlanLike, plan_risk
+from core.domain.policy import NO_APPROVERS, ApprovalPolicy, PlanLike, plan_risk
 from core.domain.views import CaseView, TimelineEntry
 from core.library.render import evidence_text
 
@@ -93,6 +93,9 @@ def plan_message(case: CaseView, plan: PlanLike, plan_hash: str,
     risk, needed = plan_risk(parsed), policy.required(parsed)
     blocks = _plan_sections(case, parsed, plan_hash, requester, policy, risk, needed)
     if decision is None or decision.verdict == "pending":
+        if not policy.approvers:
+            blocks.append(section(f"⛔ *Nobody can approve this plan yet*: {NO_APPROVERS}. It "
+                                  "waits at the gate until someone is named."))
         confirm = approve_confirm(parsed.title, risk, policy) if needed == 2 else None
         blocks.append(_buttons(approval_id, confirm))
     if decision is not None:

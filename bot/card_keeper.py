@@ -25,7 +25,7 @@ from uuid import UUID
 
 from bot.card import CaseState, card_message, latest_plan_hash
 from bot.store import Card, CardStore
-from core.chat import ChatSink
+from core.chat import ChatSink, deliverable
 from core.errors import InternalError
 from core.gateway import ToolCall, ToolCallFailed, session_of
 
@@ -56,6 +56,7 @@ class CardKeeper:
         to date."""
         card = self.store.card(case_id)
         if card is None or card.message_ts is None:
+            deliverable(self.sink)  # no chat: the card waits, nothing claimed
             call = ToolCall(tool="chat.post", args={"case_id": str(case_id), "card": "case card"},
                             actor=ACTOR, session_id=session_of(case_id),
                             business_key=f"card:{case_id}")
@@ -146,6 +147,7 @@ class CardKeeper:
 
     def _update(self, case_id: UUID, ts: str, number: int, text: str, blocks: list[Any],
                 shown: str) -> None:
+        deliverable(self.sink)
         call = ToolCall(tool="chat.update", args={"case_id": str(case_id), "ts": ts,
                                                   "text": text, "blocks": blocks},
                         actor=ACTOR, session_id=session_of(case_id),

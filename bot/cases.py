@@ -159,6 +159,39 @@ class SlackCases:
         result = self.app.gateway.run(call, post, wait_s=5.0)
         result.raise_for_error(f"reply in thread {where.key}")
 
+    def start_thread(self, team: str, channel: str, text: str, *,
+                     business_key: str) -> SlackThread:
+        """Post ``text`` as a new thread's first message in ``channel``, once per business
+        key (a retried command finds the thread its first delivery started)."""
+        call = ToolCall(tool="chat.post", args={"channel": channel, "text": text},
+                        actor="slack-bot", session_id=f"slack:{team}:{channel}",
+                        business_key=business_key)
+
+        def post(args: Any) -> dict[str, Any]:
+            reply = self.client.chat_postMessage(channel=args["channel"], text=args["text"])
+            return {"ts": reply["ts"], "channel": reply["channel"]}
+
+        # Not idempotent: a post that may have happened without its result stored is left for
+        # reconciliation rather than posted twice.
+        result = self.app.gateway.run(call, post, wait_s=5.0)
+        result.raise_for_error(f"the first message of a thread in {channel}")
+        return SlackThread(team, channel, str(result.result["ts"]))
+
+    def edit(self, where: SlackThread, text: str, *, business_key: str) -> None:
+        """Replace the thread's first message with ``text``, once per business key."""
+        call = ToolCall(tool="chat.update", args={"channel": where.channel,
+                                                  "ts": where.thread_ts, "text": text},
+                        actor="slack-bot", session_id=f"slack:{where.key}",
+                        business_key=business_key)
+
+        def update(args: Any) -> dict[str, Any]:
+            reply = self.client.chat_update(channel=args["channel"], ts=args["ts"],
+                                            text=args["text"])
+            return {"ts": reply["ts"]}
+
+        result = self.app.gateway.run(call, update, idempotent=True, wait_s=5.0)
+        result.raise_for_error(f"the first message of thread {where.key}")
+
     def workspace_url(self) -> str:
         """The workspace's URL (``auth.test``, once), ending in ``/``."""
         if self._workspace_url is None:

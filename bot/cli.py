@@ -23,14 +23,16 @@ if TYPE_CHECKING:
 
 
 def slack_chat(app: App) -> ChatSink:
-    """The sink the notifier posts through: Slack when a bot token is set, memory otherwise."""
+    """The sink the notifier posts through: Slack when a bot token is set; otherwise every post
+    is held (none is recorded as sent) until a process with Slack delivers it."""
     from bot.app import slack_configured, web_client
     from bot.sink import SlackChatSink
     from bot.store import SlackStore
-    from core.chat import RecordingSink
+    from core.chat import HeldChat
+    from core.ops.readiness import NO_SLACK
 
     if not slack_configured(app.settings):
-        return RecordingSink()
+        return HeldChat(NO_SLACK)
     return SlackChatSink(web_client(app.settings), SlackStore(app.engine),
                          incident_channel=app.settings.incident_channel)
 

@@ -23,7 +23,7 @@ from bot.card import outcome_post, unknown_outcome_post
 from bot.card_keeper import CardKeeper
 from bot.ids import Action
 from bot.store import SlackStore
-from core.chat import Blocks
+from core.chat import Blocks, deliverable
 from core.consumers.notifier import Notifier, Payload
 from core.domain.messages import StepResultPayload, Topic, TransitionPayload, payload_as
 from core.domain.views import CaseView, TimelineEntry
@@ -106,6 +106,7 @@ class SlackNotifier(Notifier):
         decision = self._decision(case_id, digest, ref.case_version)
         if decision is None:
             return
+        deliverable(self.sink)
         case: CaseView = {**self.cases.get_case(case_id), "version": ref.case_version}
         text, blocks = plan_message(case, found["plan"], digest, ref.approval_id,
                                     str(found["proposed_by"]), self.policy, decision)

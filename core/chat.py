@@ -1,5 +1,7 @@
 """Where case updates are posted for people to read: the ``ChatSink`` protocol the notifier posts
-through, and ``RecordingSink``, which keeps posts in memory (tests and the embedded default).
+through, ``RecordingSink``, which keeps posts in memory (tests), and ``HeldChat``, which sends
+nothing and says so (``ChatNotConfigured``), so a post without Slack is held, never recorded as
+sent.
 
 The Slack front end plugs in its own sink (``chat.postMessage`` / ``chat.update``); the core
 never imports it.
@@ -10,6 +12,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from core.messaging.consumer import Held
 
 Blocks = list[dict[str, Any]]
 
@@ -65,3 +69,39 @@ class RecordingSink:
         """The texts posted for one case, in order."""
         with self._lock:
             return [message.text for message in self.posts if message.case_id == case_id]
+
+
+class ChatNotConfigured(Held):
+    """There is no chat to post in (Slack is not configured): the post is held until a process
+    with Slack takes it back, and the gateway records nothing as sent."""
+
+    code = "chat_not_configured"
+
+
+@dataclass(frozen=True)
+class HeldChat:
+    """The sink of a process without Slack: every post and update is refused with ``why``, so
+    the notifier's messages are held until a process with Slack delivers them."""
+
+    why: str
+
+    def post(self, case_id: str, text: str, blocks: Blocks | None = None,
+             thread_key: str | None = None) -> dict[str, Any]:
+        raise ChatNotConfigured(self.why)
+
+    def update(self, case_id: str, ts: str, text: str,
+               blocks: Blocks | None = None) -> dict[str, Any]:
+        raise ChatNotConfigured(self.why)
+
+
+def deliverable(sink: ChatSink) -> None:
+    """Raise ``ChatNotConfigured`` when ``sink`` holds every post: called before the gateway
+    call of a post or update, so a held post leaves no ledger row (its later delivery renders it
+    anew, under the same key)."""
+    if isinstance(sink, HeldChat):
+        raise ChatNotConfigured(sink.why)
+
+
+def can_post(sink: ChatSink) -> bool:
+    """Whether ``sink`` posts (anything but ``HeldChat``)."""
+    return not isinstance(sink, HeldChat)

@@ -67,6 +67,12 @@ def demo_verification(settings: Settings) -> Settings:
     return settings.model_copy(update=update)
 
 
+def demo_approvers(settings: Settings) -> Settings:
+    """``settings`` with the walk's approver named (alice): outside a demo nobody approves until
+    ``OPSGATE_APPROVERS`` names someone."""
+    return settings.model_copy(update={"approvers": [APPROVER]})
+
+
 class DemoFailed(OpsgateError):
     """A step of the demo did not get the reply the case service promises."""
 

@@ -23,6 +23,9 @@ carries a stable ``code``; the REST API alone maps them to HTTP statuses (``core
     ├── Unavailable               a dependency (database, Redis) is unreachable: safe to retry
     ├── RemoteUnavailable         (core.mcp.remote) an external MCP server did not answer
     ├── BusinessRefusal           (core.gateway) a tool's deterministic "no", stored and replayed
+    ├── Held                      (core.messaging.consumer) a message that cannot take effect yet
+    │   │                         (and retrying now cannot help): handed out again later
+    │   └── ChatNotConfigured     (core.chat) no chat (Slack) to post in: the post is held
     ├── DirectSideEffectCall      (core.gateway) a side effect called around the gateway
     ├── InvalidSettings           (core.settings_errors) a setting that cannot be used
     ├── NonFiniteNumber           (core.strict_json) NaN or ±Infinity in JSON; also a ValueError

@@ -201,7 +201,7 @@ class CaseService:
         self.engine = engine
         self.tenant = tenant
         self.clock = clock
-        # The default lets anyone but the requester approve: bootstrap passes the configured one.
+        # The default names no approver, so nobody approves: bootstrap passes the configured one.
         self.policy = policy or ApprovalPolicy()
         # Whether a metrics source is configured (core.evidence.has_metrics_source): without
         # one, plan_ready refuses a plan with a metric check, which nothing could ever judge.

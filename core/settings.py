@@ -192,7 +192,8 @@ class Settings(BaseSettings):
     approvers: Names = Field(
         default_factory=list,
         description="Who may approve plans: Slack user ids and/or user group ids, e.g. "
-        "'U012AB3CD,S0614TZR7' (or a JSON list). Empty: anyone but the requester.",
+        "'U012AB3CD,S0614TZR7' (or a JSON list). Empty: nobody approves; plans wait at the "
+        "gate until someone is named (OPSGATE_AUTO_APPROVE still covers what it names).",
     )
     auto_approve: Literal["off", "noop_only", "low_risk"] = Field(
         default="off",

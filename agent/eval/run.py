@@ -112,7 +112,7 @@ def _run(scenario: Scenario, folder: Path, model: ModelFactory, work: Path,
     settings = Settings(_env_file=None, database_url=f"sqlite:///{work / 'opsgate.sqlite'}",
                         runbooks_dir=str(_runbooks(scenario, folder, work / "runbooks")),
                         series_dir=str(work / "series"), redis_url=None, prometheus_url=None,
-                        auto_approve="off", mcp_servers=None)
+                        auto_approve="off", approvers=[PAST_APPROVER], mcp_servers=None)
     settings = with_stand_in(settings, scenario.series)
     app = bootstrap(settings, engine=engine)
     for past in scenario.past_cases:

@@ -7,12 +7,14 @@ deep-copies the context for lazy listeners, which must not copy a database engin
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slack_bolt import Ack
-from slack_sdk import WebClient
 
 from bot.failures import report
+
+if TYPE_CHECKING:
+    from bot.cases import SlackCases
 
 Body = dict[str, Any]
 
@@ -22,7 +24,7 @@ def acknowledge(ack: Ack) -> None:
     ack()
 
 
-def lazy(work: Callable[[Body], None], client: WebClient) -> Callable[[Body], None]:
+def lazy(work: Callable[[Body], None], cases: SlackCases) -> Callable[[Body], None]:
     """``work`` as a Bolt lazy listener whose failures reach the one error handler (Bolt would
     only log them)."""
 
@@ -30,6 +32,6 @@ def lazy(work: Callable[[Body], None], client: WebClient) -> Callable[[Body], No
         try:
             work(body)
         except Exception as error:  # the one error handler decides what the user reads
-            report(error, body, client)
+            report(error, body, cases)
 
     return run

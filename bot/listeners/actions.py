@@ -22,9 +22,9 @@ REFUSED_EARLY = "(refused before a reason was asked)"
 
 def register(bolt: Bolt, cases: SlackCases) -> None:
     bolt.action(Action.APPROVE)(ack=acknowledge,
-                                lazy=[lazy(lambda body: approve(cases, body), cases.client)])
+                                lazy=[lazy(lambda body: approve(cases, body), cases)])
     bolt.action(Action.REJECT)(ack=acknowledge,
-                               lazy=[lazy(lambda body: ask_reason(cases, body), cases.client)])
+                               lazy=[lazy(lambda body: ask_reason(cases, body), cases)])
     # A finding's Query button only opens its link; Slack still reports the click.
     bolt.action(re.compile(f"^{FINDING_LINK}"))(acknowledge)
 
@@ -54,7 +54,7 @@ def approve(cases: SlackCases, body: Body) -> None:
     approval = data.get("approval") or {}
     if approval.get("state") == "pending":
         said = "recorded" if approval.get("recorded") else "already recorded"
-        tell(cases.client, body, f"👍 Your approval is {said}; {approval.get('needs')} more "
+        tell(cases, body, f"👍 Your approval is {said}; {approval.get('needs')} more "
                                  "approval(s) needed.")
 
 

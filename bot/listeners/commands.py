@@ -22,7 +22,7 @@ from bot.blocks import (
     who,
 )
 from bot.card import catchup_message
-from bot.cases import SlackCases, SlackThread, title_of
+from bot.cases import SlackCases, title_of
 from bot.failures import correlation_id, failure_text
 from bot.ids import COMMAND, Subcommand
 from bot.listeners import Body, lazy
@@ -33,7 +33,7 @@ def register(bolt: Bolt, cases: SlackCases) -> None:
         ack(**ephemeral(respond(cases, body)))
 
     bolt.command(COMMAND)(ack=answer,
-                          lazy=[lazy(lambda body: open_case(cases, body), cases.client)])
+                          lazy=[lazy(lambda body: open_case(cases, body), cases)])
 
 
 def parse(body: Body) -> tuple[str, str]:
@@ -79,15 +79,17 @@ def answer_for(cases: SlackCases, subcommand: str, rest: str) -> Message:
 
 
 def open_case(cases: SlackCases, body: Body) -> None:
-    """After the ack of ``/case new <title>``: the thread's first message, then the case."""
+    """After the ack of ``/case new <title>``: the thread's first message, then the case, then
+    the message names it; each once per command (Slack's trigger id), so a retried command
+    posts nothing twice."""
     subcommand, rest = parse(body)
     if subcommand != Subcommand.NEW or not rest:
         return
     title, user, channel = title_of(rest), str(body["user_id"]), str(body["channel_id"])
-    root = cases.client.chat_postMessage(
-        channel=channel, text=f"🚨 {title} — opened by {who(user)} with `{COMMAND} new`")
-    where = SlackThread(str(body.get("team_id") or ""), channel, str(root["ts"]))
-    case_id, _ = cases.case_for_thread(where, title, user, correlation_id(body))
-    cases.client.chat_update(channel=channel, ts=where.thread_ts,
-                             text=f"🚨 Case `{short_id(case_id)}` · {title} — opened by "
-                                  f"{who(user)}; updates follow in this thread")
+    command = correlation_id(body)
+    where = cases.start_thread(str(body.get("team_id") or ""), channel,
+                               f"🚨 {title} — opened by {who(user)} with `{COMMAND} new`",
+                               business_key=f"case-new:{command}")
+    case_id, _ = cases.case_for_thread(where, title, user, command)
+    cases.edit(where, f"🚨 Case `{short_id(case_id)}` · {title} — opened by {who(user)}; "
+                      "updates follow in this thread", business_key=f"case-new:{command}:named")

@@ -30,11 +30,11 @@ one); edits, joins, bot posts are not."""
 
 def register(bolt: Bolt, cases: SlackCases) -> None:
     bolt.event("app_mention")(ack=acknowledge,
-                              lazy=[lazy(lambda body: on_mention(cases, body), cases.client)])
+                              lazy=[lazy(lambda body: on_mention(cases, body), cases)])
     bolt.event("message")(ack=acknowledge,
-                          lazy=[lazy(lambda body: on_message(cases, body), cases.client)])
+                          lazy=[lazy(lambda body: on_message(cases, body), cases)])
     bolt.event("reaction_added")(ack=acknowledge,
-                                 lazy=[lazy(lambda body: on_reaction(cases, body), cases.client)])
+                                 lazy=[lazy(lambda body: on_reaction(cases, body), cases)])
 
 
 def thread_of(body: Body) -> SlackThread:

@@ -73,10 +73,10 @@ def walk(args: argparse.Namespace) -> int:
     """``--walk``: the core's scripted walk of one case through the REST API (``core.demo``)."""
     from core.cli import STARTED
     from core.cli.app import opened_app, settings_of
-    from core.demo import DemoFailed, demo_verification, run_demo
+    from core.demo import DemoFailed, demo_approvers, demo_verification, run_demo
 
     try:
-        with opened_app(demo_verification(settings_of(args))) as app:
+        with opened_app(demo_approvers(demo_verification(settings_of(args)))) as app:
             run_demo(app, sys.stdout)
     except DemoFailed as failed:
         raise CliError(f"demo failed: {failed}") from failed

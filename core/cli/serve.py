@@ -43,6 +43,7 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"opsgate API on http://{args.host}:{args.port} "
               f"(database {shown(app.settings.database_url)}; {_access(app)})", flush=True)
         print(f"metrics: {metrics_source_line(app.settings)}", flush=True)
+        _warn(app)
         loop = socket = None
         try:
             loop = _serve_loop(app, args.no_loop)
@@ -71,6 +72,14 @@ def _access(app: App) -> str:
                "REST"
     reads = "reads are open" if app.settings.api_reads == "open" else "reads need one too"
     return f"writes need a bearer token, {reads}"
+
+
+def _warn(app: App) -> None:
+    """What the configuration leaves out, one line each, as ``/readyz`` says it."""
+    from core.ops.readiness import warnings
+
+    for line in warnings(app):
+        print(f"warning: {line}", flush=True)
 
 
 def _socket_mode(app: App) -> Connection:

@@ -20,7 +20,7 @@ from core.db.case_store import as_utc
 from core.domain.commands import ApprovePlan, NoteCase, Scheduled, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import AwaitingApprovalFacts, CommandPayload, Topic, payload_as
-from core.domain.policy import AUTO_APPROVER, ApprovalPolicy, PlanLike, plan_risk
+from core.domain.policy import AUTO_APPROVER, NO_APPROVERS, ApprovalPolicy, PlanLike, plan_risk
 from core.messaging.consumer import Delivery
 
 if TYPE_CHECKING:
@@ -36,6 +36,9 @@ def waiting_note(policy: ApprovalPolicy, plan: PlanLike, requester: str) -> str:
     count = ("two distinct approvers (risk "
              f"{plan_risk(plan):g} ≥ {policy.two_person_risk:g})" if needed == 2
              else "one approver")
+    if not policy.approvers:
+        return (f"waiting: {NO_APPROVERS}, so nobody can approve this plan until someone is "
+                f"named; it needs {count}")
     return (f"waiting for approval by {policy.describe_approvers()}: {count}; "
             f"{requester} requested it and cannot approve")
 

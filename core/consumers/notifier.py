@@ -1,6 +1,8 @@
 """The notifier (``evt.*``): turns each fact about a case into a short update in the case's chat
 thread. Every post goes through the gateway with the message id as business key, so a
-redelivered event never posts twice; the Slack front end plugs in its own ``ChatSink``."""
+redelivered event never posts twice; the Slack front end plugs in its own ``ChatSink``. Without
+a chat (no Slack) a post is held, never recorded as sent; a notifier that can post hands the
+held messages out again when it starts."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from core.analysis.render import findings_text
-from core.chat import Blocks, ChatSink, RecordingSink
+from core.chat import Blocks, ChatSink, RecordingSink, can_post, deliverable
 from core.domain.messages import (
     ApprovalRecordedPayload,
     AwaitingApprovalPayload,
@@ -23,7 +25,7 @@ from core.domain.messages import (
     payload_as,
 )
 from core.gateway import ToolCall, session_of
-from core.messaging.consumer import Delivery
+from core.messaging.consumer import Delivery, release_held
 from core.ops.alert_render import alert_text
 
 if TYPE_CHECKING:
@@ -143,12 +145,15 @@ class Notifier:
     def __init__(self, app: App, sink: ChatSink | None = None) -> None:
         self.gateway = app.gateway
         self.sink = sink or app.chat
+        if can_post(self.sink):  # what a process without chat held, this one posts
+            release_held(app.engine, self.name)
 
     def handle(self, delivery: Delivery) -> None:
         envelope = delivery.envelope
         message = self.message(envelope.topic, envelope.payload)
         if message is None:
             return
+        deliverable(self.sink)  # no chat: the message is held, nothing claimed
         text, blocks = message
         case_id = str(envelope.payload.get("case_id", envelope.key))
         args: dict[str, Any] = {"case_id": case_id, "text": text, "thread_key": case_id}

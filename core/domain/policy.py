@@ -25,6 +25,10 @@ AUTO_APPROVER = "gatekeeper"
 """The actor an automatic approval is recorded under: it counts only for plans the policy lets
 approve themselves, so naming it by hand gains nothing."""
 
+NO_APPROVERS = "no approvers are configured (OPSGATE_APPROVERS)"
+"""Why nobody may decide a plan while the approver list is empty: an unset list never widens who
+may approve (only what ``OPSGATE_AUTO_APPROVE`` explicitly covers runs without a person)."""
+
 GroupMembers = Callable[[str], Collection[str]]
 """A user group id → its members' user ids. Called inside the case's transaction, so it must
 answer from memory (the Slack front end keeps a cache of ``usergroups.users.list``)."""
@@ -75,7 +79,8 @@ PlanLike = ParsedPlan | Mapping[str, Any]
 @dataclass(frozen=True)
 class ApprovalPolicy:
     """Who may approve and how many must. ``approvers`` holds user ids and/or user group ids;
-    empty means anyone may approve (except, always, the requester). A plan nobody decided
+    empty means nobody may approve (nor reject) until someone is named; the requester never may.
+    Automatic approval is its own setting and does not need the list. A plan nobody decided
     ``approval_ttl_s`` seconds after it reached the gate expires."""
 
     approvers: frozenset[str] = frozenset()
@@ -99,7 +104,7 @@ class ApprovalPolicy:
 
     def may_approve(self, user: str) -> bool:
         """Whether ``user`` is on the approver list, directly or through a group on it."""
-        if not self.approvers or user in self.approvers:
+        if user in self.approvers:
             return True
         return any(user in self.members(group) for group in self.approvers)
 
@@ -107,6 +112,8 @@ class ApprovalPolicy:
         """Why ``approver`` may not decide ``plan`` for ``requester``; None when they may."""
         if approver == AUTO_APPROVER:
             return None if self.auto_approves(plan) else self._no_auto_reason()
+        if not self.approvers:
+            return f"{NO_APPROVERS}: nobody may decide this plan until someone is named"
         if approver == requester:
             return f"{approver} requested this plan and cannot approve it"
         if not self.may_approve(approver):
@@ -116,7 +123,7 @@ class ApprovalPolicy:
     def describe_approvers(self) -> str:
         """Who may approve, in words, for refusals and "waiting for approval" notes."""
         if not self.approvers:
-            return "anyone but the requester"
+            return f"nobody ({NO_APPROVERS})"
         return ", ".join(sorted(self.approvers))
 
     # -- how many ---------------------------------------------------------------------------

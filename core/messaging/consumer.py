@@ -1,7 +1,9 @@
 """Runs a consumer on delivered messages: skips what its inbox has seen, retries failures a
 bounded number of times with backoff, then buries the message as a dead letter so the other
 cases go on. A failure while the database is unreachable is no attempt: the message is left for
-redelivery (``Unavailable``), never buried for an outage."""
+redelivery (``Unavailable``), never buried for an outage. A consumer that cannot take effect yet
+(``Held``: Slack is not configured) has its message held (a dead letter marked held, never
+retried blind) until ``release_held`` hands it out again."""
 
 from __future__ import annotations
 
@@ -9,18 +11,27 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Protocol
 
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from core.errors import Unavailable
-from core.messaging import inbox
+from core.errors import OpsgateError, Unavailable
+from core.messaging import inbox, outbox
 from core.messaging.envelope import Envelope
 from core.metrics import DEAD_LETTERS, INBOX_DEDUP
 from core.tracing import bound
 
 log = logging.getLogger(__name__)
+
+
+class Held(OpsgateError):
+    """A consumer cannot take effect for a message yet, and retrying at once cannot help (no
+    Slack to post in): the runner holds the message (nothing recorded as done, no retries)
+    until ``release_held`` hands it out again."""
+
+    code = "held"
 
 
 @dataclass(frozen=True)
@@ -63,8 +74,9 @@ class ConsumerRunner:
         self.deliver(envelope)
 
     def deliver(self, envelope: Envelope) -> str:
-        """Handle ``envelope``; returns "done", "duplicate" or "dead". The message's correlation
-        id is bound meanwhile, so the consumer's writes and gateway calls carry it on."""
+        """Handle ``envelope``; returns "done", "duplicate", "held" or "dead". The message's
+        correlation id is bound meanwhile, so the consumer's writes and gateway calls carry it
+        on."""
         correlation_id = envelope.payload.get("correlation_id")
         with bound(str(correlation_id) if correlation_id else None):
             return self._deliver(envelope)
@@ -79,6 +91,8 @@ class ConsumerRunner:
         for attempt in range(1, self.max_attempts + 1):
             try:
                 self.consumer.handle(Delivery(name, envelope))
+            except Held as held:
+                return self._hold(envelope, held)
             except Exception as exc:  # a consumer's failure must not stop the others
                 if self._database_lost():
                     # Not the message's fault: no attempt spent, nothing buried; the bus
@@ -108,3 +122,33 @@ class ConsumerRunner:
         except SQLAlchemyError:
             return True
         return False
+
+    def _hold(self, envelope: Envelope, held: Held) -> str:
+        """Keep ``envelope`` for later: a dead letter marked held (listed by ``opsgate outbox
+        dead``, never lost), which ``release_held`` hands out again once the consumer can take
+        effect. Not retried meanwhile: retrying at once cannot help."""
+        name = self.consumer.name
+        with self.engine.begin() as conn:
+            inbox.bury(conn, name, envelope, f"{HELD}{held.message}", 1)
+        log.info("%s holds message %s: %s", name, envelope.message_id, held.message)
+        return "held"
+
+
+HELD = "held: "
+"""How a held message's dead letter starts its error: ``release_held`` looks for it."""
+
+
+def release_held(engine: Engine, consumer: str) -> int:
+    """Hand every message held for ``consumer`` out again (its inbox entry forgotten, its outbox
+    row unpublished, so the relay publishes it); how many."""
+    with engine.begin() as conn:
+        held = inbox.held(conn, consumer, HELD)
+        for dead_letter_id in held:
+            envelope = inbox.requeue(conn, dead_letter_id, datetime.now(UTC))
+            if envelope is not None and not outbox.mark_unpublished(conn, envelope.message_id):
+                log.warning("held message %s is no longer in the outbox: requeue it with "
+                            "`opsgate outbox dead --requeue %s`", envelope.message_id,
+                            dead_letter_id)
+    if held:
+        log.info("%s: %d held message(s) handed out again", consumer, len(held))
+    return len(held)

@@ -50,6 +50,16 @@ def dead_letters(engine: Engine, *, include_requeued: bool = False) -> list[RowM
         return list(conn.execute(query).mappings())
 
 
+def held(conn: Connection, consumer: str, mark: str) -> list[int]:
+    """The ids of ``consumer``'s dead letters not yet requeued whose error starts with ``mark``
+    (messages held, not given up on)."""
+    query = (select(dead_letter.c.id)
+             .where(dead_letter.c.consumer == consumer, dead_letter.c.requeued_at.is_(None),
+                    dead_letter.c.error.startswith(mark, autoescape=True))
+             .order_by(dead_letter.c.message_id))
+    return [int(row[0]) for row in conn.execute(query)]
+
+
 def requeue(conn: Connection, dead_letter_id: int, now: Any) -> Envelope | None:
     """Forget a dead letter's inbox entry so its message can be delivered again."""
     row = conn.execute(select(dead_letter).where(dead_letter.c.id == dead_letter_id)

@@ -3,8 +3,8 @@ bus is reachable, the relay keeps up (the oldest due unpublished outbox row beca
 than ``OPSGATE_READY_MAX_RELAY_LAG_S`` ago: a row scheduled for later is not late before then),
 and published messages reach their consumers (none unrecorded in a consumer's inbox longer than
 ``OPSGATE_DELIVERY_BOUND_S`` after its publication). It also says where metric checks are read
-(``metrics``): with no source the process is still ready (probes verify), but the check says
-plans with a metric check are refused and why."""
+(``metrics``) and what the configuration leaves out (no approvers, no Slack) without withholding
+traffic: those checks carry a ``warning``."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import redis
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
+from core.domain.policy import NO_APPROVERS
 from core.evidence import has_metrics_source, metrics_source_line
 from core.messaging.delivery import look, subscribers
 from core.messaging.outbox import oldest_unpublished
@@ -43,6 +44,8 @@ def readiness(app: App, now: datetime | None = None) -> dict[str, Any]:
         checks["relay_lag"] = {"ok": False, "error": "the database is unreachable"}
         checks["delivery"] = {"ok": False, "error": "the database is unreachable"}
     checks["metrics"] = check_metrics(app)
+    checks["approvers"] = check_approvers(app)
+    checks["slack"] = check_slack(app)
     ready = all(check["ok"] for check in checks.values())
     return {"status": "ready" if ready else "not_ready", "checks": checks}
 
@@ -101,6 +104,34 @@ def check_metrics(app: App) -> Check:
     a metric check is refused at the guard, probes verify)."""
     return {"ok": True, "configured": has_metrics_source(app.settings),
             "source": metrics_source_line(app.settings)}
+
+
+NO_SLACK = ("Slack is not configured (SLACK_BOT_TOKEN): chat posts are held, none is recorded "
+            "as sent, until it is")
+
+
+def check_approvers(app: App) -> Check:
+    """Whether anyone may approve: with no approvers named, plans wait at the gate. The process
+    still serves (``ok``); ``warning`` says what is missing."""
+    if app.policy.approvers:
+        return {"ok": True, "configured": True}
+    return {"ok": True, "configured": False,
+            "warning": f"{NO_APPROVERS}: nobody approves, plans wait at the gate until someone "
+                       "is named"}
+
+
+def check_slack(app: App) -> Check:
+    """Whether the notifier's posts reach Slack; without a bot token they are held (``ok``: the
+    process still serves; ``warning`` says what is missing)."""
+    if app.settings.slack_bot_token is not None:
+        return {"ok": True, "configured": True}
+    return {"ok": True, "configured": False, "warning": NO_SLACK}
+
+
+def warnings(app: App) -> list[str]:
+    """What is missing from the configuration, one line each (``serve`` prints them at start)."""
+    return [str(check["warning"]) for check in (check_approvers(app), check_slack(app))
+            if "warning" in check]
 
 
 def _first_line(exc: BaseException) -> str:

@@ -30,7 +30,7 @@ from core.domain.policy import ApprovalPolicy
 from core.messaging.consumer import Delivery
 from core.messaging.envelope import Envelope
 from core.settings import Settings
-from tests.support.cases import APPROVER, PLAN, PLAN_HASH, E, command, key, open_case
+from tests.support.cases import APPROVER, APPROVERS, PLAN, PLAN_HASH, E, command, key, open_case
 from tests.support.metrics import STAND_IN_METRICS
 from tests.support.slack import block_kit_problems, fake_slack
 
@@ -40,8 +40,8 @@ ORDER = ["NEW", "ANALYZING", "PLANNING", "WAIT_GATE", "EXECUTING", "VERIFYING", 
 @pytest.fixture
 def app(engine: Engine) -> Iterator[App]:
     made = bootstrap(Settings(static_metrics=STAND_IN_METRICS,
-                              _env_file=None, redis_url=None, auto_approve="off"),
-                     engine=engine, chat=RecordingSink())
+                              _env_file=None, redis_url=None, auto_approve="off",
+                              approvers=sorted(APPROVERS)), engine=engine, chat=RecordingSink())
     yield made
     made.close()
 

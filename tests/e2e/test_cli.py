@@ -292,6 +292,10 @@ def test_serve_answers_over_real_http_and_stops_on_sigterm(tmp_path):
     assert "upgraded from an empty schema to head" in output
     assert ("metrics: none: plans with a metric check are refused; no metrics source is "
             "configured (set OPSGATE_PROMETHEUS_URL") in output
+    # what the configuration leaves out, said at start as /readyz says it
+    assert ("warning: no approvers are configured (OPSGATE_APPROVERS): nobody approves, plans "
+            "wait at the gate until someone is named") in output
+    assert "warning: Slack is not configured (SLACK_BOT_TOKEN)" in output
 
 
 @pytest.fixture

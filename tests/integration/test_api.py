@@ -21,6 +21,7 @@ from core.domain.plan_templates import load_template, template_names
 from core.domain.plans import plan_hash
 from core.settings import Settings
 from tests.support.api import assert_error, bearer, data, new_key, rows
+from tests.support.cases import APPROVERS
 from tests.support.metrics import STAND_IN_METRICS
 
 TOKEN = "s3cret-token"
@@ -29,7 +30,8 @@ INCOMPLETE_PLAN = {"title": "restart it", "steps": [{"action": "script.exec"}]}
 
 def _app(engine: Engine, token: str | None = None) -> App:
     settings = Settings(static_metrics=STAND_IN_METRICS,
-                        _env_file=None, api_token=token, redis_url=None)
+                        _env_file=None, api_token=token, redis_url=None,
+                        approvers=sorted(APPROVERS))
     return bootstrap(settings, engine=engine)
 
 

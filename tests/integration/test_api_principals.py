@@ -25,7 +25,7 @@ from core.domain.plans import plan_hash
 from core.errors import InvalidRequest
 from core.ops.export import export_case
 from core.settings import Settings
-from tests.support.cases import PLAN
+from tests.support.cases import APPROVERS, PLAN
 from tests.support.metrics import STAND_IN_METRICS
 
 SERVICE_TOKEN = "shared-service-token"
@@ -35,7 +35,7 @@ HIGH_RISK = {**PLAN, "title": "Fail over to the standby region", "risk_score": 0
 
 def build(engine: Engine, **settings: Any) -> App:
     values: dict[str, Any] = {"api_token": SERVICE_TOKEN, "redis_url": None,
-                              "auto_approve": "off", **settings}
+                              "auto_approve": "off", "approvers": sorted(APPROVERS), **settings}
     return bootstrap(Settings(static_metrics=STAND_IN_METRICS,
                               _env_file=None, **values), engine=engine)
 

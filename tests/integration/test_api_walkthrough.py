@@ -24,6 +24,7 @@ from core.db.tables import case_timeline, outbox
 from core.domain.plans import plan_hash
 from core.stages import Stages
 from tests.support.api import assert_error, bearer, data, new_key, rows
+from tests.support.cases import APPROVERS
 from tests.support.clock import Clock
 from tests.support.plan_runs import (
     counting_script,
@@ -175,7 +176,7 @@ def test_gate_eval_approves_only_what_the_policy_lets_approve_itself(world):
     approval = answer["approval"]
     assert (approval["state"], approval["needs"], approval["approvers"]) == ("pending", 1, [])
     assert approval["requester"] == "anonymous"
-    assert approval["eligible"] == "anyone but the requester"
+    assert approval["eligible"] == ", ".join(sorted(APPROVERS))
     assert "noop-only" in approval["automatic"]
     assert approval["use"] == f"POST /case/{case_id}/approve"
     reached = datetime.fromisoformat(answer["updated_at"])

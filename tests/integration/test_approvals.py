@@ -22,6 +22,7 @@ from core.domain.policy import AUTO_APPROVER, ApprovalPolicy
 from core.errors import NotFound
 from core.service import CaseService, Reply
 from tests.support.cases import (
+    APPROVERS,
     PLAN,
     REQUESTER,
     case_service,
@@ -235,7 +236,7 @@ def test_one_click_evaluates_the_policy_once(engine):
             judged.append(requester)
             return super().evaluate(plan, requester, approvals)
 
-    service = case_service(engine, policy=Counting())
+    service = case_service(engine, policy=Counting(approvers=APPROVERS))
     case_id = waiting(service)
     judged.clear()
     assert approve(service, case_id, "bob").data()["status"] == "EXECUTING"
@@ -327,7 +328,8 @@ def test_a_raw_gate_rejected_is_held_to_the_approver_rules(service):
 
 def test_a_raw_gate_expired_waits_for_the_ttl_and_names_the_plan(engine):
     clock = Clock()
-    service = case_service(engine, clock=clock, policy=ApprovalPolicy(approval_ttl_s=1800))
+    service = case_service(engine, clock=clock,
+                           policy=ApprovalPolicy(approvers=APPROVERS, approval_ttl_s=1800))
     case_id = waiting(service)
     expire = command(case_id, E.GATE_EXPIRED, actor=AUTO_APPROVER, reason="nobody decided")
     clock.now += timedelta(seconds=1799)
@@ -349,7 +351,7 @@ def test_a_raw_gate_expired_waits_for_the_ttl_and_names_the_plan(engine):
 
 def test_a_decision_after_the_expiry_says_the_approval_expired(engine):
     clock = Clock()
-    service = case_service(engine, clock=clock)  # the default TTL: an hour
+    service = case_service(engine, clock=clock)  # the default TTL: an hour, APPROVERS named
     case_id = waiting(service)
     clock.now += timedelta(hours=1)
     expire = command(case_id, E.GATE_EXPIRED, actor=AUTO_APPROVER)

@@ -31,7 +31,7 @@ from core.messaging.consumer import Consumer, ConsumerRunner, Delivery
 from core.messaging.envelope import Envelope
 from core.messaging.relay import OutboxRelay
 from core.settings import Settings
-from tests.support.cases import PLAN, REQUESTER, command, key
+from tests.support.cases import APPROVERS, PLAN, REQUESTER, command, key
 from tests.support.metrics import STAND_IN_METRICS
 
 E, S = CaseEvent, CaseStatus
@@ -42,7 +42,8 @@ HIGH_RISK = {**PLAN, "title": "Fail over", "risk_score": 0.9,
 
 def make_app(engine: Engine, **settings: Any) -> App:
     # The template plans' windows after the change (60-300 s) pass in well under a second.
-    fast = {"verify_time_scale": 0.001, "verify_poll_s": 0.02, **settings}
+    fast = {"verify_time_scale": 0.001, "verify_poll_s": 0.02,
+            "approvers": sorted(APPROVERS), **settings}
     return bootstrap(Settings(static_metrics=STAND_IN_METRICS,
                               database_url="sqlite://", **fast), engine=engine)
 
@@ -405,6 +406,6 @@ def test_a_two_person_case_runs_to_closed_after_two_approvers_and_not_before(eng
     thread = app.chat.thread(str(case_id))
     assert thread[-1] == ("VERIFYING → CLOSED: verify_pass by verifier — stand-in readings "
                           "(OPSGATE_STATIC_METRICS): the check passed")
-    assert any(text.startswith(f"Plan {digest[:12]}: waiting for approval by anyone")
+    assert any(text.startswith(f"Plan {digest[:12]}: waiting for approval by U0KIM, U0LEAD")
                for text in thread)
     assert f"Plan {digest[:12]} approved by bob, carol; executing" in thread

@@ -32,7 +32,7 @@ from core.messaging.consumer import Delivery
 from core.messaging.envelope import Envelope
 from core.settings import Settings
 from core.steps.adapters import StepContext, StepOutcome
-from tests.support.cases import PLAN, command, key, open_case
+from tests.support.cases import APPROVERS, PLAN, command, key, open_case
 from tests.support.metrics import STAND_IN_METRICS
 from tests.support.plan_runs import envelope_of
 from tests.support.plan_shapes import plan_shapes
@@ -60,7 +60,8 @@ def app(engine: Engine, touch: Path) -> App:
     between a plan and the script is the gate."""
     settings = Settings(static_metrics=STAND_IN_METRICS,
                         _env_file=None, redis_url=None, prometheus_url=None,
-                        auto_approve="noop_only", script_allowlist=[str(touch)])
+                        auto_approve="noop_only", script_allowlist=[str(touch)],
+                        approvers=sorted(APPROVERS))
     return bootstrap(settings, engine=engine)
 
 

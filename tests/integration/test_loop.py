@@ -23,7 +23,7 @@ from core.loop_processes import requeue_dead_letter
 from core.messaging import inbox
 from core.messaging.consumer import Delivery
 from core.settings import Settings
-from tests.support.cases import PLAN, PLAN_HASH, open_case
+from tests.support.cases import APPROVERS, PLAN, PLAN_HASH, open_case
 from tests.support.metrics import STAND_IN_METRICS
 
 E, S = CaseEvent, CaseStatus
@@ -80,7 +80,8 @@ def stages(app) -> list[Stage]:
 def app(engine):
     wired = bootstrap(Settings(static_metrics=STAND_IN_METRICS,
                                database_url=str(engine.url), consumer_max_attempts=2,
-                               relay_poll_s=0.5, loop_poll_s=0.02), engine=engine)
+                               relay_poll_s=0.5, loop_poll_s=0.02,
+                               approvers=sorted(APPROVERS)), engine=engine)
     yield wired
     wired.gateway.close()
 

@@ -13,6 +13,7 @@ from core.domain.commands import ApprovePlan, OpenCase
 from core.domain.fsm import CaseStatus
 from core.loop import InProcessLoop
 from core.settings import Settings
+from tests.support.cases import APPROVERS
 from tests.support.metrics import STAND_IN_METRICS
 
 S = CaseStatus
@@ -25,7 +26,8 @@ def make_app(sqlite_engine):
 
     def make(**settings):
         # The template plans' windows after the change (60-300 s) pass in 1.2-6 s.
-        fast = {"verify_time_scale": 0.02, "verify_poll_s": 0.3, **settings}
+        fast = {"verify_time_scale": 0.02, "verify_poll_s": 0.3,
+                "approvers": sorted(APPROVERS), **settings}
         app = bootstrap(Settings(static_metrics=STAND_IN_METRICS,
                                  database_url=str(sqlite_engine.url), **fast),
                         engine=sqlite_engine)

@@ -24,7 +24,7 @@ from core.messaging.consumer import ConsumerRunner, Delivery
 from core.steps.adapters.base import StepContext, StepRefused
 from core.steps.adapters.mcp_call import McpCallAdapter
 from tests.support.agents import agent_app, ai, call, case_at, make_agent
-from tests.support.cases import APPROVER, key
+from tests.support.cases import APPROVER, APPROVERS, key
 from tests.support.plan_runs import envelope_of, executing_case, fresh_copy, make_app, notes
 from tests.support.ticket_desk import WRITE, calls, desk_config, desk_over_http
 
@@ -52,7 +52,7 @@ def test_the_write_tool_runs_once_as_an_approved_plan_step(engine: Engine,
     log = tmp_path / "desk.jsonl"
     with desk_over_http(log) as url:
         config = desk_config(tmp_path, log, url=url)
-        app = agent_app(engine, mcp_servers=str(config))
+        app = agent_app(engine, mcp_servers=str(config), approvers=sorted(APPROVERS))
         case_id = case_at(app, CaseStatus.PLANNING, "payments worker w1 stuck")
         plan = restart_plan()
         model = ScriptedChatModel(turns=[

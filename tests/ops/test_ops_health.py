@@ -17,6 +17,7 @@ from core.consumers import subscriptions
 from core.db.tables import outbox
 from core.messaging import inbox
 from core.messaging.delivery import subscribers
+from core.ops.readiness import NO_SLACK
 from core.settings import Settings
 from tests.support.servers import REDIS_URL
 
@@ -67,7 +68,22 @@ def test_a_fresh_process_is_ready(client, engine):
         "bus": {"ok": True, "kind": "in-process"},
         "relay_lag": {"ok": True, "lag_s": 0.0, "bound_s": 60.0, "unpublished": 0},
         "delivery": {"ok": True, "undelivered": 0, "bound_s": 120.0},
-        "metrics": {"ok": True, "configured": False, "source": NO_SOURCE}}}
+        "metrics": {"ok": True, "configured": False, "source": NO_SOURCE},
+        "approvers": {"ok": True, "configured": False, "warning": (
+            "no approvers are configured (OPSGATE_APPROVERS): nobody approves, plans wait at "
+            "the gate until someone is named")},
+        "slack": {"ok": True, "configured": False, "warning": NO_SLACK}}}
+
+
+def test_readiness_says_what_the_configuration_leaves_out_until_it_is_named(engine):
+    gen = _client(engine, approvers=["U0LEAD"], slack_bot_token="xoxb-configured")
+    client = next(gen)
+    status, report = _ready(client)
+    assert status == 200
+    assert report["checks"]["approvers"] == {"ok": True, "configured": True}
+    assert report["checks"]["slack"] == {"ok": True, "configured": True}
+    gen.close()
+
 
 
 NO_SOURCE = ("none: plans with a metric check are refused; no metrics source is configured (set "

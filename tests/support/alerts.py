@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 
 from core.bootstrap import App, bootstrap
 from core.settings import Settings
+from tests.support.cases import APPROVERS
 from tests.support.metrics import with_stand_in
 
 TOKEN = "am-secret"
@@ -56,7 +57,8 @@ def notification(name: str, alerts: list[dict[str, Any]],
 
 def alerts_app(engine: Engine, token: str | None = TOKEN) -> App:
     return bootstrap(Settings(**with_stand_in({"_env_file": None, "redis_url": None,
-                                               "alert_token": token})), engine=engine)
+                                               "alert_token": token,
+                                               "approvers": sorted(APPROVERS)})), engine=engine)
 
 
 def post(client: TestClient, body: dict[str, Any], headers: dict[str, str] = AUTH) -> Any:

@@ -22,6 +22,7 @@ from core.db.tables import (
 from core.domain.commands import OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.plans import plan_hash
+from core.domain.policy import ApprovalPolicy
 from core.service import CaseService
 
 E, S = CaseEvent, CaseStatus
@@ -55,7 +56,10 @@ def key() -> str:
 REQUESTER = "sre@example"
 """Who opens the cases and asks for their plans; the approval policy never lets them approve."""
 APPROVER = "lead@example"
-"""Who decides at the gate: anyone but the requester, under the default policy."""
+"""Who decides at the gate: on the tests' approver list (``APPROVERS``)."""
+APPROVERS = frozenset({APPROVER, "lead", "alice", "bob", "carol", "dave", "U0LEAD", "U0KIM"})
+"""The approvers the tests name (an empty list lets nobody approve): every policy the tests build
+from their defaults lists them (``TEST_POLICY``, ``test_settings``)."""
 
 
 def command(case_id: UUID, event: CaseEvent, **overrides: Any) -> TransitionCase:
@@ -75,7 +79,9 @@ def command(case_id: UUID, event: CaseEvent, **overrides: Any) -> TransitionCase
 
 def case_service(engine: Engine, **options: Any) -> CaseService:
     """A case service as bootstrap builds it with a metrics source configured (``PLAN`` has a
-    metric check, which the ``plan_ready`` guard refuses without one)."""
+    metric check, which the ``plan_ready`` guard refuses without one) and, unless ``policy``
+    says otherwise, the tests' ``APPROVERS`` named (an empty list lets nobody approve)."""
+    options.setdefault("policy", ApprovalPolicy(approvers=APPROVERS))
     return CaseService(engine, reads_metrics=True, **options)
 
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from core.settings import Settings
+from tests.support.cases import APPROVERS
 from tests.support.metrics import with_stand_in
 
 
 def loop_settings(**overrides: Any) -> Settings:
     values: dict[str, Any] = {"_env_file": None, "redis_url": None, "auto_approve": "off",
+                              "approvers": sorted(APPROVERS),
                               "verify_time_scale": 0.01, "verify_poll_s": 0.2, **overrides}
     return Settings(**with_stand_in(values))

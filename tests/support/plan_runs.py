@@ -17,7 +17,7 @@ from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.plans import plan_hash
 from core.messaging.envelope import Envelope
 from core.settings import Settings
-from tests.support.cases import APPROVER, command, key, open_case
+from tests.support.cases import APPROVER, APPROVERS, command, key, open_case
 from tests.support.metrics import with_stand_in
 
 E, S = CaseEvent, CaseStatus
@@ -29,7 +29,8 @@ COUNTING_SCRIPT = '#!/bin/sh\necho "$1" >> "$2"\nexit "${3:-0}"\n'
 
 def make_app(engine: Engine, **settings: Any) -> App:
     """The composition root on ``engine``; Redis only when the test passes ``redis_url``."""
-    values: dict[str, Any] = {"redis_url": None, "prometheus_url": None, **settings}
+    values: dict[str, Any] = {"redis_url": None, "prometheus_url": None,
+                              "approvers": sorted(APPROVERS), **settings}
     return bootstrap(Settings(**with_stand_in(values)), engine=engine)
 
 

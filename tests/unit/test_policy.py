@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from core.domain.plans import parse_plan, plan_hash
 from core.domain.policy import (
     AUTO_APPROVER,
+    NO_APPROVERS,
     Approval,
     ApprovalPolicy,
     Pending,
@@ -42,20 +43,26 @@ def yes(p: dict[str, Any], *approvers: str) -> list[Approval]:
 
 
 LOW, HIGH = plan(0.2), plan(0.7)
+PEOPLE = frozenset({"alice", "bob", "carol"})  # the approvers the tests name
+
+
+def named(**settings: Any) -> ApprovalPolicy:
+    """A policy naming the tests' approvers (an empty list lets nobody approve)."""
+    return ApprovalPolicy(approvers=PEOPLE, **settings)
 
 
 def test_one_approver_who_is_not_the_requester_satisfies_a_low_risk_plan():
-    verdict = ApprovalPolicy().evaluate(LOW, "alice", yes(LOW, "bob"))
+    verdict = named().evaluate(LOW, "alice", yes(LOW, "bob"))
     assert verdict == Satisfied(("bob",), "approved by bob")
 
 
 def test_no_approval_yet_is_pending_one():
-    verdict = ApprovalPolicy().evaluate(LOW, "alice", [])
+    verdict = named().evaluate(LOW, "alice", [])
     assert isinstance(verdict, Pending) and verdict.needs == 1
 
 
 def test_the_requester_never_approves_their_own_plan():
-    verdict = ApprovalPolicy().evaluate(LOW, "alice", yes(LOW, "alice"))
+    verdict = named().evaluate(LOW, "alice", yes(LOW, "alice"))
     assert isinstance(verdict, Refused)
     assert "alice requested this plan" in verdict.reason
     listed = ApprovalPolicy(approvers=frozenset({"alice", "bob"}))
@@ -70,9 +77,24 @@ def test_an_approver_not_on_the_list_is_refused_and_the_list_is_named():
     assert isinstance(policy.evaluate(LOW, "alice", yes(LOW, "U2")), Satisfied)
 
 
-def test_an_empty_list_lets_anyone_but_the_requester_approve():
-    assert ApprovalPolicy().may_approve("anyone")
-    assert ApprovalPolicy().describe_approvers() == "anyone but the requester"
+def test_an_empty_list_lets_nobody_approve_or_reject_and_says_why():
+    nobody = ApprovalPolicy()
+    assert not nobody.may_approve("anyone")
+    assert nobody.describe_approvers() == f"nobody ({NO_APPROVERS})"
+    verdict = nobody.evaluate(LOW, "alice", yes(LOW, "bob"))
+    assert isinstance(verdict, Refused) and verdict.reason.startswith(NO_APPROVERS)
+    assert nobody.refusal("bob", "alice", LOW) == verdict.reason  # a no is refused alike
+    assert isinstance(nobody.evaluate(LOW, "alice", []), Pending)  # the plan waits
+
+
+def test_an_empty_list_never_widens_automatic_approval():
+    for mode in ("off", "noop_only", "low_risk"):
+        listed = named(auto_approve=mode)
+        unnamed = ApprovalPolicy(auto_approve=mode)  # type: ignore[arg-type]
+        for p in (LOW, HIGH, plan(0.0, action="noop")):
+            assert unnamed.auto_approves(p) == listed.auto_approves(p)
+            assert (type(unnamed.evaluate(p, "alice", yes(p, AUTO_APPROVER)))
+                    is type(listed.evaluate(p, "alice", yes(p, AUTO_APPROVER))))
 
 
 def test_group_members_are_approvers_through_the_injected_resolver():
@@ -89,7 +111,7 @@ def test_group_members_are_approvers_through_the_injected_resolver():
 @pytest.mark.parametrize("risk", [0.7, 0.9, 1.0])
 def test_risk_at_or_above_the_threshold_needs_two_distinct_approvers(risk):
     p = plan(risk)
-    policy = ApprovalPolicy()
+    policy = named()
     one = policy.evaluate(p, "alice", yes(p, "bob"))
     assert isinstance(one, Pending) and one.needs == 1 and one.approvers == ("bob",)
     assert "two distinct approvers" in one.reason
@@ -97,31 +119,31 @@ def test_risk_at_or_above_the_threshold_needs_two_distinct_approvers(risk):
 
 
 def test_the_same_approver_twice_counts_once():
-    verdict = ApprovalPolicy().evaluate(HIGH, "alice", yes(HIGH, "bob", "bob", "bob"))
+    verdict = named().evaluate(HIGH, "alice", yes(HIGH, "bob", "bob", "bob"))
     assert isinstance(verdict, Pending) and verdict.needs == 1 and verdict.approvers == ("bob",)
 
 
 def test_just_below_the_threshold_needs_one():
     p = plan(0.69)
-    assert isinstance(ApprovalPolicy().evaluate(p, "alice", yes(p, "bob")), Satisfied)
+    assert isinstance(named().evaluate(p, "alice", yes(p, "bob")), Satisfied)
 
 
 def test_the_threshold_is_configurable():
     p = plan(0.5)
-    strict = ApprovalPolicy(two_person_risk=0.5)
+    strict = named(two_person_risk=0.5)
     assert isinstance(strict.evaluate(p, "alice", yes(p, "bob")), Pending)
 
 
 def test_a_plan_without_a_risk_score_counts_as_the_riskiest():
     p = plan(None)
     assert plan_risk(p) == 1.0
-    assert ApprovalPolicy().required(p) == 2
+    assert named().required(p) == 2
 
 
 @pytest.mark.parametrize("risk", [math.nan, math.inf, -math.inf, -0.5, 7.0])
 def test_a_risk_that_is_no_number_within_bounds_counts_as_the_riskiest(risk):
     parsed = dataclasses.replace(parse_plan(LOW), risk=risk)  # past the parser, in defence
-    policy = ApprovalPolicy()
+    policy = named()
     assert plan_risk(parsed) == 1.0 and policy.required(parsed) == 2
     verdict = policy.evaluate(parsed, "alice", [Approval("bob", parsed.digest)])
     assert isinstance(verdict, Pending) and verdict.needs == 1
@@ -130,7 +152,7 @@ def test_a_risk_that_is_no_number_within_bounds_counts_as_the_riskiest(risk):
 
 def test_a_nan_risk_in_the_json_is_a_plan_no_one_can_approve():
     p = plan(math.nan)
-    policy = ApprovalPolicy()
+    policy = named()
     assert policy.required(p) == 2
     assert isinstance(policy.evaluate(p, "alice", yes(p, "bob", "carol")), Refused)
 
@@ -148,7 +170,7 @@ def test_a_plan_that_does_not_meet_the_contract_is_refused_and_never_automatic()
 
 def test_approvals_of_another_plan_hash_do_not_count():
     other = Approval("bob", plan_hash(HIGH))
-    verdict = ApprovalPolicy().evaluate(LOW, "alice", [other])
+    verdict = named().evaluate(LOW, "alice", [other])
     assert isinstance(verdict, Pending) and verdict.needs == 1
 
 
@@ -212,7 +234,7 @@ def test_the_approval_ttl_in_words_and_when_it_ends(ttl, words):
     assert policy.describe_ttl() == words
     at_gate = datetime(2026, 11, 23, 7, 0, tzinfo=UTC)
     assert policy.approval_expires_at(at_gate) == at_gate + timedelta(seconds=ttl)
-    assert ApprovalPolicy().describe_ttl() == "1 h"
+    assert named().describe_ttl() == "1 h"
 
 
 @pytest.mark.parametrize("value", ["0", "0.5", "604801", "nan"])
