@@ -50,6 +50,7 @@ from tests.e2e.test_loop_processes import (
 )
 from tests.support.chaos_proxy import ChaosProxy
 from tests.support.local_http import LocalServer, local_server
+from tests.support.metrics import STAND_IN_ENV, STAND_IN_METRICS
 from tests.support.peers import poll
 from tests.support.processes import Process, clean_env
 from tests.support.redis_server import RedisServer
@@ -129,13 +130,13 @@ def production_loop(tmp_path: Path, pg_engine: Engine, *, redis_url: str, stream
             "OPSGATE_AUTO_APPROVE": "low_risk",
             "OPSGATE_HTTP_ALLOWLIST": json.dumps([server.base + "/"]),
             "OPSGATE_RELAY_POLL_S": "0.5", "OPSGATE_STREAM_CLAIM_IDLE_S": "2",
-            "OPSGATE_DELIVERY_BOUND_S": str(delivery_bound_s),
+            "OPSGATE_DELIVERY_BOUND_S": str(delivery_bound_s), **STAND_IN_ENV,
         }
         settings = Settings(_env_file=None, database_url=direct, redis_url=redis_url,
                             stream_prefix=stream_prefix,
                             gateway_key_prefix=knobs["OPSGATE_GATEWAY_KEY_PREFIX"],
                             auto_approve="low_risk", http_allowlist=[server.base + "/"],
-                            delivery_bound_s=delivery_bound_s)
+                            delivery_bound_s=delivery_bound_s, static_metrics=STAND_IN_METRICS)
         app = bootstrap(settings, engine=pg_engine)
         env = clean_env(**knobs)
         loop = Loop(app, pg_engine, server,
