@@ -73,8 +73,15 @@ def _text_flaws(text: str) -> list[str]:
 
 
 def where(path: Path, root: str) -> str:
-    """``path`` as people read it: ``plan.steps[0].params``."""
-    return root + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in path)
+    """``path`` as people read it: ``plan.steps[0].params``; a key that cannot be printed (NUL,
+    a lone surrogate) is quoted with its escapes, so the path itself can be stored."""
+    return root + "".join(_step(part) for part in path)
+
+
+def _step(part: str | int) -> str:
+    if isinstance(part, int):
+        return f"[{part}]"
+    return f".{part}" if part.isprintable() else f"[{part!r}]"
 
 
 def unstorable_text_problems(value: Any, root: str) -> list[str]:

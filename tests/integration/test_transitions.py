@@ -257,3 +257,23 @@ def test_a_note_records_a_fact_without_moving_the_case(service, engine):
     assert snapshot(engine, case_id) == {**after}
     illegal = service.note(NoteCase(case_id, "exec_done", "executor"), key())
     assert reply_status(illegal) == 422
+
+
+def test_a_plan_with_nul_in_a_key_is_refused_and_the_refusal_is_recorded(service, engine):
+    """A hostile plan whose keys and strings hold NUL: one 422 naming each place, recorded on
+    both databases (PostgreSQL refuses NUL in JSONB: the refusal's own words must not carry it)."""
+    case_id = case_in(service, S.PLANNING)
+    plan = {**PLAN, "title": "bad \x00 title",
+            "rollback": [{"action": "noop", "params": {"x\x00": "a\x00"}, "timeout_s": 10}]}
+    reply = service.transition(command(case_id, E.PLAN_READY, plan=plan), key())
+    assert reply_status(reply) == 422
+    problems = json.loads(reply.body)["error"]["details"]["problems"]
+    assert "plan.rollback[0].params['x\\x00']: contains NUL (\\u0000), which cannot be stored" \
+        in problems
+    assert "plan.title: contains NUL (\\u0000), which cannot be stored" in problems
+    with engine.connect() as conn:
+        last = conn.execute(select(case_timeline.c.event, case_timeline.c.meta)
+                            .where(case_timeline.c.case_id == case_id)
+                            .order_by(case_timeline.c.id.desc())).first()
+    assert last is not None and last.event == "plan_ready"
+    assert last.meta["outcome"] == "refused" and last.meta["problems"] == problems
