@@ -13,13 +13,20 @@ from langchain_core.messages.tool import ToolCall, invalid_tool_call
 from sqlalchemy import Engine, func, select
 
 from agent.runner import Agent
-from bench.scenarios import agent_app as agent_app  # re-exported for the agent tests
+from bench import scenarios
 from bench.scenarios import case_at as case_at
 from bench.scenarios import plan_delivery as plan_delivery
 from core.bootstrap import App
 from core.db.tables import case_timeline, plan_approved, plan_proposed
+from tests.support.cases import APPROVERS
 
 _ids = itertools.count(1)
+
+
+def agent_app(engine: Engine, **overrides: Any) -> App:
+    """The agent benchmark's app on ``engine``, with the tests' ``APPROVERS`` named (with none,
+    nobody approves)."""
+    return scenarios.agent_app(engine, **{"approvers": sorted(APPROVERS), **overrides})
 
 
 def call(name: str, call_id: str | None = None, /, **args: Any) -> ToolCall:
