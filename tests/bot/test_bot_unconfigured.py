@@ -23,6 +23,7 @@ from core.domain.policy import NO_APPROVERS
 from core.loop import InProcessLoop
 from core.ops.readiness import readiness
 from core.settings import Settings
+from tests.support.metrics import STAND_IN_METRICS
 from tests.support.slack import (
     APPROVER,
     CHANNEL,
@@ -95,7 +96,7 @@ def _app(engine: Engine, settings: Settings) -> App:
 def _held_settings() -> Settings:
     return Settings(_env_file=None, redis_url=None, prometheus_url=None, approvers=[APPROVER],
                     slack_bot_token=None, slack_signing_secret=None, incident_channel=CHANNEL,
-                    loop_poll_s=0.05)
+                    loop_poll_s=0.05, static_metrics=STAND_IN_METRICS)
 
 
 def _wait(done: Any, what: str, timeout_s: float = 20.0) -> None:
