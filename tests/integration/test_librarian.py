@@ -20,7 +20,7 @@ from core.library.consumer import Librarian
 from core.library.tables import kb_chunk, kb_doc
 from core.messaging.consumer import ConsumerRunner
 from core.settings import Settings
-from tests.support.cases import case_in, command, key, open_case
+from tests.support.cases import APPROVERS, case_in, command, key, open_case
 from tests.support.library import PAST, closed_case, plan_titled
 from tests.support.metrics import STAND_IN_METRICS
 from tests.support.plan_runs import envelope_of
@@ -41,7 +41,8 @@ QUERIES: list[tuple[str, int]] = [
 @pytest.fixture
 def app(engine):
     made = bootstrap(Settings(static_metrics=STAND_IN_METRICS, redis_url=None, prometheus_url=None,
-                              runbooks_dir=str(RUNBOOKS)), engine=engine)
+                              runbooks_dir=str(RUNBOOKS), approvers=sorted(APPROVERS)),
+                     engine=engine)
     yield made
     made.gateway.close()
 
@@ -122,8 +123,8 @@ def test_words_that_are_not_words_search_nothing(app):
 def test_on_a_large_index_common_words_find_only_together(engine):
     """2,000+ chunks (on PostgreSQL after ANALYZE): a word in most chunks ("latency") no longer
     finds alone, yet the right case still comes first for each query."""
-    app = bootstrap(Settings(redis_url=None, prometheus_url=None, static_metrics=STAND_IN_METRICS),
-                    engine=engine)
+    app = bootstrap(Settings(redis_url=None, prometheus_url=None, static_metrics=STAND_IN_METRICS,
+                             approvers=sorted(APPROVERS)), engine=engine)
     try:
         lib = Library(engine)
         ids = [closed_case(app, *past) for past in PAST]

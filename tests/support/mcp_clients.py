@@ -21,7 +21,7 @@ from core import principals
 from core.bootstrap import App, bootstrap
 from core.db.tables import ops_case
 from core.settings import Settings
-from tests.support.metrics import with_stand_in
+from tests.support.metrics import STAND_IN_ENV, with_stand_in
 from tests.support.peers import serve_api
 from tests.support.processes import clean_env
 
@@ -53,7 +53,7 @@ class World:
         token = None if role is None else self.tokens[role]
         if self.transport == "stdio":
             env = clean_env(**({} if token is None else {"OPSGATE_MCP_TOKEN": token}),
-                            OPSGATE_RUNBOOKS_DIR=str(RUNBOOKS))
+                            OPSGATE_RUNBOOKS_DIR=str(RUNBOOKS), **STAND_IN_ENV)
             params = StdioServerParameters(
                 command=sys.executable,
                 args=["-m", "core.cli", "mcp", "--database-url", self.database_url],
