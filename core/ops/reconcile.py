@@ -26,6 +26,7 @@ from core.gateway.keys import case_of_session
 from core.gateway.ledger import Ledger, LedgerEntry, LedgerState
 from core.messaging import inbox, outbox
 from core.messaging.bus import Bus
+from core.messaging.consumer import HELD
 from core.messaging.delivery import Subscribers, look, send_again, subscribers
 from core.messaging.relay import OutboxRelay
 
@@ -40,7 +41,7 @@ class Finding:
     """One inconsistency: its kind, what it concerns, why it matters, and what was done."""
 
     # stuck_call | unknown_outcome | unrecorded_result | stale_outbox | undelivered |
-    # dead_letter | status_mismatch | expired_lock
+    # dead_letter | held_post | status_mismatch | expired_lock
     kind: str
     subject: str
     detail: str
@@ -208,12 +209,25 @@ class Reconciler:
         return OutboxRelay(self.engine, self.bus).drain()
 
     def dead_letters(self) -> list[Finding]:
-        return [Finding("dead_letter", f"dead letter {row['id']}",
-                        f"{row['consumer']} gave up on message #{row['message_id']} "
-                        f"({row['topic']}, case {row['key']}) after {row['attempts']} "
-                        f"attempts: {' '.join(str(row['error']).split())[:160]}",
-                        f"fix the cause, then `opsgate outbox dead --requeue {row['id']}`")
-                for row in inbox.dead_letters(self.engine)]
+        """Messages a consumer gave up on, and those it holds until it can take effect (posts
+        while Slack is not configured: nothing to repair, they go out once it is)."""
+        found = []
+        for row in inbox.dead_letters(self.engine):
+            error = " ".join(str(row["error"]).split())
+            if error.startswith(HELD):
+                found.append(Finding(
+                    "held_post", f"held message {row['id']}",
+                    f"{row['consumer']} holds message #{row['message_id']} ({row['topic']}, "
+                    f"case {row['key']}): {error[len(HELD):][:160]}",
+                    "set SLACK_BOT_TOKEN for the processes that run the notifier: the first "
+                    "started with it delivers every held message once"))
+                continue
+            found.append(Finding(
+                "dead_letter", f"dead letter {row['id']}",
+                f"{row['consumer']} gave up on message #{row['message_id']} ({row['topic']}, "
+                f"case {row['key']}) after {row['attempts']} attempts: {error[:160]}",
+                f"fix the cause, then `opsgate outbox dead --requeue {row['id']}`"))
+        return found
 
     # -- the cases --------------------------------------------------------------------------
 

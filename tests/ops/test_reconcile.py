@@ -23,6 +23,7 @@ from core.gateway.model import Outcome, ToolCall
 from core.loop import InProcessLoop
 from core.messaging import inbox
 from core.messaging.bus import RedisStreamsBus
+from core.messaging.consumer import HELD
 from core.messaging.envelope import Envelope
 from core.migrate import upgrade_engine
 from core.ops.reconcile import Reconciler
@@ -174,6 +175,17 @@ def test_a_dead_letter_is_found_with_how_to_requeue_it(engine):
     assert finding.kind == "dead_letter" and finding.repaired is None
     assert "executor gave up on message #41" in finding.detail
     assert "opsgate outbox dead --requeue" in finding.advice
+
+
+def test_a_post_held_for_want_of_slack_is_named_as_held_with_how_to_send_it(engine):
+    with engine.begin() as conn:
+        inbox.bury(conn, "notifier", Envelope(42, "evt.plan.proposed.v1", "case-1", {}),
+                   f"{HELD}Slack is not configured (SLACK_BOT_TOKEN)", 1)
+    [finding] = reconciler(engine).run(repair=True).findings
+    assert finding.kind == "held_post" and finding.repaired is None
+    assert "notifier holds message #42" in finding.detail
+    assert "Slack is not configured" in finding.detail
+    assert finding.advice.startswith("set SLACK_BOT_TOKEN")
 
 
 def test_a_case_whose_status_disagrees_with_its_timeline_is_found(service, engine):
