@@ -31,6 +31,7 @@ from core.domain.views import CaseView
 from core.errors import InvalidRequest, NotFound
 from core.gateway import ToolCall
 from core.library import Library
+from core.mrkdwn import escape, from_slack
 from core.service import Reply
 
 log = logging.getLogger(__name__)
@@ -55,8 +56,9 @@ class SlackThread:
 
 
 def title_of(text: str) -> str:
-    """A case title from a mention: the words without the mentions, on one line."""
-    words = " ".join(_MENTION.sub(" ", text).split())
+    """A case title from a mention: its words without the mentions, on one line, and without
+    Slack's markup (a ``<!channel>`` is the words ``@channel``, a link its label and URL)."""
+    words = " ".join(from_slack(_MENTION.sub(" ", text)).split())
     return (words or "Incident reported in Slack")[:TITLE_MAX]
 
 
@@ -108,7 +110,7 @@ class SlackCases:
             return reply
         with self.working(case_id, where, user):
             reply = self.agent.converse(case_id, text, user=user, correlation_id=event_id)
-            self.say(where, reply, business_key=f"reply:{event_id}")
+            self.say(where, escape(reply), business_key=f"reply:{event_id}")
         return reply
 
     @contextmanager
@@ -145,7 +147,8 @@ class SlackCases:
 
     def say(self, where: SlackThread, text: str, *, business_key: str,
             blocks: list[dict[str, Any]] | None = None) -> None:
-        """Post in the thread, once per business key."""
+        """Post ``text`` (mrkdwn: what came from outside is escaped) in the thread, once per
+        business key."""
         call = ToolCall(tool="slack.reply", args={"channel": where.channel,
                                                   "thread_ts": where.thread_ts, "text": text},
                         actor="slack-bot", session_id=f"slack:{where.key}",

@@ -26,6 +26,7 @@ from bot.cases import SlackCases, title_of
 from bot.failures import correlation_id, failure_text
 from bot.ids import COMMAND, Subcommand
 from bot.listeners import Body, lazy
+from core.mrkdwn import escape
 
 
 def register(bolt: Bolt, cases: SlackCases) -> None:
@@ -47,14 +48,15 @@ def respond(cases: SlackCases, body: Body) -> Message:
     try:
         return answer_for(cases, subcommand, rest)
     except Exception as error:  # the one error handler's wording, in the ack itself
-        return plain(failure_text(error, correlation_id(body)))
+        return plain(escape(failure_text(error, correlation_id(body))))
 
 
 def answer_for(cases: SlackCases, subcommand: str, rest: str) -> Message:
     if subcommand == Subcommand.NEW:
         if not rest:
             return help_message(f"`{COMMAND} new` needs a title.")
-        return plain(f"Opening case “{title_of(rest)}”: its thread starts in this channel.")
+        return plain(f"Opening case “{escape(title_of(rest))}”: its thread starts in this "
+                     "channel.")
     if subcommand in (Subcommand.STATUS, Subcommand.TIMELINE):
         if not rest:
             return help_message(f"`{COMMAND} {subcommand}` needs a case id (or its start).")
@@ -75,7 +77,7 @@ def answer_for(cases: SlackCases, subcommand: str, rest: str) -> Message:
         return case_list(cases.list_cases(status), status.upper() if status else None)
     if subcommand in ("", Subcommand.HELP):
         return help_message()
-    return help_message(f"Unknown subcommand `{subcommand}`.")
+    return help_message(f"Unknown subcommand `{escape(subcommand)}`.")
 
 
 def open_case(cases: SlackCases, body: Body) -> None:
@@ -88,8 +90,8 @@ def open_case(cases: SlackCases, body: Body) -> None:
     title, user, channel = title_of(rest), str(body["user_id"]), str(body["channel_id"])
     command = correlation_id(body)
     where = cases.start_thread(str(body.get("team_id") or ""), channel,
-                               f"🚨 {title} — opened by {who(user)} with `{COMMAND} new`",
+                               f"🚨 {escape(title)} — opened by {who(user)} with `{COMMAND} new`",
                                business_key=f"case-new:{command}")
     case_id, _ = cases.case_for_thread(where, title, user, command)
-    cases.edit(where, f"🚨 Case `{short_id(case_id)}` · {title} — opened by {who(user)}; "
+    cases.edit(where, f"🚨 Case `{short_id(case_id)}` · {escape(title)} — opened by {who(user)}; "
                       "updates follow in this thread", business_key=f"case-new:{command}:named")

@@ -1,6 +1,6 @@
 """How an alert note (``evt.alert.noted.v1``) reads in the case thread: one line of Slack mrkdwn,
-the alert's words escaped and its Prometheus graph as a ``<url|graph>`` link at the end, so the
-line still reads as plain text. Pure functions of the event's payload."""
+the alert's words escaped (``core.mrkdwn``) and its Prometheus graph as a ``<url|graph>`` link at
+the end, so the line still reads as plain text. Pure functions of the event's payload."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from core.domain.messages import (
     AlertsOpeningPayload,
     payload_as,
 )
+from core.mrkdwn import escape, link
 
 MAX_LISTED = 3  # alerts named in one "Firing" line
 
@@ -42,11 +43,6 @@ def alert_text(payload: Payload) -> str | None:
     return None
 
 
-def escape(text: object) -> str:
-    """Text as Slack mrkdwn shows it literally: ``&``, ``<`` and ``>`` are control characters."""
-    return str(text or "").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
 def _said(alert: Mapping[str, Any], verb: str = "") -> str:
     summary = alert.get("summary")
     words = f"{alert.get('alertname') or 'alert'}{verb}"
@@ -60,9 +56,5 @@ def _listed(alerts: Sequence[Mapping[str, Any]], count: int) -> str:
 
 
 def _link(alert: Mapping[str, Any]) -> str:
-    url = str(alert.get("url") or "")
-    if not url.startswith(("http://", "https://")):
-        return ""
-    for char, code in (("|", "%7C"), ("<", "%3C"), (">", "%3E"), (" ", "%20")):
-        url = url.replace(char, code)
-    return f" <{url}|graph>"
+    graph = link(alert.get("url"), "graph")
+    return f" {graph}" if graph else ""
