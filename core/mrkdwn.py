@@ -55,6 +55,5 @@ def _words(token: str) -> str:
         return label or f"@{target[1:].split('^')[0]}"
     if token.startswith(("@", "#")):
         return f"{token[0]}{label.lstrip('@#')}" if label else target
-    if label and label != target:
-        return f"{label} ({target.removeprefix('mailto:')})"
-    return target.removeprefix("mailto:")
+    address = target.removeprefix("mailto:")
+    return f"{label} ({address})" if label and label != address else address

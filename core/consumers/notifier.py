@@ -110,7 +110,7 @@ def _verify_waiting(raw: Payload) -> str:
     now = f"now {observed:g}" if isinstance(observed, int | float) else escape(p["reason"])
     if p.get("stand_in") and isinstance(observed, int | float):
         now = f"{now}, a stand-in reading"  # the reason says so itself
-    deadline = str(p["deadline"] or "")
+    deadline = escape(p["deadline"] or "")
     with suppress(ValueError):
         deadline = f"{datetime.fromisoformat(deadline).astimezone(UTC):%H:%M:%S} UTC"
     what = escape(p.get("waiting_for") or "the verify block to hold")

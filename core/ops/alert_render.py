@@ -37,7 +37,7 @@ def alert_text(payload: Payload) -> str | None:
     if event == "alert_recurrence":
         listed: Sequence[Mapping[str, Any]] = opening.get("alerts") or [{}]
         first = listed[0]
-        previous = str(opening.get("previous_case_id") or "")[:8]
+        previous = escape(str(opening.get("previous_case_id") or "")[:8])
         return (f"Recurrence {opening.get('recurrence')} of {escape(opening.get('title'))}; "
                 f"previous case {previous}{_link(first)}")
     return None

@@ -1,26 +1,25 @@
 """Issue 24, finding 1: an alert's words reach Slack as words. An alert whose name and summary
 carry Slack's control sequences (a channel ping, a disguised link) goes through alert intake to
 the case card, the plan message and the ``/case`` replies, and no text or mrkdwn field the bot
-sends to Slack's Web API pings anyone or links anywhere the alert chose."""
+sends to Slack's Web API pings anyone or links anywhere the alert chose; nor does the agent's
+reply when it repeats them."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import Engine
 
 from tests.support.alerts import AUTH, TOKEN, alert, notification
-from tests.support.slack import ask, running_bot
+from tests.support.hostile import EVIL_NAME, EVIL_SUMMARY, mrkdwn_texts
+from tests.support.slack import ScriptedAgent, ask, running_bot
 
-# The exact payloads of the issue.
-EVIL_NAME = "Evil <!channel> <https://evil.example|click here> *bold*"
-EVIL_SUMMARY = "<!channel> please <https://evil.example/login|re-login to Okta> now"
 SMUGGLED = ("<!channel>", "<https://evil.example")
 
 
 def evil_notification() -> dict[str, Any]:
+    """A firing group whose alert is named ``EVIL_NAME`` and says ``EVIL_SUMMARY``."""
     fired = alert(EVIL_NAME, "checkout-1:8080")
     fired["annotations"]["summary"] = EVIL_SUMMARY
     note = notification(EVIL_NAME, [fired])
@@ -28,35 +27,13 @@ def evil_notification() -> dict[str, Any]:
     return note
 
 
-def texts_of(value: Any) -> Iterator[str]:
-    """Every string Slack reads as mrkdwn in a Web API call's arguments or a reply: ``text``
-    fallbacks and every mrkdwn object's ``text``, however deep (a ``plain_text`` object shows
-    its text literally, by Slack's definition)."""
-    if isinstance(value, str):
-        try:
-            parsed = json.loads(value)  # blocks arrive form-encoded as a JSON string
-        except ValueError:
-            return
-        if isinstance(parsed, list | dict):
-            yield from texts_of(parsed)
-        return
-    if isinstance(value, list):
-        for item in value:
-            yield from texts_of(item)
-    elif isinstance(value, dict) and value.get("type") != "plain_text":
-        for name, item in value.items():
-            if name == "text" and isinstance(item, str):
-                yield item
-            else:
-                yield from texts_of(item)
-
-
 def smuggled(value: Any) -> list[str]:
-    return [text for text in texts_of(value) if any(bad in text for bad in SMUGGLED)]
+    return [text for text in mrkdwn_texts(value) if any(bad in text for bad in SMUGGLED)]
 
 
 def test_an_alerts_words_ping_nobody_and_link_nowhere(sqlite_engine: Engine) -> None:
-    with running_bot(sqlite_engine, alert_token=TOKEN) as bot:
+    agent = ScriptedAgent(reply=f"The alert says: {EVIL_SUMMARY}")
+    with running_bot(sqlite_engine, agent=agent, alert_token=TOKEN) as bot:
         answer = bot.http.post(f"{bot.base}/alerts/alertmanager", json=evil_notification(),
                                headers=AUTH)
         assert answer.status_code == 200, answer.text
@@ -66,6 +43,10 @@ def test_an_alerts_words_ping_nobody_and_link_nowhere(sqlite_engine: Engine) -> 
         bot.slack.wait_for(lambda: any("What is happening" in json.dumps(u)
                                        for u in bot.slack.updates_of(card["ts"])),
                            what="the card's first update")
+        bot.mention("what does the alert say?", event_id="EvAsk", ts="9.000100",
+                    thread_ts=card["ts"], kind="message")
+        bot.slack.wait_for(lambda: any("The alert says" in str(p.get("text"))
+                                       for p in bot.slack.posts()), what="the agent's reply")
         case_id = bot.app.cases.list_cases(None, limit=1)[0]["case_id"]
         short = str(case_id)[:8]
         replies = {what: ask(bot, f"{what} {short}") for what in ("status", "timeline",
@@ -80,5 +61,6 @@ def test_an_alerts_words_ping_nobody_and_link_nowhere(sqlite_engine: Engine) -> 
         # The alert's words are there, as words: the name, the link's label, the sentence.
         assert "Evil &lt;!channel&gt; &lt;https://evil.example|click here&gt; *bold*" in \
             json.dumps(plan["blocks"])
+        assert any("re-login to Okta&gt; now" in str(p.get("text")) for p in bot.slack.posts())
         for what, reply in replies.items():
-            assert "Evil &lt;!channel&gt;" in " ".join(texts_of(reply)), what
+            assert "Evil &lt;!channel&gt;" in " ".join(mrkdwn_texts(reply)), what
