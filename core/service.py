@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -80,6 +80,9 @@ MIN_CASE_PREFIX = 4  # hex digits of a case id that name it, when no other case 
 HEX_DIGITS = frozenset("0123456789abcdef")
 
 Row = Mapping[Any, Any]
+Channels = Collection[str] | None
+"""Which cases a reader may see: None, every one; else those whose chat thread is in one of
+these channels (a reader's scope: a Slack channel, or an API principal's ``--channel``)."""
 # What a write does inside the transaction: read what it needs, gather its rows, return its data.
 Work = Callable[[Connection, Row | None, store.Writes], Mapping[str, Any]]
 
@@ -184,6 +187,15 @@ def timeline_view(row: Mapping[Any, Any]) -> TimelineEntry:
     }
 
 
+def only_one(ref: str, found: list[UUID]) -> UUID:
+    """The one case of ``found`` that ``ref`` names; ``InvalidRequest`` when several share it."""
+    if len(found) > 1:
+        names = ", ".join(str(case_id)[:13] for case_id in found[:5])
+        raise InvalidRequest(f"`{ref.strip().lower()}` matches several cases ({names}…): give "
+                             "more of the id")
+    return found[0]
+
+
 class _Refusal(Exception):
     """A business refusal decided inside the transaction, to be stored and replied."""
 
@@ -282,9 +294,10 @@ class CaseService:
 
     # -- reads ----------------------------------------------------------------------------
 
-    def get_case(self, case_id: UUID) -> CaseView:
+    def get_case(self, case_id: UUID, *, channels: Channels = None) -> CaseView:
+        """The case ``case_id``; a case outside ``channels`` is ``NotFound`` as an unknown one."""
         with self._connection() as conn:
-            row = store.read_case(conn, case_id)
+            row = store.read_case(conn, case_id, channels)
         if row is None:
             raise NotFound(f"no case {case_id}", case_id=str(case_id))
         return case_view(row)
@@ -293,24 +306,31 @@ class CaseService:
         """The case ``ref`` names: its id, or a prefix of at least ``MIN_CASE_PREFIX`` of its
         hex digits (dashes optional, any case) that no other case shares. ``InvalidRequest``
         for anything else or a prefix several cases share, ``NotFound`` when none has it."""
-        shown = ref.strip().lower()
-        digits = shown.replace("-", "")
+        found = self.case_ids_matching(ref, limit=6)
+        if not found:
+            raise NotFound(f"no case id starts with `{ref.strip().lower()}`", case=ref)
+        return only_one(ref, found)
+
+    def case_ids_matching(self, ref: str, *, limit: int) -> list[UUID]:
+        """Up to ``limit`` ids of the cases ``ref`` may name (``find_case_id``'s rule), for a
+        caller that chooses among them; ``InvalidRequest`` when ``ref`` is no case id."""
+        digits = ref.strip().lower().replace("-", "")
         if not MIN_CASE_PREFIX <= len(digits) <= 32 or set(digits) - HEX_DIGITS:
             raise InvalidRequest(f"`{ref}` is not a case id: give at least {MIN_CASE_PREFIX} "
                                  "hex digits of its id")
         with self._connection() as conn:
-            found = store.case_ids_starting_with(conn, digits, limit=6)
-        if not found:
-            raise NotFound(f"no case id starts with `{shown}`", case=ref)
-        if len(found) > 1:
-            names = ", ".join(str(case_id)[:13] for case_id in found[:5])
-            raise InvalidRequest(f"`{shown}` matches several cases ({names}…): give more of "
-                                 "the id")
-        return found[0]
+            return store.case_ids_starting_with(conn, digits, limit=limit)
 
-    def timeline(self, case_id: UUID) -> list[TimelineEntry]:
+    def case_ids_in(self, case_ids: Collection[UUID], channels: Channels) -> set[UUID]:
+        """Those of ``case_ids`` a reader limited to ``channels`` may see (all when None)."""
+        if channels is None:
+            return set(case_ids)
         with self._connection() as conn:
-            if store.read_case(conn, case_id) is None:
+            return store.case_ids_in_channels(conn, case_ids, channels)
+
+    def timeline(self, case_id: UUID, *, channels: Channels = None) -> list[TimelineEntry]:
+        with self._connection() as conn:
+            if store.read_case(conn, case_id, channels) is None:
                 raise NotFound(f"no case {case_id}", case_id=str(case_id))
             return [timeline_view(row) for row in store.read_timeline(conn, case_id)]
 
@@ -335,9 +355,13 @@ class CaseService:
             return self.gate.may_reject(conn, case, plan_hash, person,
                                         expected_version=expected_version)
 
-    def list_cases(self, status: CaseStatus | None = None, limit: int = 50) -> list[CaseView]:
+    def list_cases(self, status: CaseStatus | None = None, limit: int = 50, *,
+                   channels: Channels = None, threadless: bool = False) -> list[CaseView]:
+        """The newest cases first (those in ``status``; those in ``channels``, and with
+        ``threadless`` those without a chat thread too)."""
         with self._connection() as conn:
-            rows = store.list_cases(conn, None if status is None else str(status), limit)
+            rows = store.list_cases(conn, None if status is None else str(status), limit,
+                                    channels, threadless=threadless)
         return [case_view(row) for row in rows]
 
     def proposed_plan(self, case_id: UUID, digest: str | None = None) -> ProposedPlan | None:

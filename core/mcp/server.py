@@ -76,8 +76,9 @@ class CaseToolServer:
                           {"problems": [f"{'.'.join(map(str, e['loc'])) or 'arguments'}: "
                                         f"{e['msg']}" for e in exc.errors(include_url=False)]})
         try:
+            self.tools.in_scope(principal, args)
             if not tool.writes:
-                return succeeded(self.tools.read(name, args))
+                return succeeded(self.tools.read(name, principal, args))
             return self._write(principal, tool, args, caller_key)
         except BusinessRefusal as no:
             return failed(no.code, no.message, no.details)

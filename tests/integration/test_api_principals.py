@@ -427,9 +427,10 @@ def test_the_token_command_creates_lists_and_revokes(engine, capsys):
     assert main(["token", "list", *url]) == 0
     listed = capsys.readouterr().out
     lines = listed.splitlines()
-    assert lines[0].split() == ["NAME", "ROLE", "KIND", "SLACK", "USER", "CREATED", "REVOKED"]
-    assert lines[1].split()[:4] == ["lead", "approver", "person", "U0LEAD"]
-    assert lines[2].split()[:4] == ["svc-ci", "operator", "service", "-"]
+    assert lines[0].split() == ["NAME", "ROLE", "KIND", "SLACK", "USER", "CHANNELS", "CREATED",
+                                "REVOKED"]
+    assert lines[1].split()[:5] == ["lead", "approver", "person", "U0LEAD", "all"]
+    assert lines[2].split()[:5] == ["svc-ci", "operator", "service", "-", "all"]
     assert lines[1].split()[-1] == "-"
     assert token not in listed and principals.token_hash(token) not in listed
 
