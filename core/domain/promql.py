@@ -91,8 +91,12 @@ def check_query(query: str, bounds: QueryBounds, scope: str | None = None) -> Qu
         if isinstance(exc, KeyboardInterrupt | SystemExit | GeneratorExit):
             raise
         return QueryVerdict(query, (f"not PromQL: {_first_line(exc)}",))
+    try:
+        found = _walk(expr, bounds, scope)
+    except (ValueError, OverflowError) as exc:  # a duration Python's timedelta cannot hold
+        return QueryVerdict(query, (f"a value in the query is out of range: {_first_line(exc)}",))
     problems: list[str] = []
-    for problem in _walk(expr, bounds, scope):
+    for problem in found:
         if problem not in problems:
             problems.append(problem)
     return QueryVerdict(query, tuple(problems))
