@@ -170,7 +170,8 @@ class Settings(BaseSettings):
         default=10, ge=1, le=3600,
         description="The finest step a subquery may take ([1h:10s]); finer is refused.",
     )
-    promql_scope_label: str | None = Field(
+    promql_scope_label: Annotated[str, Expect("a Prometheus label name (letters, digits, _; "
+                                              "e.g. tenant or namespace)")] | None = Field(
         default=None, pattern=r"^[a-zA-Z][a-zA-Z0-9_]*$",
         description="A label every selector must carry with the case's tenant as its value "
         "(e.g. tenant, namespace): a selector without it, or naming another value, is refused. "
