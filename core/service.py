@@ -54,7 +54,8 @@ from core.domain.messages import (
 from core.domain.plans import canonical_json, plan_hash, plan_problems
 from core.domain.policy import ApprovalPolicy, Satisfied
 from core.domain.policy import Refused as PolicyRefused
-from core.domain.verify import NO_METRICS_SOURCE, parse_verify
+from core.domain.promql import QueryBounds
+from core.domain.verify import NO_METRICS_SOURCE, parse_verify, query_problems
 from core.domain.views import ApprovalState, CaseView, ProposedPlan, TimelineEntry
 from core.errors import (
     ApprovalRefused,
@@ -209,7 +210,8 @@ class CaseService:
     """Opens, moves and reads cases. Built once by the composition root."""
 
     def __init__(self, engine: Engine, *, tenant: str = "default", clock: Clock = utcnow,
-                 policy: ApprovalPolicy | None = None, reads_metrics: bool = False) -> None:
+                 policy: ApprovalPolicy | None = None, reads_metrics: bool = False,
+                 promql: QueryBounds | None = None) -> None:
         self.engine = engine
         self.tenant = tenant
         self.clock = clock
@@ -218,6 +220,9 @@ class CaseService:
         # Whether a metrics source is configured (core.evidence.has_metrics_source): without
         # one, plan_ready refuses a plan with a metric check, which nothing could ever judge.
         self.reads_metrics = reads_metrics
+        # The bounds of the PromQL the verifier sends (core.evidence.promql_bounds), when metric
+        # checks are read from Prometheus: plan_ready refuses a verify query that breaks them.
+        self.promql = promql
 
     @property
     def gate(self) -> Gate:
@@ -572,7 +577,7 @@ class CaseService:
                writes: store.Writes, ruling: Ruling | None) -> str | None:
         """Run the event's guard; record what it admits. Returns the plan hash it concerns."""
         if cmd.event is CaseEvent.PLAN_READY:
-            return self._admit_plan(conn, cmd, next_version, writes)
+            return self._admit_plan(conn, case, cmd, next_version, writes)
         if cmd.event is CaseEvent.GATE_APPROVED:
             return self._admit_approval(conn, cmd, writes, ruling)
         if cmd.event is CaseEvent.GATE_REJECTED:
@@ -581,7 +586,7 @@ class CaseService:
             return self._admit_expiry(conn, case, cmd, writes)
         return None
 
-    def _admit_plan(self, conn: Connection, cmd: TransitionCase, next_version: int,
+    def _admit_plan(self, conn: Connection, case: Row, cmd: TransitionCase, next_version: int,
                     writes: store.Writes) -> str:
         plan = cmd.plan
         if plan is None:
@@ -593,9 +598,15 @@ class CaseService:
         problems = plan_problems(plan)
         if problems:
             raise GuardFailed("the plan is incomplete or invalid", problems=problems)
-        if not self.reads_metrics and parse_verify(plan["verify"]).reads_metrics:
+        block = parse_verify(plan["verify"])
+        if not self.reads_metrics and block.reads_metrics:
             raise GuardFailed(f"the plan's metric check cannot be judged: {NO_METRICS_SOURCE}",
                               problems=[f"plan.verify: {NO_METRICS_SOURCE}"])
+        if self.promql is not None:
+            refused = query_problems(block, self.promql, case["tenant"])
+            if refused:
+                raise GuardFailed("the plan's verify query would not be sent to Prometheus: "
+                                  f"{refused[0]}", problems=[f"plan.{p}" for p in refused])
         digest = plan_hash(plan)
         writes.plan = {"id": uuid4(), "case_id": cmd.case_id, "case_version": next_version,
                        "plan_hash": digest, "plan": dict(plan),

@@ -155,6 +155,28 @@ class Settings(BaseSettings):
         "stand-in table of OPSGATE_STATIC_METRICS if one is set, else no metrics source "
         "(plans with a metric check are refused at plan_ready).",
     )
+    # What PromQL is sent, and how (core/domain/promql.py; docs/evidence.md "Bounded queries").
+    promql_timeout_s: float = Field(
+        default=10.0, gt=0, le=300,
+        description="Prometheus' own `timeout` on every query opsgate sends (the HTTP client "
+        "waits 1 s longer); a query that timed out is read again later, backing off.",
+    )
+    promql_max_range_s: int = Field(
+        default=3600, ge=60, le=7 * 86400,
+        description="The longest range a query may select (x[5m], a subquery's [1h:]); longer "
+        "is refused before it is sent (a plan's verify query: at plan_ready).",
+    )
+    promql_min_step_s: int = Field(
+        default=10, ge=1, le=3600,
+        description="The finest step a subquery may take ([1h:10s]); finer is refused.",
+    )
+    promql_scope_label: Annotated[str, Expect("a Prometheus label name (letters, digits, _; "
+                                              "e.g. tenant or namespace)")] | None = Field(
+        default=None, pattern=r"^[a-zA-Z][a-zA-Z0-9_]*$",
+        description="A label every selector must carry with the case's tenant as its value "
+        "(e.g. tenant, namespace): a selector without it, or naming another value, is refused. "
+        "Unset: queries are not scoped.",
+    )
     static_metrics: ObjectOfNumbers = Field(
         default_factory=dict,
         description="A stand-in table the verifier reads when OPSGATE_PROMETHEUS_URL is unset "
