@@ -25,4 +25,5 @@ EXPOSE 8080
 HEALTHCHECK --interval=30s --timeout=3s --retries=3 \
     CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2)" || exit 1
 ENTRYPOINT ["opsgate"]
+# Bound beyond loopback, serve needs OPSGATE_ALLOWED_HOSTS: the names clients reach it by.
 CMD ["serve", "--host", "0.0.0.0", "--port", "8080"]

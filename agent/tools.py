@@ -49,6 +49,7 @@ from core.gateway import (
 from core.gateway.keys import normalized, short_digest, text_key
 from core.library.runbooks import find_runbooks, runbooks_folder
 from core.mcp.remote import RemoteUnavailable
+from core.mrkdwn import escape
 from core.service import Reply
 from core.strict_json import non_finite_problems
 
@@ -319,7 +320,7 @@ class CaseTools:
             note = NoteCase(case_id, "agent_update", ACTOR, reason=args.text,
                             correlation_id=self.correlation_id)
             _reply_data(self.cases.note(note, f"agent:{key}"))
-            return {"posted": self.app.chat.post(str(case_id), args.text)}
+            return {"posted": self.app.chat.post(str(case_id), escape(args.text))}
 
         intent = {"case_id": str(case_id), "text": normalized(args.text)}
         try:
@@ -340,7 +341,7 @@ class CaseTools:
                            correlation_id=self.correlation_id)
             data = _reply_data(self.cases.note(cmd, f"agent:{key}"))
             if post:
-                self.app.chat.post(str(self.case_id), reason)
+                self.app.chat.post(str(self.case_id), escape(reason))
             return {"note": data.get("note")}
 
         call = ToolCall("agent.note", {"event": event, "reason": reason, "meta": meta},

@@ -33,7 +33,7 @@ from bot.store import SlackStore
 from core.bootstrap import App
 from core.metrics import SLACK_ACK_SECONDS
 from core.settings import Settings
-from core.strict_json import non_finite_problems
+from core.strict_json import MAX_DEPTH, non_finite_problems, too_deep
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,7 @@ def build_bolt(app: App, *, agent: Agent | None = None, client: WebClient | None
     cases = SlackCases(app, client, SlackStore(app.engine),
                        agent if agent is not None else configured_agent(app))
     bolt.middleware(refuse_non_finite_numbers)
+    bolt.middleware(refuse_deep_payloads)
     for listeners in (events, commands, actions):
         listeners.register(bolt, cases)
 
@@ -108,6 +109,17 @@ def refuse_non_finite_numbers(body: dict[str, Any], next_: Callable[[], None]
     problems = non_finite_problems(body, "payload")
     if problems:
         log.warning("refused a Slack payload: %s", problems[0])
+        return BoltResponse(status=HTTPStatus.BAD_REQUEST, body="malformed request")
+    next_()
+    return None
+
+
+def refuse_deep_payloads(body: dict[str, Any], next_: Callable[[], None]) -> BoltResponse | None:
+    """Slack's payloads nest a dozen levels at most: one nested deeper than
+    ``core.strict_json.MAX_DEPTH`` (an interactivity ``payload`` form field, a Socket Mode
+    envelope) reaches no listener. (A JSON body that deep is refused before Bolt reads it.)"""
+    if too_deep(body):
+        log.warning("refused a Slack payload nested deeper than %d levels", MAX_DEPTH)
         return BoltResponse(status=HTTPStatus.BAD_REQUEST, body="malformed request")
     next_()
     return None

@@ -1,7 +1,9 @@
 """Block Kit builders: pure functions from cases, plans and timelines to ``(text, blocks)``.
 
 ``text`` is the notification and screen-reader fallback Slack requires beside blocks; blocks are
-short sections that stay readable on a phone.
+short sections that stay readable on a phone. Both are mrkdwn: every text that came from outside
+(titles, reasons, plan steps, findings, names) goes through ``core.mrkdwn``, so it pings nobody
+and links nowhere.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from core.domain.plans import ParsedPlan, PlanStep, parsed_or_none
 from core.domain.policy import NO_APPROVERS, ApprovalPolicy, PlanLike, plan_risk
 from core.domain.views import CaseView, TimelineEntry
 from core.library.render import evidence_text
+from core.mrkdwn import escape, shown
 
 Block = dict[str, Any]
 Message = tuple[str, list[Block]]
@@ -25,12 +28,13 @@ _SLACK_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
 _STATUS_MARK = {"NEW": "🆕", "ANALYZING": "🔎", "PLANNING": "📝", "WAIT_GATE": "⏸️",
                 "EXECUTING": "⚙️", "VERIFYING": "🧪", "CLOSED": "✅", "PARKED": "🅿️"}
 TIMELINE_ROWS = 15  # a phone screen or two; the REST API has the rest
+REASON_SHOWN, TITLE_SHOWN = 200, 150  # characters of a row's reason, of a listed case's title
 
 
 def who(actor: object) -> str:
     """A Slack user id as a mention, anyone else (a consumer, a REST caller) as text."""
     name = str(actor)
-    return f"<@{name}>" if _SLACK_ID.match(name) else name
+    return f"<@{name}>" if _SLACK_ID.match(name) else escape(name)
 
 
 def short_id(case_id: object) -> str:
@@ -68,7 +72,8 @@ def _step_line(index: int, step: PlanStep) -> str:
     params = json.dumps(step.params, sort_keys=True, ensure_ascii=False)
     if len(params) > 120:
         params = params[:117] + "…"
-    return f"{index}. `{step.action}` {params} (timeout {step.timeout_s} s, retry {step.retry})"
+    return (f"{index}. `{escape(step.action)}` {escape(params)} (timeout {step.timeout_s} s, "
+            f"retry {step.retry})")
 
 
 def _verify_lines(verify: object) -> str:
@@ -76,8 +81,8 @@ def _verify_lines(verify: object) -> str:
         checks = verify.get("checks") if isinstance(verify.get("checks"), list) else [verify]
         lines = [json.dumps(check, sort_keys=True, ensure_ascii=False)[:200]
                  for check in checks or []]
-        return "\n".join(f"• `{line}`" for line in lines) or "—"
-    return f"`{json.dumps(verify, ensure_ascii=False)[:200]}`"
+        return "\n".join(f"• `{escape(line)}`" for line in lines) or "—"
+    return f"`{escape(json.dumps(verify, ensure_ascii=False)[:200])}`"
 
 
 def plan_message(case: CaseView, plan: PlanLike, plan_hash: str,
@@ -111,24 +116,24 @@ def _plan_sections(case: CaseView, parsed: ParsedPlan, plan_hash: str, requester
     approvers = "two distinct approvers" if needed == 2 else "one approver"
     return [
         {"type": "header", "text": {"type": "plain_text", "text": f"Plan: {parsed.title}"[:150]}},
-        section(f"*Case* `{short_id(case['case_id'])}` {case.get('title', '')}\n"
+        section(f"*Case* `{short_id(case['case_id'])}` {escape(case.get('title'))}\n"
                 f"*Risk* {risk:g} — needs {approvers}; requested by {who(requester)}"),
         section(f"*Steps*\n{steps}"),
         section(f"*Rollback*\n{rollback or '— (nothing to undo)'}"),
         section(f"*Verify*\n{_verify_lines(parsed.verify)}"),
         context(f"plan `{plan_hash[:12]}` · case version {case.get('version')} · "
-                f"approvers: {policy.describe_approvers()}"),
+                f"approvers: {escape(policy.describe_approvers())}"),
     ]
 
 
 def _plan_text(case: CaseView, title: str, risk: float,
                decision: PlanDecisionView | None) -> str:
     """The notification text of the plan message, with its decision once there is one."""
-    text = f"Plan for case {short_id(case['case_id'])}: {title} (risk {risk:g})"
+    text = f"Plan for case {short_id(case['case_id'])}: {escape(title)} (risk {risk:g})"
     if decision is not None and decision.verdict == "expired":
-        return f"{text} — {decision.reason or 'approval expired'}"
+        return f"{text} — {escape(decision.reason or 'approval expired')}"
     if decision is not None and decision.verdict != "pending":
-        return f"{text} — {decision.verdict} by {', '.join(decision.by)}"
+        return f"{text} — {decision.verdict} by {escape(', '.join(decision.by))}"
     return text
 
 
@@ -172,9 +177,9 @@ def _decided(decision: PlanDecisionView) -> Block:
     if decision.verdict == "approved":
         return section(f"✅ *Approved* by {by} at {decision.at}")
     if decision.verdict == "rejected":
-        return section(f"⛔ *Rejected* by {by} at {decision.at}: {decision.reason or ''}")
+        return section(f"⛔ *Rejected* by {by} at {decision.at}: {escape(decision.reason)}")
     if decision.verdict == "expired":
-        why = decision.reason or "approval expired"
+        why = escape(decision.reason or "approval expired")
         return section(f"⌛ *{why[:1].upper()}{why[1:]}* — ask the agent for a fresh plan "
                        f"_({decision.at})_")
     return context(f"👍 {len(decision.by)} of {len(decision.by) + decision.needs}: {by} · "
@@ -205,7 +210,7 @@ def reject_modal(approval_id: str, private_metadata: str) -> dict[str, Any]:
 
 def case_status(case: CaseView) -> Message:
     mark = _STATUS_MARK.get(str(case["status"]), "•")
-    text = (f"{mark} Case `{short_id(case['case_id'])}` *{case['title']}*\n"
+    text = (f"{mark} Case `{short_id(case['case_id'])}` *{escape(case['title'])}*\n"
             f"*Status* {case['status']} · *Severity* {case['severity']} · "
             f"*Version* {case['version']}")
     return f"Case {short_id(case['case_id'])}: {case['status']}", [
@@ -213,19 +218,20 @@ def case_status(case: CaseView) -> Message:
 
 
 def case_timeline(case: CaseView, rows: Sequence[TimelineEntry]) -> Message:
-    shown = rows[-TIMELINE_ROWS:]
+    recent = rows[-TIMELINE_ROWS:]
     lines = []
-    for row in shown:
+    for row in recent:
         meta = row.get("meta") or {}
-        move = f" {meta.get('from')} → {meta.get('to')}" if meta.get("to") and \
-            meta.get("from") != meta.get("to") else ""
-        reason = f" — {row['reason']}" if row.get("reason") else ""
-        lines.append(f"`{str(row['created_at'])[11:19]}` *{row['event']}*{move} "
-                     f"by {who(row['actor'])}{reason}"[:300])
-    more = [] if len(rows) <= len(shown) else \
-        [context(f"{len(rows) - len(shown)} earlier row(s) not shown")]
+        move = f" {escape(meta.get('from'))} → {escape(meta.get('to'))}" if meta.get("to") \
+            and meta.get("from") != meta.get("to") else ""
+        reason = f" — {shown(row['reason'], REASON_SHOWN)}" if row.get("reason") else ""
+        lines.append(f"`{str(row['created_at'])[11:19]}` *{escape(row['event'])}*{move} "
+                     f"by {who(row['actor'])}{reason}")
+    more = [] if len(rows) <= len(recent) else \
+        [context(f"{len(rows) - len(recent)} earlier row(s) not shown")]
     return (f"Timeline of case {short_id(case['case_id'])}",
-            [section(f"*Timeline of case* `{short_id(case['case_id'])}` {case['title']}"),
+            [section(f"*Timeline of case* `{short_id(case['case_id'])}` "
+                     f"{escape(case['title'])}"),
              *more, section("\n".join(lines) or "—")])
 
 
@@ -234,7 +240,7 @@ def case_list(cases: Sequence[CaseView], status: str | None) -> Message:
     if not cases:
         return plain(f"{title}: none")
     lines = [f"{_STATUS_MARK.get(str(c['status']), '•')} `{short_id(c['case_id'])}` "
-             f"{c['status']} · {c['title']}"[:200] for c in cases]
+             f"{c['status']} · {shown(c['title'], TITLE_SHOWN)}" for c in cases]
     return title, [section(f"*{title}*"), section("\n".join(lines))]
 
 
@@ -242,15 +248,17 @@ def case_similar(evidence: Mapping[str, Any]) -> Message:
     """``Library.evidence_for``'s answer: the case's findings, similar past cases with what
     resolved them, relevant runbooks and the plan the most similar verified case was resolved
     with. The text fallback is ``evidence_text``."""
-    case = f"`{short_id(evidence['case_id'])}` {evidence.get('title', '')}"
-    findings = [f"• {f.get('summary')} _(confidence {float(f.get('confidence', 0)):.0%})_"
+    case = f"`{short_id(evidence['case_id'])}` {escape(evidence.get('title'))}"
+    findings = [f"• {escape(f.get('summary'))} "
+                f"_(confidence {float(f.get('confidence', 0)):.0%})_"
                 for f in evidence.get("findings") or []]
-    similar = [f"{n}. *{c.get('title')}* (`{short_id(c.get('case_id'))}`)\n"
-               f"    resolved by _{c.get('resolved_by') or 'its plan'}_; "
+    similar = [f"{n}. *{escape(c.get('title'))}* (`{short_id(c.get('case_id'))}`)\n"
+               f"    resolved by _{escape(c.get('resolved_by') or 'its plan')}_; "
                f"{'not verified' if c.get('stand_in') else 'verified'}: "
-               f"{c.get('verification') or '—'}"
+               f"{escape(c.get('verification') or '—')}"
                for n, c in enumerate(evidence.get("similar_cases") or [], 1)]
-    runbooks = [f"• *{r.get('title')}* `{r.get('path')}`" for r in evidence.get("runbooks") or []]
+    runbooks = [f"• *{escape(r.get('title'))}* `{escape(r.get('path'))}`"
+                for r in evidence.get("runbooks") or []]
     blocks = [section(f"*Evidence for case* {case}"),
               section("*Findings*\n" + ("\n".join(findings) or "none")),
               section("*Similar past cases*\n" + ("\n".join(similar) or "none")),
@@ -259,8 +267,8 @@ def case_similar(evidence: Mapping[str, Any]) -> Message:
     if best:
         blocks.append(context(f"The plan that resolved the most similar verified case "
                               f"`{short_id(best['case_id'])}`: "
-                              f"{(best.get('plan') or {}).get('title')}"))
-    return evidence_text(evidence)[:3000], blocks
+                              f"{escape((best.get('plan') or {}).get('title'))}"))
+    return escape(evidence_text(evidence)[:3000]), blocks
 
 
 def help_message(note: str | None = None) -> Message:

@@ -20,7 +20,9 @@ from bot.blocks import Block, Message, section, short_id, who
 from core.chat import PINNED_EVENT
 from core.domain.messages import StepResultPayload, TransitionPayload
 from core.domain.views import CaseView, ProposedPlan, TimelineEntry
-from core.ops.alert_render import alert_text, escape
+from core.mrkdwn import escape, link, shown
+from core.ops.alert_render import alert_text
+from core.ops.alert_text import shortened
 
 CARD_BLOCK = "case_card"
 """The ``block_id`` of the card's first block; the card's other blocks start with it too."""
@@ -108,7 +110,7 @@ def card_message(state: CaseState) -> Message:
     if pins:
         blocks.append(_block("pins", section(_fit("*📌 Pinned*", pins))))
     blocks.append(_block("context", _footer(state)))
-    text = f"{mark} Case {short_id(case['case_id'])}: {_cut(case.get('title'), 150)} — {status}"
+    text = f"{mark} Case {short_id(case['case_id'])}: {shown(case.get('title'), 150)} — {status}"
     return text, blocks
 
 
@@ -142,30 +144,30 @@ def _findings(state: CaseState) -> list[str]:
     if not found:
         moved = [row for row in state.rows
                  if row["event"] == "analysis_done" and row.get("reason")]
-        return [f"• {_cut(escape(moved[-1]['reason']), LINE_LIMIT)}"] if moved else []
+        return [f"• {shown(moved[-1]['reason'], LINE_LIMIT)}"] if moved else []
     latest = found[-1]
     listed = _facts(latest).get("findings")
     if isinstance(listed, list) and listed:
         return [_finding_line(f) for f in listed[:LISTED] if isinstance(f, Mapping)]
     text = str(listed or latest.get("reason") or "no significant change")
-    return [f"• {_cut(escape(line), LINE_LIMIT)}" for line in text.splitlines()
+    return [f"• {shown(line, LINE_LIMIT)}" for line in text.splitlines()
             if line.strip()][:LISTED]
 
 
 def _finding_line(finding: Mapping[str, Any]) -> str:
-    line = f"• {_cut(escape(finding.get('summary')), LINE_LIMIT)} " \
+    line = f"• {shown(finding.get('summary'), LINE_LIMIT)} " \
            f"_({float(finding.get('confidence') or 0):.0%})_"
-    link = str(finding.get("link") or "")
-    if link.startswith(("http://", "https://")) and len(link) < 1000:
-        line += f" <{link.replace('|', '%7C').replace('>', '%3E')}|graph>"
+    graph = link(finding.get("link"), "graph")
+    if graph and len(graph) < 1000:
+        line += f" {graph}"
     return line
 
 
 def _plan(state: CaseState) -> str:
     assert state.plan is not None
     plan = state.plan["plan"]
-    title = escape(plan.get("title") or "Change plan")
-    line = f"*Plan* {_cut(title, 150)} _(risk {float(plan.get('risk_score') or 0):g})_ " \
+    title = shown(plan.get("title") or "Change plan", 150)
+    line = f"*Plan* {title} _(risk {float(plan.get('risk_score') or 0):g})_ " \
            f"`{str(state.plan_hash)[:12]}`\n{_gate(state)}"
     return line[:SECTION_LIMIT]
 
@@ -178,9 +180,9 @@ def _gate(state: CaseState) -> str:
         row = decided[-1]
         if row["event"] == "gate_rejected":
             return f"⛔ Rejected by {who(row['actor'])} at {_at(row)}: " \
-                   f"{_cut(escape(row.get('reason')), LINE_LIMIT)}"
+                   f"{shown(row.get('reason'), LINE_LIMIT)}"
         if row["event"] == "gate_expired":
-            return f"⌛ Nobody decided in time: {_cut(escape(row.get('reason')), LINE_LIMIT)} " \
+            return f"⌛ Nobody decided in time: {shown(row.get('reason'), LINE_LIMIT)} " \
                    f"(at {_at(row)})"
         approvers = _facts(row).get("approvers") or [row["actor"]]
         return f"✅ Approved by {_people(approvers)} at {_at(row)}"
@@ -218,7 +220,7 @@ def _steps(state: CaseState) -> list[str]:
             continue
         mark, note = ("▶", " running…") if running else ("·", "")
         running = False
-        lines.append(f"{mark} {index + 1}. `{_cut(str(step.get('action')), 40)}`{note}")
+        lines.append(f"{mark} {index + 1}. `{shown(step.get('action'), 40)}`{note}")
     rollbacks = sorted((key, row) for key, row in latest.items() if key[0] != "step")
     lines += [f"↩ {_result_line(row)}" for _, row in rollbacks]
     return lines
@@ -234,7 +236,7 @@ def _result_line(row: TimelineEntry) -> str:
     else:
         mark, extra = "✗", ""
     took = _duration(facts.get("duration_s"))
-    return f"{mark} {_cut(escape(row.get('reason')), STEP_LIMIT)}{took}{extra}"
+    return f"{mark} {shown(row.get('reason'), STEP_LIMIT)}{took}{extra}"
 
 
 def _verification(state: CaseState) -> list[str]:
@@ -244,16 +246,16 @@ def _verification(state: CaseState) -> list[str]:
         row = concluded[-1]
         passed = bool(_facts(row).get("passed"))
         verdict = "✅ Held" if passed else "❌ Failed"
-        return [f"{verdict}: {_cut(escape(row.get('reason')), LINE_LIMIT)} "
+        return [f"{verdict}: {shown(row.get('reason'), LINE_LIMIT)} "
                 f"_(reading {_facts(row).get('reading', 1)}, {_at(row)})_"]
     if readings:
         facts = _facts(readings[-1])
         what = facts.get("waiting_for") or facts.get("reason") or "the verify block to hold"
         now = f"now {_number(facts.get('observed'))}" if facts.get("observed") is not None \
-            else _cut(escape(facts.get("reason")), LINE_LIMIT)
+            else shown(facts.get("reason"), LINE_LIMIT)
         if facts.get("stand_in") and facts.get("observed") is not None:
             now = f"{now}, a stand-in reading"  # the reason says so itself
-        return [f"🧪 Waiting for {_cut(escape(what), LINE_LIMIT)} ({now})",
+        return [f"🧪 Waiting for {shown(what, LINE_LIMIT)} ({now})",
                 f"Reading {facts.get('reading', 1)} at {_at(readings[-1])} · next reading "
                 f"{_clock(facts.get('next_reading_at'))} · *deadline* "
                 f"{_clock(facts.get('deadline'))}"]
@@ -268,7 +270,7 @@ def _outcome(state: CaseState) -> str | None:
     row = next(row for row in reversed(state.rows)
                if (row.get("meta") or {}).get("to") == state.status
                and (row.get("meta") or {}).get("outcome") == "accepted")
-    why = f" — {_cut(escape(row.get('reason')), 1000)}" if row.get("reason") else ""
+    why = f" — {shown(row.get('reason'), 1000)}" if row.get("reason") else ""
     return f"{STATUS_MARK[state.status]} *{state.status}* at {_at(row)} " \
            f"({row['event']} by {who(row['actor'])}){why}"
 
@@ -283,9 +285,9 @@ def _pins(state: CaseState) -> list[str]:
 
 def _pin_line(row: TimelineEntry) -> str:
     facts = _facts(row)
-    said = _cut(row.get("reason") or "", 160)  # Slack's own text: mrkdwn, escaped already
-    link = str(facts.get("permalink") or "")
-    where = f" <{link}|open>" if link.startswith("https://") else ""
+    said = shown(row.get("reason"), 160)  # what Slack's message said, in words (bot.pins)
+    permalink = str(facts.get("permalink") or "")
+    where = f" {link(permalink, 'open')}" if permalink.startswith("https://") else ""
     return f"• {who(facts.get('author') or 'someone')}: “{said}”{where}"
 
 
@@ -308,7 +310,7 @@ def outcome_post(payload: TransitionPayload) -> str | None:
     CLOSED); None for every other move (the card shows it)."""
     to, event = payload["to"], payload["event"]
     case = f"Case `{short_id(payload['case_id'])}`"
-    reason = _cut(escape(payload.get("reason") or ""), 1000)
+    reason = shown(payload.get("reason") or "", 1000)
     if to == "CLOSED":
         return f"✅ {case} is CLOSED: {reason or 'done'} ({event} by {who(payload['actor'])})"
     if to != "PARKED":
@@ -331,7 +333,7 @@ def unknown_outcome_post(payload: StepResultPayload) -> str | None:
     ended): it asks a person to check the target its reason names; None for any other step."""
     if payload.get("refused") != "unknown_outcome":
         return None
-    reason = _cut(escape(payload.get("reason") or ""), 1000)
+    reason = shown(payload.get("reason") or "", 1000)
     return (f"❓ Case `{short_id(payload['case_id'])}`: {reason}. A person checks the target "
             "and records what happened; opsgate will not run the step again.")
 
@@ -381,7 +383,7 @@ def _event_line(row: TimelineEntry) -> str:
     meta = row.get("meta") or {}
     move = f" {meta.get('from')} → {meta.get('to')}" \
         if meta.get("outcome") == "accepted" and meta.get("from") != meta.get("to") else ""
-    reason = f" — {_cut(escape(row.get('reason')), 160)}" if row.get("reason") else ""
+    reason = f" — {shown(row.get('reason'), 160)}" if row.get("reason") else ""
     return f"`{_at(row)}` *{row['event']}*{move} by {who(row['actor'])}{reason}"
 
 
@@ -398,10 +400,10 @@ def _decisions(state: CaseState) -> list[str]:
                          f"approved by {_people(facts.get('approvers') or [row['actor']])}")
         elif row["event"] == "gate_rejected" and meta.get("outcome") == "accepted":
             lines.append(f"⛔ {who(row['actor'])} rejected plan {plan} at {_at(row)}: "
-                         f"{_cut(escape(row.get('reason')), 160)}")
+                         f"{shown(row.get('reason'), 160)}")
         elif row["event"] == "gate_expired" and meta.get("outcome") == "accepted":
             lines.append(f"⌛ plan {plan} expired at {_at(row)}: "
-                         f"{_cut(escape(row.get('reason')), 160)}")
+                         f"{shown(row.get('reason'), 160)}")
     return lines
 
 
@@ -425,17 +427,18 @@ def _fit(title: str, lines: Iterable[str], limit: int = SECTION_LIMIT) -> str:
     """``title`` and as many whole ``lines`` as fit in ``limit`` characters; the rest counted."""
     listed = list(lines)
     text = title
-    for shown, line in enumerate(listed):
-        room = limit - (MORE if shown < len(listed) - 1 else 0)
+    for kept, line in enumerate(listed):
+        room = limit - (MORE if kept < len(listed) - 1 else 0)
         if len(text) + 1 + len(line) > room:
-            return f"{text}\n… and {len(listed) - shown} more"
+            return f"{text}\n… and {len(listed) - kept} more"
         text = f"{text}\n{line}"
     return text
 
 
 def _cut(value: object, limit: int) -> str:
-    text = " ".join(str(value or "").split())
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    """mrkdwn opsgate wrote (an alert's line, the working line) on one line, cut between words;
+    text from outside is ``shown``."""
+    return shortened(" ".join(str(value or "").split()), limit)
 
 
 def _people(people: Iterable[object]) -> str:

@@ -31,7 +31,8 @@ from core.domain.views import CaseView
 from core.errors import InvalidRequest, NotFound
 from core.gateway import ToolCall
 from core.library import Library
-from core.service import Reply
+from core.mrkdwn import escape, from_slack
+from core.service import Reply, only_one
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,20 @@ OPEN_WAIT_S = 10.0  # a duplicate delivery waits this long for the first one's c
 _MENTION = re.compile(r"<@[A-Z0-9]+(\|[^>]*)?>")
 TITLE_MAX = 200
 THREAD_STATUS = "is working on it…"  # Slack's assistant status: "opsgate is working on it…"
+PREFIX_MATCHES = 20  # cases an id prefix may name before the asker's may be chosen among them
+MEMBER_PAGES = 50  # conversations.members pages read before a user is taken for no member
+NOT_VISIBLE = ("Nothing to show: `/case` answers about a case only in its own channel, to the "
+               "members of that channel and to approvers.")
+"""The one answer about a case the asker may not read, and about a case that does not exist:
+it says nothing of the case, not even whether there is one."""
+
+
+@dataclass(frozen=True)
+class Asker:
+    """Who asked a ``/case`` question, and in which channel."""
+
+    user: str
+    channel: str
 
 
 @dataclass(frozen=True)
@@ -55,8 +70,9 @@ class SlackThread:
 
 
 def title_of(text: str) -> str:
-    """A case title from a mention: the words without the mentions, on one line."""
-    words = " ".join(_MENTION.sub(" ", text).split())
+    """A case title from a mention: its words without the mentions, on one line, and without
+    Slack's markup (a ``<!channel>`` is the words ``@channel``, a link its label and URL)."""
+    words = " ".join(from_slack(_MENTION.sub(" ", text)).split())
     return (words or "Incident reported in Slack")[:TITLE_MAX]
 
 
@@ -108,7 +124,7 @@ class SlackCases:
             return reply
         with self.working(case_id, where, user):
             reply = self.agent.converse(case_id, text, user=user, correlation_id=event_id)
-            self.say(where, reply, business_key=f"reply:{event_id}")
+            self.say(where, escape(reply), business_key=f"reply:{event_id}")
         return reply
 
     @contextmanager
@@ -145,7 +161,8 @@ class SlackCases:
 
     def say(self, where: SlackThread, text: str, *, business_key: str,
             blocks: list[dict[str, Any]] | None = None) -> None:
-        """Post in the thread, once per business key."""
+        """Post ``text`` (mrkdwn: what came from outside is escaped) in the thread, once per
+        business key."""
         call = ToolCall(tool="slack.reply", args={"channel": where.channel,
                                                   "thread_ts": where.thread_ts, "text": text},
                         actor="slack-bot", session_id=f"slack:{where.key}",
@@ -201,22 +218,62 @@ class SlackCases:
 
     # -- /case ------------------------------------------------------------------------------
 
-    def find_case(self, prefix: str) -> CaseView:
-        """The case whose id starts with ``prefix`` (``CaseService.find_case_id``'s rule)."""
-        return self.cases.get_case(self.cases.find_case_id(prefix))
+    def find_case(self, prefix: str, asker: Asker) -> CaseView:
+        """The case whose id starts with ``prefix`` (``CaseService.find_case_id``'s rule) among
+        those ``asker`` may read; none of those is ``NotFound`` with ``NOT_VISIBLE``, whether
+        the case is another channel's or there is none."""
+        readable = [case_id for case_id in self.cases.case_ids_matching(prefix,
+                                                                        limit=PREFIX_MATCHES)
+                    if self.may_read(case_id, asker)]
+        if not readable:
+            raise NotFound(NOT_VISIBLE)
+        return self.cases.get_case(only_one(prefix, readable))
 
-    def evidence(self, prefix: str) -> dict[str, Any]:
+    def may_read(self, case_id: UUID, asker: Asker) -> bool:
+        """Whether ``asker`` may read the case: asked in the case's own channel, or by a member
+        of that channel, or by an approver (the approval policy's list, groups included). A
+        case's channel is its thread's; a case opened elsewhere with no thread yet belongs to
+        the incident channel, where its card goes (none configured: approvers only)."""
+        thread = self.store.thread_of_case(case_id)
+        channel = self.app.settings.incident_channel if thread is None else thread.channel
+        if channel and channel == asker.channel:
+            return True
+        if self.app.policy.may_approve(asker.user):
+            return True
+        return bool(channel) and self.is_member(str(channel), asker.user)
+
+    def is_member(self, channel: str, user: str) -> bool:
+        """Whether ``user`` is in ``channel`` (``conversations.members``, page by page); when
+        Slack cannot say, they are not."""
+        cursor: str | None = None
+        try:
+            for _ in range(MEMBER_PAGES):
+                page = self.client.conversations_members(channel=channel, cursor=cursor,
+                                                         limit=1000)
+                if user in (page.get("members") or []):
+                    return True
+                cursor = (page.get("response_metadata") or {}).get("next_cursor") or None
+                if cursor is None:
+                    return False
+        except SlackApiError as refused:
+            log.warning("conversations.members %s refused (%s): %s is taken for no member",
+                        channel, refused.response.get("error"), user)
+        return False
+
+    def evidence(self, prefix: str, asker: Asker) -> dict[str, Any]:
         """What the librarian knows for the case ``prefix`` names: its findings, similar past
         cases (top 3, with what resolved them), relevant runbooks and the best plan."""
-        case = self.find_case(prefix)
+        case = self.find_case(prefix, asker)
         return Library(self.app.engine).evidence_for(UUID(str(case["case_id"])))
 
-    def catchup(self, prefix: str) -> CaseState:
+    def catchup(self, prefix: str, asker: Asker) -> CaseState:
         """The case ``prefix`` names, as the card and the catch-up show it."""
-        case_id = UUID(str(self.find_case(prefix)["case_id"]))
+        case_id = UUID(str(self.find_case(prefix, asker)["case_id"]))
         return self.cards.state(case_id, self.cards.store.card(case_id))
 
-    def list_cases(self, status: str | None) -> list[CaseView]:
+    def list_cases(self, status: str | None, asker: Asker) -> list[CaseView]:
+        """The newest cases of the channel ``asker`` asks in (only those; in the incident
+        channel, the cases with no thread yet too)."""
         wanted = None
         if status:
             try:
@@ -224,7 +281,9 @@ class SlackCases:
             except ValueError:
                 raise InvalidRequest(f"`{status}` is not a case status "
                                      f"({', '.join(s.value for s in CaseStatus)})") from None
-        return self.cases.list_cases(wanted, limit=20)
+        home = asker.channel == self.app.settings.incident_channel  # see ``may_read``
+        return self.cases.list_cases(wanted, limit=20, channels=[asker.channel],
+                                     threadless=home)
 
     # -- the gate ---------------------------------------------------------------------------
 

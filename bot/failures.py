@@ -13,6 +13,7 @@ from slack_sdk.errors import SlackApiError
 
 from core.errors import InternalError, OpsgateError
 from core.gateway import ToolCall
+from core.mrkdwn import escape
 
 if TYPE_CHECKING:
     from bot.cases import SlackCases
@@ -26,7 +27,8 @@ def correlation_id(body: dict[str, Any]) -> str:
 
 
 def failure_text(error: BaseException, correlation: str) -> str:
-    """What the user reads about ``error``; unknown errors are logged here."""
+    """What the user reads about ``error``, as plain words (a refusal may quote what was asked:
+    ``escape`` it for mrkdwn); unknown errors are logged here."""
     if isinstance(error, OpsgateError) and not isinstance(error, InternalError):
         log.info("slack request %s refused: %s %s", correlation, error.code, error.message)
         return f"⛔ {error.message}"
@@ -45,10 +47,11 @@ def where_to_answer(body: dict[str, Any]) -> tuple[str | None, str | None, str |
     return channel, user, thread
 
 
-def tell(cases: SlackCases, body: dict[str, Any], text: str) -> None:
-    """An ephemeral message to whoever sent ``body``, in the channel (and thread) they used,
-    through the gateway once per Slack request (its event or trigger id)."""
+def tell(cases: SlackCases, body: dict[str, Any], said: str) -> None:
+    """An ephemeral message (``said``, plain words) to whoever sent ``body``, in the channel (and
+    thread) they used, through the gateway once per Slack request (its event or trigger id)."""
     channel, user, thread = where_to_answer(body)
+    text = escape(said)
     if channel is None or user is None:
         log.warning("no channel or user to tell: %s", text)
         return

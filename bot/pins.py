@@ -1,7 +1,8 @@
 """Pins: a person reacts to a message of a case's thread with the pin reaction
 (``OPSGATE_PIN_REACTION``, ``pushpin`` by default) and the message — author, text, permalink —
 becomes one note on the case's timeline (``message_pinned``), which the card, ``/case catchup``
-and ``opsgate export`` show.
+and ``opsgate export`` show. The note keeps the message's words, not Slack's markup: a mention
+or a link in it is shown again as words, never as a ping or a link.
 
 Once per message, however often and in whatever order Slack delivers reactions: the note's
 idempotency key is the message itself (team, channel, ts), not the event, so a retried event,
@@ -24,6 +25,7 @@ from core.chat import PINNED_EVENT
 from core.domain.commands import NoteCase
 from core.domain.messages import ChatPinnedFacts, Topic
 from core.errors import KeyReuse
+from core.mrkdwn import from_slack
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +77,7 @@ def pin(cases: SlackCases, reaction: Reaction) -> str:
     if case_id is None:
         return "not-a-case"
     note = NoteCase(case_id, PINNED_EVENT, reaction.user,
-                    reason=str(message.get("text") or "")[:TEXT_LIMIT] or "(no text)",
+                    reason=from_slack(message.get("text"))[:TEXT_LIMIT] or "(no text)",
                     meta=ChatPinnedFacts(
                         author=str(message.get("user") or message.get("bot_id") or "?"),
                         channel=reaction.channel, ts=reaction.ts, thread_ts=thread_ts,

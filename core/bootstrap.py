@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 from core.chat import ChatSink, RecordingSink
 from core.db.database import make_engine
 from core.domain.policy import ApprovalPolicy, GroupMembers
-from core.evidence import has_metrics_source
+from core.evidence import has_metrics_source, promql_bounds
 from core.gateway import Gateway, build_gateway
 from core.service import CaseService
 from core.settings import Settings, load_settings
@@ -89,7 +89,9 @@ def bootstrap(settings: Settings | None = None, *, engine: Engine | None = None,
     policy = policy_from_settings(settings, members)
     app = App(settings=settings, engine=engine,
               cases=CaseService(engine, tenant=settings.tenant, policy=policy,
-                                reads_metrics=has_metrics_source(settings)),
+                                reads_metrics=has_metrics_source(settings),
+                                promql=promql_bounds(settings) if settings.prometheus_url
+                                else None),
               gateway=build_gateway(settings, engine), policy=policy,
               chat=chat or RecordingSink(), extensions=extensions)
     if chat is None and extensions.chat is not None:

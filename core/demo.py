@@ -176,7 +176,7 @@ async def _walk(app: App, out: TextIO) -> None:
     tokens = {person: principals.create(app.engine, name, "approver", person)[1]
               for person, name in people.items()}
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_api(app)),
-                               base_url="http://opsgate.demo")
+                               base_url="http://localhost")
     try:
         await _walk_as(Walk(client, out, tokens, run), started)
     finally:

@@ -3,6 +3,7 @@ carries a stable ``code``; the REST API alone maps them to HTTP statuses (``core
 
     OpsgateError
     ├── BadRequest                missing Idempotency-Key, malformed input
+    │   └── TooDeep               (core.strict_json) JSON nested too deep; also a ValueError
     ├── Unauthorized              missing, unknown or revoked bearer token
     ├── Forbidden                 a known caller whose role does not allow this (REST API)
     ├── NotFound                  unknown case, unknown plan

@@ -8,10 +8,12 @@ at ``at``); before that it is *pending*, with its value at ``at`` as the reading
 ``for_s``, and a probe, is judged on its reading at ``at``. A block holds when every check holds;
 the first check that does not is the reason.
 
-Sources: ``PrometheusSource`` (the HTTP query API) and ``StaticSource``, a stand-in table used
-only where one is configured (``OPSGATE_STATIC_METRICS``; ``opsgate demo`` sets its own, which
-reacts to the approved change). Its readings are labelled (``STAND_IN``). Neither configured:
-no source, and the ``plan_ready`` guard refuses a metric check (``NO_METRICS_SOURCE``).
+Sources: ``PrometheusSource`` (the HTTP query API: a query is checked by
+``core/domain/promql.py`` before it is sent, and carries Prometheus' own ``timeout``) and
+``StaticSource``, a stand-in table used only where one is configured (``OPSGATE_STATIC_METRICS``;
+``opsgate demo`` sets its own, which reacts to the approved change). Its readings are labelled
+(``STAND_IN``). Neither configured: no source, and the ``plan_ready`` guard refuses a metric
+check (``NO_METRICS_SOURCE``).
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
 import httpx
 
+from core.domain.promql import QueryBounds, check_query, seconds_param
 from core.domain.verify import (
     NO_METRICS_SOURCE,
     MetricCheck,
@@ -46,6 +49,9 @@ PROMETHEUS_BODY_LIMIT = 1_048_576
 _PROBE_BODY_LIMIT = 4096
 STAND_IN = "stand-in readings (OPSGATE_STATIC_METRICS)"
 """The label of every verdict read from a stand-in table: the timeline, thread and card say it."""
+CLIENT_GRACE_S = 1.0
+"""How much longer than Prometheus' own ``timeout`` the HTTP client waits: the server's answer
+that it timed out still arrives."""
 STAND_IN_SETTLE_S = 60.0
 """How long after the change a reacting stand-in still reads its before-change values (times
 ``OPSGATE_VERIFY_TIME_SCALE``): a change takes a moment to show in the metrics."""
@@ -60,6 +66,7 @@ class VerifyOutcome:
     reason: str  # one line for the timeline: what was observed against what was required
     observed: float | None = None  # the metric value, or the probe's HTTP status
     waiting_for: str | None = None  # pending: the condition not yet seen to hold, in words
+    timed_out: bool = False  # pending because Prometheus (or the wait for it) timed out
 
     @property
     def passed(self) -> bool:
@@ -74,6 +81,19 @@ class EvidenceMissing(InternalError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class QueryTimedOut(EvidenceMissing):
+    """Prometheus gave up on the query (its ``timeout``), or the answer did not come in time: a
+    query to read again later, not at once."""
+
+    code = "query_timed_out"
+
+
+class QueryRefused(EvidenceMissing):
+    """The query breaks the bounds (``core/domain/promql.py``): it is never sent."""
+
+    code = "query_refused"
 
 
 class MetricSource(Protocol):
@@ -124,20 +144,37 @@ class StaticSource:
 
 class PrometheusSource:
     """Instant queries against Prometheus' HTTP API (``GET /api/v1/query``), evaluated at the
-    reading's time (``time=``) when one is given."""
+    reading's time (``time=``) when one is given. A query is checked against ``bounds`` for the
+    case whose scope value (its tenant) is ``scope`` before it is sent (``QueryRefused``), and
+    asks Prometheus to give up after ``bounds.timeout_s`` (``QueryTimedOut``).
 
-    def __init__(self, base_url: str, timeout_s: float = 10.0) -> None:
+    The window of a check with ``for_s`` is opsgate's own subquery around the checked query,
+    ``max_over_time((q)[for_s:])``, evaluated at the server's evaluation interval: its range is
+    the plan's ``for_s`` (at most a day, ``core/domain/verify.py``), bounded by the timeout."""
+
+    def __init__(self, base_url: str, timeout_s: float | None = None, *,
+                 bounds: QueryBounds | None = None, scope: str | None = None) -> None:
+        self._base = base_url
         self._endpoint = httpx.URL(base_url.rstrip("/") + "/api/v1/query")
-        self._timeout_s = timeout_s
+        bounds = bounds or QueryBounds()
+        self.bounds = bounds if timeout_s is None else replace(bounds, timeout_s=timeout_s)
+        self.scope = scope
+
+    def scoped(self, scope: str | None) -> PrometheusSource:
+        """The same Prometheus, reading for the case whose scope value is ``scope``."""
+        return PrometheusSource(self._base, bounds=self.bounds, scope=scope)
 
     def read(self, query: str, *, over_s: float | None = None, worst: Worst = "max",
              at: datetime | None = None) -> float:
+        verdict = check_query(query, self.bounds, self.scope)
+        if not verdict.allowed:
+            raise QueryRefused(f"the query is {verdict.reason}")
         expr = query if over_s is None else f"{worst}_over_time(({query})[{duration(over_s)}:])"
-        params: dict[str, str] = {"query": expr}
+        params: dict[str, str] = {"query": expr, "timeout": seconds_param(self.bounds.timeout_s)}
         if at is not None:
             params["time"] = f"{at.timestamp():.3f}"
         reply = prometheus_get(self._endpoint, self._endpoint.copy_merge_params(params),
-                               self._timeout_s)
+                               self.bounds.timeout_s + CLIENT_GRACE_S)
         return prometheus_value(reply.body, worst, status=reply.status)
 
 
@@ -155,6 +192,9 @@ def prometheus_get(endpoint: httpx.URL, url: httpx.URL, timeout_s: float) -> Htt
     try:
         reply = send("GET", url, allowed=lambda u: Origin.of(u) == origin,
                      timeout_s=timeout_s, body_limit=PROMETHEUS_BODY_LIMIT)
+    except httpx.TimeoutException as exc:
+        raise QueryTimedOut(f"Prometheus did not answer within {timeout_s:g}s "
+                            f"({type(exc).__name__})") from exc
     except (httpx.HTTPError, RedirectRefused) as exc:
         raise EvidenceMissing(f"Prometheus unreachable: {type(exc).__name__}: {exc}") from exc
     if reply.truncated:
@@ -164,13 +204,16 @@ def prometheus_get(endpoint: httpx.URL, url: httpx.URL, timeout_s: float) -> Htt
 
 def prometheus_answer(body: bytes, status: int = 200) -> dict[str, Any]:
     """Prometheus' answer document when it says ``success``; otherwise ``EvidenceMissing``
-    saying why (no JSON, or the server's own error text)."""
+    saying why (no JSON, or the server's own error text): ``QueryTimedOut`` when the server
+    says the query timed out (``errorType`` ``timeout``, HTTP 503 or 422)."""
     try:
         doc = json.loads(body)
     except ValueError as exc:
         raise EvidenceMissing(f"Prometheus answered HTTP {status} without JSON") from exc
     if not isinstance(doc, dict) or doc.get("status") != "success":
         error = doc.get("error", "no error text") if isinstance(doc, dict) else "not an object"
+        if isinstance(doc, dict) and doc.get("errorType") == "timeout":
+            raise QueryTimedOut(f"Prometheus timed out on the query (HTTP {status}): {error}")
         raise EvidenceMissing(f"Prometheus refused the query (HTTP {status}): {error}")
     return doc
 
@@ -198,11 +241,19 @@ def _sample_values(data: dict[str, Any]) -> list[float]:
     raise ValueError(f"a {kind} result; an instant query must give a vector or a scalar")
 
 
+def promql_bounds(settings: Settings) -> QueryBounds:
+    """The bounds of every PromQL query opsgate sends (``OPSGATE_PROMQL_*``)."""
+    return QueryBounds(max_range_s=settings.promql_max_range_s,
+                       min_step_s=settings.promql_min_step_s,
+                       scope_label=settings.promql_scope_label,
+                       timeout_s=settings.promql_timeout_s)
+
+
 def source_from_settings(settings: Settings) -> MetricSource | None:
     """Prometheus when ``OPSGATE_PROMETHEUS_URL`` is set, else the stand-in table of
     ``OPSGATE_STATIC_METRICS`` when one is set, else None: no metrics source."""
     if settings.prometheus_url:
-        return PrometheusSource(settings.prometheus_url)
+        return PrometheusSource(settings.prometheus_url, bounds=promql_bounds(settings))
     if settings.static_metrics:
         return StaticSource(settings.static_metrics, settings.static_metrics_before_change,
                             settle_s=STAND_IN_SETTLE_S * settings.verify_time_scale)
@@ -222,6 +273,12 @@ def metrics_source_line(settings: Settings) -> str:
         return ("a stand-in table (OPSGATE_STATIC_METRICS): its readings are labelled stand-in "
                 "and never make a verified fix")
     return f"none: plans with a metric check are refused; {NO_METRICS_SOURCE}"
+
+
+def for_case(source: MetricSource, scope: str | None) -> MetricSource:
+    """``source`` as it reads for a case whose scope value (its tenant) is ``scope``: Prometheus
+    checks each query against it; a stand-in table sends no query."""
+    return source.scoped(scope) if isinstance(source, PrometheusSource) else source
 
 
 def after_change(source: MetricSource, changed_at: datetime) -> MetricSource:
@@ -269,8 +326,7 @@ def read_block(block: VerifyBlock, source: MetricSource, allowlist: UrlAllowList
         if not block.listed:
             return outcome
         if not outcome.passed:
-            return VerifyOutcome(outcome.state, f"check {number} of {count}: {outcome.reason}",
-                                 outcome.observed, outcome.waiting_for)
+            return replace(outcome, reason=f"check {number} of {count}: {outcome.reason}")
     return VerifyOutcome("held", "the check passed" if count == 1 else f"all {count} checks passed")
 
 
@@ -302,9 +358,12 @@ def _metric(check: MetricCheck, source: MetricSource, moment: Moment) -> VerifyO
         try:
             observed = source.read(check.metric, over_s=window_s or None, worst=worst,
                                    at=moment.at)
+        except QueryRefused as exc:
+            return _cannot(f"{check.metric}: {exc.reason}")
         except EvidenceMissing as exc:
             return VerifyOutcome("pending", f"{check.metric}: {exc.reason}",
-                                 waiting_for=check.condition(moment.scale))
+                                 waiting_for=check.condition(moment.scale),
+                                 timed_out=isinstance(exc, QueryTimedOut))
         held = observed < limit if bound == "below" else observed > limit
         if not held:
             return VerifyOutcome(
@@ -321,14 +380,17 @@ def _waiting(check: MetricCheck, source: MetricSource, moment: Moment,
     shown = f"{elapsed:.0f}" if window_s >= 10 else f"{elapsed:.1f}"  # the demo's short windows
     waiting = f"waiting ({shown}s of the {window_s:g}s window after the change)"
     worst: Worst = "max" if check.below is not None else "min"
+    timed_out = False
     try:
         observed: float | None = source.read(check.metric, worst=worst, at=moment.at)
+    except QueryRefused as exc:
+        return _cannot(f"{check.metric}: {exc.reason}")
     except EvidenceMissing as exc:
-        observed, now = None, exc.reason
+        observed, now, timed_out = None, exc.reason, isinstance(exc, QueryTimedOut)
     else:
         now = f"= {observed:g} now"
     return VerifyOutcome("pending", f"{check.metric} {now}, {waiting}", observed,
-                         check.condition(moment.scale))
+                         check.condition(moment.scale), timed_out=timed_out)
 
 
 def _probe_url(target: ProbeTarget, allowlist: UrlAllowList) -> tuple[httpx.URL | None,

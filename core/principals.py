@@ -8,6 +8,10 @@ with a role and, for a person, the Slack user id that makes them one person what
 A person's actor (the identity the timeline and the approval policy see) is their Slack id, the
 same a Slack click records; a service's is its name. ``OPSGATE_API_TOKEN`` is the service
 ``api-token``; with no token configured at all, writes are made by the service ``anonymous``.
+
+A principal may be scoped to chat channels (``--channel C…``): it then reads and writes only the
+cases whose thread is in one of them; every other case answers as an unknown one. Unscoped, it
+sees every case its role allows.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import hashlib
 import hmac
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
@@ -38,19 +42,26 @@ TOKEN_PREFIX = "og_"  # noqa: S105 (a prefix that makes leaked tokens recognisab
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9._-]{0,63}")
 """Lower case, so a principal's name can never be mistaken for a Slack id (``U012AB3CD``)."""
 SLACK_USER_PATTERN = re.compile(r"[UW][A-Z0-9]{2,20}")
+CHANNEL_PATTERN = re.compile(r"[CGD][A-Z0-9]{2,20}")
+MAX_CHANNELS = 100
 RESERVED_NAMES = frozenset({"api-token", "anonymous", "api", AUTO_APPROVER, "intake", "analyst",
                             "planner", "executor", "verifier", "notifier", "agent", "slack-bot",
                             "alertmanager", "librarian", "local-operator"})
 """Actors opsgate itself writes as: a token named like them would blur the timeline."""
+_IDENTITY = (api_principal.c.name, api_principal.c.role, api_principal.c.slack_user,
+             api_principal.c.scope)
+"""The columns a principal is read from."""
 
 
 @dataclass(frozen=True)
 class Principal:
-    """An authenticated caller: its name, role and, for a person, their Slack user id."""
+    """An authenticated caller: its name, role and, for a person, their Slack user id; with
+    ``channels``, the only channels whose cases it sees (None: every case)."""
 
     name: str
     role: Role
     slack_user: str | None = None
+    channels: frozenset[str] | None = None
 
     @property
     def kind(self) -> Kind:
@@ -83,6 +94,8 @@ API_TOKEN = Principal("api-token", "operator")
 """The holder of ``OPSGATE_API_TOKEN``: a shared service credential, never an approver."""
 ANONYMOUS = Principal("anonymous", "operator")
 """The caller of a server with no token configured (a laptop): writes, never approves."""
+OPEN_READER = Principal("anonymous", "reader")
+"""A caller without a token while reads are open (OPSGATE_API_READS=open): reads only."""
 
 
 @dataclass(frozen=True)
@@ -99,9 +112,12 @@ def token_hash(token: str) -> str:
 
 
 def create(engine: Engine, name: str, role: Role = "operator", slack_user: str | None = None,
-           *, now: datetime | None = None) -> tuple[Principal, str]:
-    """A new principal and its token, which is returned once and stored only as a hash."""
-    principal = Principal(name, role, slack_user)
+           *, channels: Collection[str] | None = None,
+           now: datetime | None = None) -> tuple[Principal, str]:
+    """A new principal and its token, which is returned once and stored only as a hash;
+    ``channels`` scopes it to those channels' cases."""
+    principal = Principal(name, role, slack_user,
+                          None if channels is None else frozenset(channels))
     _check(principal)
     token = _new_token()
     with transaction(engine) as conn:
@@ -111,20 +127,21 @@ def create(engine: Engine, name: str, role: Role = "operator", slack_user: str |
             raise InvalidRequest(_taken(name, revoked=found.revoked_at is not None), name=name)
         conn.execute(insert(api_principal).values(
             id=uuid4(), name=name, role=role, slack_user=slack_user,
-            token_hash=token_hash(token), created_at=now or datetime.now(UTC)))
+            scope=_stored_scope(principal), token_hash=token_hash(token),
+            created_at=now or datetime.now(UTC)))
     return principal, token
 
 
 def rotate(engine: Engine, name: str, role: Role | None = None,
-           slack_user: str | None = None) -> tuple[Principal, str]:
+           slack_user: str | None = None, *,
+           channels: Collection[str] | None = None) -> tuple[Principal, str]:
     """A new token for the live principal ``name``, returned once; its old token is 401 from
-    now on. The principal stays as it is: a ``role`` or ``slack_user`` that differs is refused
-    (a changed identity is another name)."""
+    now on. The principal stays as it is: a ``role``, ``slack_user`` or ``channels`` that
+    differs is refused (a changed identity is another name)."""
     token = _new_token()
     with transaction(engine) as conn:
         row = conn.execute(
-            select(api_principal.c.name, api_principal.c.role, api_principal.c.slack_user,
-                   api_principal.c.revoked_at)
+            select(*_IDENTITY, api_principal.c.revoked_at)
             .where(api_principal.c.name == name).with_for_update()).mappings().first()
         if row is None:
             raise NotFound(f"no principal named {name} to rotate (`opsgate token create {name}` "
@@ -132,8 +149,9 @@ def rotate(engine: Engine, name: str, role: Role | None = None,
         if row["revoked_at"] is not None:
             raise InvalidRequest(_taken(name, revoked=True), name=name)
         principal = _principal(row)
-        if (role or principal.role, slack_user or principal.slack_user) != (
-                principal.role, principal.slack_user):
+        wanted = principal.channels if channels is None else frozenset(channels)
+        if (role or principal.role, slack_user or principal.slack_user, wanted) != (
+                principal.role, principal.slack_user, principal.channels):
             raise InvalidRequest(
                 f"{name} is {_described(principal)}: rotating keeps who it is (to change that, "
                 f"revoke {name} and create another name)", name=name)
@@ -158,7 +176,9 @@ def _taken(name: str, *, revoked: bool) -> str:
 def _described(principal: Principal) -> str:
     article = "a" if principal.role == "reader" else "an"
     person = f" (Slack {principal.slack_user})" if principal.slack_user else ""
-    return f"{article} {principal.role}{person}"
+    scope = "" if principal.channels is None else \
+        f" of channels {', '.join(sorted(principal.channels))}"
+    return f"{article} {principal.role}{person}{scope}"
 
 
 def _check(principal: Principal) -> None:
@@ -177,12 +197,18 @@ def _check(principal: Principal) -> None:
     if principal.role == "approver" and slack_user is None:
         raise InvalidRequest("an approver is a person: link their Slack user id "
                              "(--slack-user U…), the identity their approvals count under")
+    channels = principal.channels
+    if channels is not None:
+        wrong = sorted(c for c in channels if not CHANNEL_PATTERN.fullmatch(c))
+        if wrong or not 1 <= len(channels) <= MAX_CHANNELS:
+            raise InvalidRequest(f"{wrong[0]!r} is not a Slack channel id (e.g. C012AB3CD)"
+                                 if wrong else f"a scope names 1..{MAX_CHANNELS} channels",
+                                 channels=sorted(channels))
 
 
 def records(engine: Engine) -> list[PrincipalRecord]:
     """Every principal, oldest first, revoked ones included."""
-    columns = (api_principal.c.name, api_principal.c.role, api_principal.c.slack_user,
-               api_principal.c.created_at, api_principal.c.revoked_at)
+    columns = (*_IDENTITY, api_principal.c.created_at, api_principal.c.revoked_at)
     with connection(engine) as conn:
         rows = conn.execute(select(*columns).order_by(api_principal.c.created_at,
                                                       api_principal.c.name)).mappings().all()
@@ -212,7 +238,7 @@ def authenticate(engine: Engine, token: str, api_token: str | None) -> Principal
         return API_TOKEN
     with connection(engine) as conn:
         row = conn.execute(
-            select(api_principal.c.name, api_principal.c.role, api_principal.c.slack_user)
+            select(*_IDENTITY)
             .where(api_principal.c.token_hash == token_hash(token),
                    api_principal.c.revoked_at.is_(None))).mappings().first()
     return None if row is None else _principal(row)
@@ -231,7 +257,21 @@ def tokens_configured(engine: Engine, api_token: str | None) -> bool:
 def _principal(row: Mapping[Any, Any]) -> Principal:
     # A row edited by hand to an unknown role reads as the least it could mean.
     role = _ROLE_NAMED.get(str(row["role"]), "reader")
-    return Principal(str(row["name"]), role, row["slack_user"])
+    return Principal(str(row["name"]), role, row["slack_user"], _channels(row["scope"]))
+
+
+def _stored_scope(principal: Principal) -> dict[str, list[str]] | None:
+    return None if principal.channels is None else {"channels": sorted(principal.channels)}
+
+
+def _channels(scope: Any) -> frozenset[str] | None:
+    """A stored scope's channels; a scope edited by hand into anything else sees nothing."""
+    if scope is None:
+        return None
+    channels = scope.get("channels") if isinstance(scope, dict) else None
+    if not isinstance(channels, list) or not all(isinstance(c, str) for c in channels):
+        return frozenset()
+    return frozenset(channels)
 
 
 def shown_actor(actor: str, meta: Mapping[str, Any]) -> str:

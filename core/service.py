@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -54,7 +54,8 @@ from core.domain.messages import (
 from core.domain.plans import canonical_json, plan_hash, plan_problems
 from core.domain.policy import ApprovalPolicy, Satisfied
 from core.domain.policy import Refused as PolicyRefused
-from core.domain.verify import NO_METRICS_SOURCE, parse_verify
+from core.domain.promql import QueryBounds
+from core.domain.verify import NO_METRICS_SOURCE, parse_verify, query_problems
 from core.domain.views import ApprovalState, CaseView, ProposedPlan, TimelineEntry
 from core.errors import (
     ApprovalRefused,
@@ -80,6 +81,9 @@ MIN_CASE_PREFIX = 4  # hex digits of a case id that name it, when no other case 
 HEX_DIGITS = frozenset("0123456789abcdef")
 
 Row = Mapping[Any, Any]
+Channels = Collection[str] | None
+"""Which cases a reader may see: None, every one; else those whose chat thread is in one of
+these channels (a reader's scope: a Slack channel, or an API principal's ``--channel``)."""
 # What a write does inside the transaction: read what it needs, gather its rows, return its data.
 Work = Callable[[Connection, Row | None, store.Writes], Mapping[str, Any]]
 
@@ -184,6 +188,15 @@ def timeline_view(row: Mapping[Any, Any]) -> TimelineEntry:
     }
 
 
+def only_one(ref: str, found: list[UUID]) -> UUID:
+    """The one case of ``found`` that ``ref`` names; ``InvalidRequest`` when several share it."""
+    if len(found) > 1:
+        names = ", ".join(str(case_id)[:13] for case_id in found[:5])
+        raise InvalidRequest(f"`{ref.strip().lower()}` matches several cases ({names}…): give "
+                             "more of the id")
+    return found[0]
+
+
 class _Refusal(Exception):
     """A business refusal decided inside the transaction, to be stored and replied."""
 
@@ -197,7 +210,8 @@ class CaseService:
     """Opens, moves and reads cases. Built once by the composition root."""
 
     def __init__(self, engine: Engine, *, tenant: str = "default", clock: Clock = utcnow,
-                 policy: ApprovalPolicy | None = None, reads_metrics: bool = False) -> None:
+                 policy: ApprovalPolicy | None = None, reads_metrics: bool = False,
+                 promql: QueryBounds | None = None) -> None:
         self.engine = engine
         self.tenant = tenant
         self.clock = clock
@@ -206,6 +220,9 @@ class CaseService:
         # Whether a metrics source is configured (core.evidence.has_metrics_source): without
         # one, plan_ready refuses a plan with a metric check, which nothing could ever judge.
         self.reads_metrics = reads_metrics
+        # The bounds of the PromQL the verifier sends (core.evidence.promql_bounds), when metric
+        # checks are read from Prometheus: plan_ready refuses a verify query that breaks them.
+        self.promql = promql
 
     @property
     def gate(self) -> Gate:
@@ -282,9 +299,10 @@ class CaseService:
 
     # -- reads ----------------------------------------------------------------------------
 
-    def get_case(self, case_id: UUID) -> CaseView:
+    def get_case(self, case_id: UUID, *, channels: Channels = None) -> CaseView:
+        """The case ``case_id``; a case outside ``channels`` is ``NotFound`` as an unknown one."""
         with self._connection() as conn:
-            row = store.read_case(conn, case_id)
+            row = store.read_case(conn, case_id, channels)
         if row is None:
             raise NotFound(f"no case {case_id}", case_id=str(case_id))
         return case_view(row)
@@ -293,24 +311,31 @@ class CaseService:
         """The case ``ref`` names: its id, or a prefix of at least ``MIN_CASE_PREFIX`` of its
         hex digits (dashes optional, any case) that no other case shares. ``InvalidRequest``
         for anything else or a prefix several cases share, ``NotFound`` when none has it."""
-        shown = ref.strip().lower()
-        digits = shown.replace("-", "")
+        found = self.case_ids_matching(ref, limit=6)
+        if not found:
+            raise NotFound(f"no case id starts with `{ref.strip().lower()}`", case=ref)
+        return only_one(ref, found)
+
+    def case_ids_matching(self, ref: str, *, limit: int) -> list[UUID]:
+        """Up to ``limit`` ids of the cases ``ref`` may name (``find_case_id``'s rule), for a
+        caller that chooses among them; ``InvalidRequest`` when ``ref`` is no case id."""
+        digits = ref.strip().lower().replace("-", "")
         if not MIN_CASE_PREFIX <= len(digits) <= 32 or set(digits) - HEX_DIGITS:
             raise InvalidRequest(f"`{ref}` is not a case id: give at least {MIN_CASE_PREFIX} "
                                  "hex digits of its id")
         with self._connection() as conn:
-            found = store.case_ids_starting_with(conn, digits, limit=6)
-        if not found:
-            raise NotFound(f"no case id starts with `{shown}`", case=ref)
-        if len(found) > 1:
-            names = ", ".join(str(case_id)[:13] for case_id in found[:5])
-            raise InvalidRequest(f"`{shown}` matches several cases ({names}…): give more of "
-                                 "the id")
-        return found[0]
+            return store.case_ids_starting_with(conn, digits, limit=limit)
 
-    def timeline(self, case_id: UUID) -> list[TimelineEntry]:
+    def case_ids_in(self, case_ids: Collection[UUID], channels: Channels) -> set[UUID]:
+        """Those of ``case_ids`` a reader limited to ``channels`` may see (all when None)."""
+        if channels is None:
+            return set(case_ids)
         with self._connection() as conn:
-            if store.read_case(conn, case_id) is None:
+            return store.case_ids_in_channels(conn, case_ids, channels)
+
+    def timeline(self, case_id: UUID, *, channels: Channels = None) -> list[TimelineEntry]:
+        with self._connection() as conn:
+            if store.read_case(conn, case_id, channels) is None:
                 raise NotFound(f"no case {case_id}", case_id=str(case_id))
             return [timeline_view(row) for row in store.read_timeline(conn, case_id)]
 
@@ -335,9 +360,13 @@ class CaseService:
             return self.gate.may_reject(conn, case, plan_hash, person,
                                         expected_version=expected_version)
 
-    def list_cases(self, status: CaseStatus | None = None, limit: int = 50) -> list[CaseView]:
+    def list_cases(self, status: CaseStatus | None = None, limit: int = 50, *,
+                   channels: Channels = None, threadless: bool = False) -> list[CaseView]:
+        """The newest cases first (those in ``status``; those in ``channels``, and with
+        ``threadless`` those without a chat thread too)."""
         with self._connection() as conn:
-            rows = store.list_cases(conn, None if status is None else str(status), limit)
+            rows = store.list_cases(conn, None if status is None else str(status), limit,
+                                    channels, threadless=threadless)
         return [case_view(row) for row in rows]
 
     def proposed_plan(self, case_id: UUID, digest: str | None = None) -> ProposedPlan | None:
@@ -548,7 +577,7 @@ class CaseService:
                writes: store.Writes, ruling: Ruling | None) -> str | None:
         """Run the event's guard; record what it admits. Returns the plan hash it concerns."""
         if cmd.event is CaseEvent.PLAN_READY:
-            return self._admit_plan(conn, cmd, next_version, writes)
+            return self._admit_plan(conn, case, cmd, next_version, writes)
         if cmd.event is CaseEvent.GATE_APPROVED:
             return self._admit_approval(conn, cmd, writes, ruling)
         if cmd.event is CaseEvent.GATE_REJECTED:
@@ -557,7 +586,7 @@ class CaseService:
             return self._admit_expiry(conn, case, cmd, writes)
         return None
 
-    def _admit_plan(self, conn: Connection, cmd: TransitionCase, next_version: int,
+    def _admit_plan(self, conn: Connection, case: Row, cmd: TransitionCase, next_version: int,
                     writes: store.Writes) -> str:
         plan = cmd.plan
         if plan is None:
@@ -569,9 +598,15 @@ class CaseService:
         problems = plan_problems(plan)
         if problems:
             raise GuardFailed("the plan is incomplete or invalid", problems=problems)
-        if not self.reads_metrics and parse_verify(plan["verify"]).reads_metrics:
+        block = parse_verify(plan["verify"])
+        if not self.reads_metrics and block.reads_metrics:
             raise GuardFailed(f"the plan's metric check cannot be judged: {NO_METRICS_SOURCE}",
                               problems=[f"plan.verify: {NO_METRICS_SOURCE}"])
+        if self.promql is not None:
+            refused = query_problems(block, self.promql, case["tenant"])
+            if refused:
+                raise GuardFailed("the plan's verify query would not be sent to Prometheus: "
+                                  f"{refused[0]}", problems=[f"plan.{p}" for p in refused])
         digest = plan_hash(plan)
         writes.plan = {"id": uuid4(), "case_id": cmd.case_id, "case_version": next_version,
                        "plan_hash": digest, "plan": dict(plan),

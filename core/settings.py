@@ -23,6 +23,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
+from core.allowed_hosts import host_names
 from core.settings_errors import Expect, InvalidSettings, invalid_settings
 
 __all__ = ["InvalidSettings", "Settings", "load_settings"]
@@ -89,6 +90,19 @@ def _admits_loader_variables(entry: str) -> bool:
 Names = Annotated[list[str], NoDecode, BeforeValidator(_list_from_text),
                   Expect("names separated by commas (a,b) or a JSON list ([\"a\", \"b\"])")]
 HttpUrl = Annotated[str, AfterValidator(_http_url), Expect("an http:// or https:// URL")]
+def _hosts_from_text(value: Any) -> Any:
+    """Host names from the environment: a JSON list, or names separated by commas, where a
+    bracketed IPv6 address (``[::1]:8080``) is a name, not a JSON list."""
+    if isinstance(value, str) and value.strip().startswith("[") \
+            and not re.match(r"\[\s*[\"\]]", value.strip()):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return _list_from_text(value)
+
+
+HostNames = Annotated[list[str], NoDecode, BeforeValidator(_hosts_from_text),
+                      AfterValidator(host_names), Expect(
+    "host names with optional ports, separated by commas (opsgate.example.com,10.0.0.5:8080) "
+    "or a JSON list")]
 ObjectOfNumbers = Annotated[
     dict[str, float], NoDecode, BeforeValidator(_object_from_text),
     Expect('a JSON object of names and numbers, e.g. {"error_rate": 0.01}')]
@@ -116,6 +130,14 @@ class Settings(BaseSettings):
         description="'token': once any token is configured (OPSGATE_API_TOKEN or a live "
         "`opsgate token`), REST reads need one too (reader or above). 'open': reads stay open "
         "(a laptop).",
+    )
+    allowed_hosts: HostNames = Field(
+        default_factory=list,
+        description="The names clients reach the server by (its Host header), with an optional "
+        "port, e.g. 'opsgate.example.com,10.0.0.5:8080': a request whose Host, or Origin when "
+        "it sends one, names another is refused with 403 (DNS rebinding), token or not. "
+        "localhost, 127.0.0.1 and [::1] are always allowed. Unset: only those, and `opsgate "
+        "serve` bound to another address refuses to start.",
     )
     tenant: str = Field(default="default", max_length=64)
     db_pool_size: int = Field(default=10, ge=1, le=200)
@@ -154,6 +176,28 @@ class Settings(BaseSettings):
         default=None, description="Prometheus base URL for verify metrics. Unset: the "
         "stand-in table of OPSGATE_STATIC_METRICS if one is set, else no metrics source "
         "(plans with a metric check are refused at plan_ready).",
+    )
+    # What PromQL is sent, and how (core/domain/promql.py; docs/evidence.md "Bounded queries").
+    promql_timeout_s: float = Field(
+        default=10.0, gt=0, le=300,
+        description="Prometheus' own `timeout` on every query opsgate sends (the HTTP client "
+        "waits 1 s longer); a query that timed out is read again later, backing off.",
+    )
+    promql_max_range_s: int = Field(
+        default=3600, ge=60, le=7 * 86400,
+        description="The longest range a query may select (x[5m], a subquery's [1h:]); longer "
+        "is refused before it is sent (a plan's verify query: at plan_ready).",
+    )
+    promql_min_step_s: int = Field(
+        default=10, ge=1, le=3600,
+        description="The finest step a subquery may take ([1h:10s]); finer is refused.",
+    )
+    promql_scope_label: Annotated[str, Expect("a Prometheus label name (letters, digits, _; "
+                                              "e.g. tenant or namespace)")] | None = Field(
+        default=None, pattern=r"^[a-zA-Z][a-zA-Z0-9_]*$",
+        description="A label every selector must carry with the case's tenant as its value "
+        "(e.g. tenant, namespace): a selector without it, or naming another value, is refused. "
+        "Unset: queries are not scoped.",
     )
     static_metrics: ObjectOfNumbers = Field(
         default_factory=dict,

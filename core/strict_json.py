@@ -3,6 +3,10 @@
 bound such as ``risk_score <= 1`` lets one through. Wherever JSON enters — the REST API, Slack
 payloads, the model's tool arguments, a ChangePlan — such numbers are refused with this module.
 
+Nesting is bounded too (``MAX_DEPTH``; RFC 8259 lets a reader set the limit): Python's reader and
+every recursive walk after it run out of stack on a document nested thousands deep, which no
+sender of ours needs (Slack, Alertmanager, MCP and our own bodies stay within a dozen levels).
+
 Text a document must be storable as (I-JSON, RFC 7493, and PostgreSQL's ``jsonb``): no lone
 surrogates, no NUL character."""
 
@@ -10,12 +14,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from core.errors import OpsgateError
+from core.errors import BadRequest, OpsgateError
 
 Path = list[str | int]
+MAX_DEPTH = 64
+"""The deepest nesting of arrays and objects a document may have (``[[1]]`` is 2 deep)."""
 
 
 class NonFiniteNumber(OpsgateError, ValueError):
@@ -24,9 +30,46 @@ class NonFiniteNumber(OpsgateError, ValueError):
     code = "non_finite_number"
 
 
-def loads(text: str | bytes) -> Any:
-    """``json.loads`` that refuses NaN and ±Infinity (``NonFiniteNumber``)."""
-    return json.loads(text, parse_constant=_refuse)
+class TooDeep(BadRequest, ValueError):
+    """A document nested deeper than ``MAX_DEPTH`` (a ``ValueError`` too, as ``json.loads``
+    raises)."""
+
+    code = "json_too_deep"
+
+    def __init__(self, limit: int = MAX_DEPTH) -> None:
+        super().__init__(f"the JSON is nested deeper than {limit} levels of arrays and objects",
+                         limit=limit)
+
+
+def loads(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
+    """``json.loads`` that refuses NaN and ±Infinity (``NonFiniteNumber``) and nesting deeper
+    than ``max_depth`` (``TooDeep``), never running out of stack."""
+    try:
+        value = json.loads(text, parse_constant=_refuse)
+    except RecursionError:
+        raise TooDeep(max_depth) from None
+    if too_deep(value, max_depth):
+        raise TooDeep(max_depth)
+    return value
+
+
+def too_deep(value: Any, max_depth: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` (parsed JSON) nests arrays and objects deeper than ``max_depth``;
+    iterative, like every walk here."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            inner: Iterable[Any] = item.values()
+        elif isinstance(item, list | tuple):
+            inner = item
+        else:
+            continue
+        if depth > max_depth:
+            return True
+        stack.extend((child, depth + 1) for child in inner
+                     if isinstance(child, Mapping | list | tuple))
+    return False
 
 
 def _refuse(constant: str) -> Any:

@@ -136,7 +136,7 @@ def service(engine: Engine) -> CaseService:
 @pytest.fixture
 def client(app: App) -> Iterator[TestClient]:
     """The REST API of the test's own ``app`` fixture, called in process."""
-    with TestClient(create_api(app)) as test_client:
+    with TestClient(create_api(app), base_url="http://localhost") as test_client:
         yield test_client
 
 

@@ -21,7 +21,7 @@ from langchain_core.language_models import BaseChatModel
 from sqlalchemy import Engine
 
 from agent.eval.grades import Observed
-from agent.eval.scenarios import Scenario, resolve_plan, runbook_file
+from agent.eval.scenarios import Scenario, resolve_plan, runbook_file, within
 from agent.eval.series import with_stand_in, write_recorded
 from agent.planner import AgentPlanner
 from agent.runner import Agent, TurnResult
@@ -65,7 +65,8 @@ class RecordingAgent(Agent):
 
 
 class Scratch:
-    """A folder with a migrated SQLite database to copy for each run."""
+    """A folder with a migrated SQLite database to copy for each run; a run writes only in its
+    own folder (``within``, checked before each write)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -80,9 +81,9 @@ class Scratch:
     @contextmanager
     def run_folder(self) -> Iterator[Path]:
         self._runs += 1
-        folder = self.root / f"run-{self._runs}"
+        folder = within(self.root, self.root / f"run-{self._runs}")
         folder.mkdir()
-        shutil.copyfile(self.template, folder / "opsgate.sqlite")
+        shutil.copyfile(self.template, within(folder, folder / "opsgate.sqlite"))
         try:
             yield folder
         finally:
@@ -110,7 +111,7 @@ def _run(scenario: Scenario, folder: Path, model: ModelFactory, work: Path,
          engine: Engine) -> Observed:
     write_recorded(work / "series", scenario.name, scenario.series)
     settings = Settings(_env_file=None, database_url=f"sqlite:///{work / 'opsgate.sqlite'}",
-                        runbooks_dir=str(_runbooks(scenario, folder, work / "runbooks")),
+                        runbooks_dir=str(_runbooks(scenario, folder, work)),
                         series_dir=str(work / "series"), redis_url=None, prometheus_url=None,
                         auto_approve="off", approvers=[PAST_APPROVER], mcp_servers=None)
     settings = with_stand_in(settings, scenario.series)
@@ -131,12 +132,14 @@ def _run(scenario: Scenario, folder: Path, model: ModelFactory, work: Path,
     return observe(app, scenario.name, case_id, agent, dead[0] if dead else None)
 
 
-def _runbooks(scenario: Scenario, folder: Path, target: Path) -> Path:
+def _runbooks(scenario: Scenario, folder: Path, work: Path) -> Path:
+    """The run's runbooks folder: the product's, then the scenario's (read from its folder)."""
+    target = within(work, work / "runbooks")
     target.mkdir(parents=True, exist_ok=True)
     for book in runbooks_folder(SHIPPED_RUNBOOKS).glob("*.md"):
-        shutil.copyfile(book, target / book.name)
+        shutil.copyfile(book, within(target, target / book.name))
     for name in scenario.runbooks:
-        shutil.copyfile(runbook_file(folder, name), target / f"{name}.md")
+        shutil.copyfile(runbook_file(folder, name), within(target, target / f"{name}.md"))
     return target
 
 

@@ -3,15 +3,26 @@ with opsgate). A scenario is an incident as people report it (title, severity, t
 metric series recorded around it, extra runbooks, past verified cases, and what a good answer
 contains (``expect``) — plus, for the scripted models, the answer a good model gives (``answer``).
 
-A file that does not fit is one line naming the file and the field (``ScenarioError``)."""
+A file that does not fit is one line naming the file and the field (``ScenarioError``). Names
+that become file names (runbooks, metrics) are plain names, and every file read stays in the
+folder (a link out of it is refused): a scenario folder from elsewhere cannot make the harness
+read or write anything outside it."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 from core.domain.plan_templates import load_template, template_names
 from core.errors import OpsgateError
@@ -26,6 +37,29 @@ class ScenarioError(OpsgateError):
     """A scenario folder or file that cannot be used, in one line."""
 
     code = "invalid_scenario"
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}")
+
+
+def plain_name(name: str) -> str:
+    """``name`` when a file may be named after it: no separator, no ``..``, not absolute."""
+    if not _PLAIN.fullmatch(name) or ".." in name:
+        raise ValueError(f"{name!r} is not a plain name (letters, digits, '_', '.', ':', '-'; "
+                         "no '/', no '\\', no '..')")
+    return name
+
+
+PlainName = Annotated[str, AfterValidator(plain_name)]
+
+
+def within(folder: Path, path: Path) -> Path:
+    """``path`` resolved (links followed), when it lies in ``folder``; else ``ScenarioError``:
+    the harness reads scenario files and writes its scratch files nowhere else."""
+    resolved = path.resolve()
+    if not resolved.is_relative_to(folder.resolve()):
+        raise ScenarioError(f"{path}: leads out of {folder} (to {resolved}); refused")
+    return resolved
 
 
 class Strict(BaseModel):
@@ -110,8 +144,8 @@ class Adversarial(Strict):
 class Scenario(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")
     report: Report
-    series: dict[str, Series] = Field(min_length=1)
-    runbooks: tuple[str, ...] = ()
+    series: dict[PlainName, Series] = Field(min_length=1)  # a metric's recorded file is named so
+    runbooks: tuple[PlainName, ...] = ()
     past_cases: tuple[PastCase, ...] = ()
     expect: Expect
     answer: Answer
@@ -163,17 +197,27 @@ def load_scenarios(folder: Path = SHIPPED) -> list[Scenario]:
         raise ScenarioError(f"--scenarios {folder}: holds no scenario *.json files")
     if len(paths) > MAX_SCENARIOS:
         raise ScenarioError(f"--scenarios {folder}: {len(paths)} files, at most {MAX_SCENARIOS}")
-    scenarios = [load_scenario(path) for path in paths]
-    for scenario in scenarios:  # every runbook named is there before any run starts
-        for name in scenario.runbooks:
-            runbook_file(folder, name)
+    scenarios = []
+    for path in paths:
+        within(folder, path)
+        scenario = load_scenario(path)
+        for n, name in enumerate(scenario.runbooks):  # each there before any run starts
+            try:
+                runbook_file(folder, name)
+            except ScenarioError as exc:
+                raise ScenarioError(f"{path}: runbooks.{n}: {exc.message}") from exc
+        scenarios.append(scenario)
     return scenarios
 
 
 def runbook_file(folder: Path, name: str) -> Path:
-    """A scenario's extra runbook: ``<scenarios>/runbooks/<name>.md``."""
-    path = folder / "runbooks" / f"{name}.md"
+    """A scenario's extra runbook: ``<scenarios>/runbooks/<name>.md``, a file in the folder
+    (resolved: a link out of it is refused)."""
+    try:
+        path = folder / "runbooks" / f"{plain_name(name)}.md"
+    except ValueError as exc:
+        raise ScenarioError(f"runbook {exc}") from exc
     if not path.is_file():
         raise ScenarioError(f"runbook {name!r}: no file {path} (scenario runbooks live in "
                             f"{folder / 'runbooks'})")
-    return path
+    return within(folder, path)

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from agent.eval.scenarios import Series
+from agent.eval.scenarios import Series, within
 from core.domain.verify import VerifyBlock, parse_verify
 from core.errors import InvalidPlan
 from core.evidence import EvidenceMissing, Moment, Worst, read_block
@@ -57,13 +57,14 @@ def _incident_value(series: Series, t: float) -> float:
 
 
 def write_recorded(folder: Path, scenario: str, series: Mapping[str, Series]) -> None:
-    """``<folder>/<metric>.json`` as ``core.analysis.sources.RecordedSource`` reads them."""
+    """``<folder>/<metric>.json`` as ``core.analysis.sources.RecordedSource`` reads them; each
+    file lands in ``folder`` (a metric's name is a plain name, checked again here)."""
     folder.mkdir(parents=True, exist_ok=True)
     for metric, shape in series.items():
         points = [[t, round(value_at(scenario, metric, shape, t, "before"), 6)]
                   for t in range(RECORDED_FROM_S, RECORDED_TO_S + 1, STEP_S)]
         doc = {"metric": metric, "step_s": STEP_S, "points": points}
-        (folder / f"{metric}.json").write_text(json.dumps(doc), "utf-8")
+        within(folder, folder / f"{metric}.json").write_text(json.dumps(doc), "utf-8")
 
 
 def with_stand_in(settings: Settings, series: Mapping[str, Series]) -> Settings:

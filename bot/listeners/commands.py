@@ -22,10 +22,11 @@ from bot.blocks import (
     who,
 )
 from bot.card import catchup_message
-from bot.cases import SlackCases, title_of
+from bot.cases import Asker, SlackCases, title_of
 from bot.failures import correlation_id, failure_text
 from bot.ids import COMMAND, Subcommand
 from bot.listeners import Body, lazy
+from core.mrkdwn import escape
 
 
 def register(bolt: Bolt, cases: SlackCases) -> None:
@@ -44,38 +45,42 @@ def parse(body: Body) -> tuple[str, str]:
 def respond(cases: SlackCases, body: Body) -> Message:
     """The ephemeral answer to one ``/case``; refusals and failures answer too."""
     subcommand, rest = parse(body)
+    asker = Asker(str(body.get("user_id") or ""), str(body.get("channel_id") or ""))
     try:
-        return answer_for(cases, subcommand, rest)
+        return answer_for(cases, subcommand, rest, asker)
     except Exception as error:  # the one error handler's wording, in the ack itself
-        return plain(failure_text(error, correlation_id(body)))
+        return plain(escape(failure_text(error, correlation_id(body))))
 
 
-def answer_for(cases: SlackCases, subcommand: str, rest: str) -> Message:
+def answer_for(cases: SlackCases, subcommand: str, rest: str, asker: Asker) -> Message:
+    """The answer to ``asker``: about a case only when they may read it (``find_case``); a
+    list of the cases of the channel they ask in."""
     if subcommand == Subcommand.NEW:
         if not rest:
             return help_message(f"`{COMMAND} new` needs a title.")
-        return plain(f"Opening case “{title_of(rest)}”: its thread starts in this channel.")
+        return plain(f"Opening case “{escape(title_of(rest))}”: its thread starts in this "
+                     "channel.")
     if subcommand in (Subcommand.STATUS, Subcommand.TIMELINE):
         if not rest:
             return help_message(f"`{COMMAND} {subcommand}` needs a case id (or its start).")
-        case = cases.find_case(rest.split()[0])
+        case = cases.find_case(rest.split()[0], asker)
         if subcommand == Subcommand.STATUS:
             return case_status(case)
         return case_timeline(case, cases.cases.timeline(UUID(case["case_id"])))
     if subcommand == Subcommand.SIMILAR:
         if not rest:
             return help_message(f"`{COMMAND} similar` needs a case id (or its start).")
-        return case_similar(cases.evidence(rest.split()[0]))
+        return case_similar(cases.evidence(rest.split()[0], asker))
     if subcommand == Subcommand.CATCHUP:
         if not rest:
             return help_message(f"`{COMMAND} catchup` needs a case id (or its start).")
-        return catchup_message(cases.catchup(rest.split()[0]))
+        return catchup_message(cases.catchup(rest.split()[0], asker))
     if subcommand == Subcommand.LIST:
         status = rest.split()[0] if rest else None
-        return case_list(cases.list_cases(status), status.upper() if status else None)
+        return case_list(cases.list_cases(status, asker), status.upper() if status else None)
     if subcommand in ("", Subcommand.HELP):
         return help_message()
-    return help_message(f"Unknown subcommand `{subcommand}`.")
+    return help_message(f"Unknown subcommand `{escape(subcommand)}`.")
 
 
 def open_case(cases: SlackCases, body: Body) -> None:
@@ -88,8 +93,8 @@ def open_case(cases: SlackCases, body: Body) -> None:
     title, user, channel = title_of(rest), str(body["user_id"]), str(body["channel_id"])
     command = correlation_id(body)
     where = cases.start_thread(str(body.get("team_id") or ""), channel,
-                               f"🚨 {title} — opened by {who(user)} with `{COMMAND} new`",
+                               f"🚨 {escape(title)} — opened by {who(user)} with `{COMMAND} new`",
                                business_key=f"case-new:{command}")
     case_id, _ = cases.case_for_thread(where, title, user, command)
-    cases.edit(where, f"🚨 Case `{short_id(case_id)}` · {title} — opened by {who(user)}; "
+    cases.edit(where, f"🚨 Case `{short_id(case_id)}` · {escape(title)} — opened by {who(user)}; "
                       "updates follow in this thread", business_key=f"case-new:{command}:named")

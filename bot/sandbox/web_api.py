@@ -155,6 +155,12 @@ def conversations_info(workspace: Workspace, args: Args) -> Args:
                         "context_team_id": TEAM_ID}}
 
 
+def conversations_members(workspace: Workspace, args: Args) -> Args:
+    """Everyone of the workspace is in its one channel."""
+    workspace.channel(_required(args, "channel"))
+    return {"members": list(workspace.people), "response_metadata": {"next_cursor": ""}}
+
+
 def conversations_replies(workspace: Workspace, args: Args) -> Args:
     workspace.channel(_required(args, "channel"))
     thread = workspace.thread(_required(args, "ts"))
@@ -185,6 +191,7 @@ METHODS: dict[str, Method] = {
     "views.update": views_update,
     "users.info": users_info,
     "conversations.info": conversations_info,
+    "conversations.members": conversations_members,
     "conversations.replies": conversations_replies,
 }
 

@@ -1,5 +1,6 @@
 """How a findings fact (``evt.analysis.findings.v1``) reads in the case thread: a short text
-(every chat sink) and a Block Kit summary (Slack). Pure functions of the event's payload."""
+(every chat sink) and a Block Kit summary (Slack), both mrkdwn with the findings' words escaped
+(``core.mrkdwn``). Pure functions of the event's payload."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from core.domain.messages import FindingsPayload, payload_as
+from core.mrkdwn import escape
 
 Payload = Mapping[str, Any]
 MAX_LISTED = 3
@@ -18,12 +20,12 @@ def findings_text(raw: Payload) -> str:
     payload = payload_as(FindingsPayload, raw)
     findings: Sequence[Mapping[str, Any]] = payload.get("findings") or []
     lines = [_headline(payload)]
-    lines += [f"• {f.get('summary')} (confidence {float(f.get('confidence', 0)):.0%})"
+    lines += [f"• {escape(f.get('summary'))} (confidence {float(f.get('confidence', 0)):.0%})"
               for f in findings[:MAX_LISTED]]
-    lines += [f"• missing {m.get('metric')}: {m.get('reason')}"
+    lines += [f"• missing {escape(m.get('metric'))}: {escape(m.get('reason'))}"
               for m in (payload.get("missing") or [])[:MAX_LISTED]]
     lines += [f"Similar: {_similar(c)}" for c in (payload.get("similar_cases") or [])]
-    lines += [f"Runbook: {r.get('title')}" for r in (payload.get("runbooks") or [])]
+    lines += [f"Runbook: {escape(r.get('title'))}" for r in (payload.get("runbooks") or [])]
     return "\n".join(lines)
 
 
@@ -33,7 +35,7 @@ def findings_blocks(raw: Payload) -> list[dict[str, Any]]:
     payload = payload_as(FindingsPayload, raw)
     blocks: list[dict[str, Any]] = [_section(f"*{_headline(payload)}*")]
     for finding in (payload.get("findings") or [])[:MAX_LISTED]:
-        block = _section(f"{finding.get('summary')}\n"
+        block = _section(f"{escape(finding.get('summary'))}\n"
                          f"_confidence {float(finding.get('confidence', 0)):.0%}_")
         link = str(finding.get("link") or "")
         if link.startswith(("http://", "https://")):
@@ -42,7 +44,7 @@ def findings_blocks(raw: Payload) -> list[dict[str, Any]]:
                                   "action_id": f"finding_link_{finding.get('metric')}"[:255]}
         blocks.append(block)
     context = [*(f"Similar: {_similar(c)}" for c in payload.get("similar_cases") or []),
-               *(f"Runbook: {r.get('title')}" for r in payload.get("runbooks") or [])]
+               *(f"Runbook: {escape(r.get('title'))}" for r in payload.get("runbooks") or [])]
     if context:
         blocks.append({"type": "context",
                        "elements": [{"type": "mrkdwn", "text": line[:3000]}
@@ -52,14 +54,15 @@ def findings_blocks(raw: Payload) -> list[dict[str, Any]]:
 
 def _headline(payload: FindingsPayload) -> str:
     findings = payload.get("findings") or []
-    checked = ", ".join(payload.get("checked") or []) or "no metric"
+    checked = escape(", ".join(payload.get("checked") or []) or "no metric")
     if not findings:
         return f"Analysis: no significant change in {checked}"
     return f"Analysis: {len(findings)} finding(s) in {checked}"
 
 
 def _similar(case: Mapping[str, Any]) -> str:
-    return f"{case.get('title')} (resolved by {case.get('resolved_by') or 'its plan'})"
+    return (f"{escape(case.get('title'))} "
+            f"(resolved by {escape(case.get('resolved_by') or 'its plan')})")
 
 
 def _section(text: str) -> dict[str, Any]:

@@ -1,5 +1,7 @@
 """Where the analyst reads a metric's series around the incident start: Prometheus'
 ``query_range`` (production) or recorded series files (the embedded default and tests).
+A Prometheus query is checked (``core/domain/promql.py``) for the case it reads for before it is
+sent, and carries Prometheus' own ``timeout``.
 
 Both answer ``read(spec, incident_at)`` with points ``[(offset_s, value), …]`` relative to the
 incident start, and ``link(spec, incident_at)``: where a person sees the same numbers.
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
@@ -17,7 +20,15 @@ from typing import Protocol
 import httpx
 
 from core.analysis.catalog import MetricSpec
-from core.evidence import EvidenceMissing, prometheus_answer, prometheus_get
+from core.domain.promql import QueryBounds, check_query, seconds_param
+from core.evidence import (
+    CLIENT_GRACE_S,
+    EvidenceMissing,
+    QueryRefused,
+    prometheus_answer,
+    prometheus_get,
+    promql_bounds,
+)
 from core.redact import url_without_credentials
 from core.settings import Settings
 
@@ -38,24 +49,39 @@ class SeriesSource(Protocol):
 
 
 class PrometheusRangeSource:
-    """``GET /api/v1/query_range`` over [start - before, min(now, start + after)]."""
+    """``GET /api/v1/query_range`` over [start - before, min(now, start + after)], for the case
+    whose scope value (its tenant) is ``scope`` (``scoped``)."""
 
     def __init__(self, base_url: str, *, before_s: int, after_s: int, step_s: int,
-                 timeout_s: float = 10.0,
+                 timeout_s: float | None = None, bounds: QueryBounds | None = None,
+                 scope: str | None = None,
                  now: Callable[[], datetime] | None = None) -> None:
         self._base = base_url.rstrip("/")
         self._endpoint = httpx.URL(self._base + "/api/v1/query_range")
         self._shown_base = url_without_credentials(self._base)  # links reach people
         self.before_s, self.after_s, self.step_s = before_s, after_s, step_s
-        self._timeout_s = timeout_s
+        bounds = bounds or QueryBounds()
+        self.bounds = bounds if timeout_s is None else replace(bounds, timeout_s=timeout_s)
+        self.scope = scope
         self._now = now or (lambda: datetime.now(UTC))
 
+    def scoped(self, scope: str | None) -> PrometheusRangeSource:
+        """The same Prometheus and windows, reading for the case whose scope value is
+        ``scope``."""
+        return PrometheusRangeSource(self._base, before_s=self.before_s, after_s=self.after_s,
+                                     step_s=self.step_s, bounds=self.bounds, scope=scope,
+                                     now=self._now)
+
     def read(self, spec: MetricSpec, incident_at: datetime) -> Series:
+        verdict = check_query(spec.query, self.bounds, self.scope)
+        if not verdict.allowed:
+            raise QueryRefused(f"the query is {verdict.reason}")
         start, end = self._window(incident_at)
         url = self._endpoint.copy_merge_params({
             "query": spec.query, "start": f"{start.timestamp():.3f}",
-            "end": f"{end.timestamp():.3f}", "step": str(self.step_s)})
-        reply = prometheus_get(self._endpoint, url, self._timeout_s)
+            "end": f"{end.timestamp():.3f}", "step": str(self.step_s),
+            "timeout": seconds_param(self.bounds.timeout_s)})
+        reply = prometheus_get(self._endpoint, url, self.bounds.timeout_s + CLIENT_GRACE_S)
         return matrix_points(reply.body, incident_at.timestamp(), status=reply.status)
 
     def link(self, spec: MetricSpec, incident_at: datetime) -> str:
@@ -118,13 +144,20 @@ class RecordedSource:
         return self.folder / f"{spec.name}.json"
 
 
+def for_case(source: SeriesSource, scope: str | None) -> SeriesSource:
+    """``source`` as it reads for a case whose scope value (its tenant) is ``scope``: Prometheus
+    checks each query against it; recorded files send no query."""
+    return source.scoped(scope) if isinstance(source, PrometheusRangeSource) else source
+
+
 def series_source(settings: Settings) -> SeriesSource | None:
     """Prometheus when ``OPSGATE_PROMETHEUS_URL`` is set, else the recorded series of
     ``OPSGATE_SERIES_DIR``; None when neither is: the analyst then reads no metrics."""
     if settings.prometheus_url:
         return PrometheusRangeSource(settings.prometheus_url, before_s=settings.analysis_before_s,
                                      after_s=settings.analysis_after_s,
-                                     step_s=settings.analysis_step_s)
+                                     step_s=settings.analysis_step_s,
+                                     bounds=promql_bounds(settings))
     if settings.series_dir:
         return RecordedSource(settings.series_dir)
     return None

@@ -7,9 +7,11 @@ from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import FastAPI
 
+from core.allowed_hosts import allowed_hosts
 from core.api import alerts, approvals, cases, health, ops, plans, walkthrough
 from core.api.failures import install_error_handlers
 from core.api.finite_json import FiniteJsonBody
+from core.api.hosts import AllowedHostsOnly
 from core.api.limits import MAX_BODY_BYTES, BodyLimit
 from core.api.ops_correlation import CorrelationId
 from core.bootstrap import App
@@ -34,6 +36,8 @@ def create_api(app: App) -> FastAPI:
     api.add_middleware(FiniteJsonBody)  # inside BodyLimit: reads only a bounded body
     api.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES,
                        paths={alerts.PATH: alerts.ALERT_BODY})
+    # Before any body is read: a name this server does not answer to (DNS rebinding) is 403.
+    api.add_middleware(AllowedHostsOnly, hosts=allowed_hosts(app.settings))
     api.add_middleware(CorrelationId)  # outermost: even a refused body's reply names its id
     for routes in (cases.router, approvals.router, plans.router, walkthrough.router,
                    health.router, ops.router, alerts.router):

@@ -9,7 +9,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Response
 
-from core.api.deps import Cases, Decider
+from core.api.deps import Cases, Decider, in_scope
 from core.api.headers import CorrelationIdHeader, IfMatchHeader, correlation_id, expected_version
 from core.api.openapi import documented
 from core.api.replies import send_reply
@@ -28,6 +28,7 @@ def approve_plan(case_id: UUID, body: ApproveBody, write: Decider, cases: Cases,
     """Approve the plan the case waits on (by hash). The approval policy decides as for a Slack
     click: never the requester; two distinct people from the two-person risk up. When it is
     satisfied the case moves to EXECUTING; else the reply says how many more are needed."""
+    in_scope(cases, write.principal, case_id)
     cmd = ApprovePlan(case_id, body.plan_hash, write.actor,
                       correlation_id=correlation_id(x_correlation_id),
                       expected_version=expected_version(if_match, body.expected_version),
@@ -40,6 +41,7 @@ def reject_plan(case_id: UUID, body: RejectBody, write: Decider, cases: Cases,
                 if_match: IfMatchHeader = None,
                 x_correlation_id: CorrelationIdHeader = None) -> Response:
     """Reject the plan the case waits on (by hash), with a reason: the case parks."""
+    in_scope(cases, write.principal, case_id)
     cmd = RejectPlan(case_id, body.plan_hash, write.actor, body.reason,
                      correlation_id=correlation_id(x_correlation_id),
                      expected_version=expected_version(if_match, body.expected_version),

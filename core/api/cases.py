@@ -9,7 +9,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Query, Response
 
-from core.api.deps import Cases, Reader, Writer
+from core.api.deps import Cases, Reader, Writer, in_scope
 from core.api.headers import CorrelationIdHeader, IfMatchHeader, correlation_id, expected_version
 from core.api.openapi import documented
 from core.api.replies import etag, send_data, send_reply
@@ -40,26 +40,25 @@ def create_case(body: CreateCaseBody, write: Writer, cases: Cases,
     return send_reply(cases.open_case(cmd, write.key), location=True)
 
 
-@router.get("/case", dependencies=[Reader], responses=documented(CaseListReply, 401, 422))
-def list_cases(cases: Cases, status: CaseStatus | None = None,
+@router.get("/case", responses=documented(CaseListReply, 401, 422))
+def list_cases(cases: Cases, reader: Reader, status: CaseStatus | None = None,
                limit: Annotated[int, Query(ge=1, le=200)] = 50) -> Response:
-    """The newest cases first, optionally only those in one status."""
-    return send_data(cases.list_cases(status, limit))
+    """The newest cases first, optionally only those in one status (a token scoped to
+    channels: only those channels' cases)."""
+    return send_data(cases.list_cases(status, limit, channels=reader.channels))
 
 
-@router.get("/case/{case_id}", dependencies=[Reader],
-            responses=documented(CaseReply, 401, 404, 422))
-def get_case(case_id: UUID, cases: Cases) -> Response:
+@router.get("/case/{case_id}", responses=documented(CaseReply, 401, 404, 422))
+def get_case(case_id: UUID, cases: Cases, reader: Reader) -> Response:
     """One case; its ETag is the version to send back in If-Match."""
-    case = cases.get_case(case_id)
+    case = cases.get_case(case_id, channels=reader.channels)
     return send_data(case, headers={"ETag": etag(case["version"])})
 
 
-@router.get("/case/{case_id}/timeline", dependencies=[Reader],
-            responses=documented(TimelineReply, 401, 404, 422))
-def case_timeline(case_id: UUID, cases: Cases) -> Response:
+@router.get("/case/{case_id}/timeline", responses=documented(TimelineReply, 401, 404, 422))
+def case_timeline(case_id: UUID, cases: Cases, reader: Reader) -> Response:
     """Every accepted move and every guard refusal of the case, oldest first."""
-    return send_data(cases.timeline(case_id))
+    return send_data(cases.timeline(case_id, channels=reader.channels))
 
 
 @router.patch("/case/{case_id}/transition",
@@ -74,6 +73,7 @@ def transition_case(case_id: UUID, body: TransitionBody, write: Writer, cases: C
         verb = "approve" if body.event is CaseEvent.GATE_APPROVED else "reject"
         raise Forbidden(f"{body.event} is a person's decision: POST /case/{case_id}/{verb} "
                         "with an approver's token", use=f"POST /case/{case_id}/{verb}")
+    in_scope(cases, write.principal, case_id)
     cmd = TransitionCase(
         case_id=case_id, event=body.event, actor=write.actor, reason=body.reason,
         correlation_id=correlation_id(x_correlation_id) or body.correlation_id,

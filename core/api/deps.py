@@ -1,11 +1,14 @@
 """The dependencies endpoints declare: the wired ``App`` and its case service, and who may do
 what: a read (any principal, or nobody while reads are open), a write (an operator, then the
-Idempotency-Key) and a decision at the gate (an approver who is a person)."""
+Idempotency-Key) and a decision at the gate (an approver who is a person). A principal scoped
+to channels reads and writes only those channels' cases (``in_scope``): any other is 404, as an
+unknown case."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Annotated
+from uuid import UUID
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials
@@ -13,7 +16,13 @@ from fastapi.security import HTTPAuthorizationCredentials
 from core.api.headers import IdempotencyKeyHeader, bearer, check_idempotency_key
 from core.bootstrap import App
 from core.errors import Forbidden, Unauthorized
-from core.principals import ANONYMOUS, Principal, authenticate, tokens_configured
+from core.principals import (
+    ANONYMOUS,
+    OPEN_READER,
+    Principal,
+    authenticate,
+    tokens_configured,
+)
 from core.service import CaseService
 
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
@@ -59,13 +68,22 @@ def caller(request: Request, credentials: HTTPAuthorizationCredentials | None
     return None if tokens_configured(app.engine, api_token) else ANONYMOUS
 
 
-def admit_read(request: Request, credentials: Credentials) -> None:
-    """A read needs a principal (any role) once the server has a token, unless
-    OPSGATE_API_READS=open."""
+def admit_read(request: Request, credentials: Credentials) -> Principal:
+    """Who reads: a principal (any role) once the server has a token, unless
+    OPSGATE_API_READS=open (then a caller without one is ``OPEN_READER``)."""
     if credentials is None and opsgate(request).settings.api_reads == "open":
-        return
-    if caller(request, credentials) is None:
+        return OPEN_READER
+    principal = caller(request, credentials)
+    if principal is None:
         raise Unauthorized("reads need 'Authorization: Bearer <token>' (a reader or above)")
+    return principal
+
+
+def in_scope(cases: CaseService, principal: Principal, case_id: UUID) -> None:
+    """Nothing when ``principal`` may see the case; ``NotFound``, as for an unknown case, when
+    it lies outside the principal's channels."""
+    if principal.channels is not None:
+        cases.get_case(case_id, channels=principal.channels)
 
 
 def admit_write(request: Request, credentials: Credentials,
@@ -101,4 +119,4 @@ def _writer(request: Request, credentials: HTTPAuthorizationCredentials | None) 
 Cases = Annotated[CaseService, Depends(case_service)]
 Writer = Annotated[Write, Depends(admit_write)]
 Decider = Annotated[Write, Depends(admit_decision)]
-Reader = Depends(admit_read)
+Reader = Annotated[Principal, Depends(admit_read)]

@@ -1,4 +1,6 @@
-"""Refuses JSON request bodies holding NaN or ±Infinity with 422, before any endpoint parses them.
+"""Refuses JSON request bodies holding NaN or ±Infinity with 422, and bodies nested deeper than
+``core.strict_json.MAX_DEPTH`` with 400 ``json_too_deep``, before any endpoint parses them (REST,
+``/mcp``, ``/slack/events``, the Alertmanager webhook: a deep body is never a 500).
 
 FastAPI reads bodies with Python's ``json``, which accepts those constants, and a NaN passes
 every numeric bound (``risk_score <= 1`` is false for it either way). Pure ASGI, like
@@ -14,7 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from core.api.failures import error_response
 from core.api.limits import replayed
 from core.errors import InvalidRequest
-from core.strict_json import NonFiniteNumber, loads
+from core.strict_json import NonFiniteNumber, TooDeep, loads
 
 
 class FiniteJsonBody:
@@ -34,6 +36,9 @@ class FiniteJsonBody:
                                    "refused)", problems=[{"loc": "body", "msg": str(exc),
                                                           "type": "json_non_finite"}])
             await error_response(error)(scope, replayed(messages, receive), send)
+            return
+        except TooDeep as deep:
+            await error_response(deep)(scope, replayed(messages, receive), send)
             return
         except ValueError:
             pass  # not JSON: the endpoint says so

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from core.api.deps import Cases, Write, Writer
+from core.api.deps import Cases, Write, Writer, in_scope
 from core.api.headers import CorrelationIdHeader, correlation_id
 from core.api.openapi import documented
 from core.api.replies import send_reply
@@ -28,6 +28,7 @@ def generate_plan(body: GeneratePlanBody, write: Writer, cases: Cases,
     """Attach the template's ChangePlan and move the case PLANNING → WAIT_GATE (a case still
     ANALYZING has its analysis concluded first); the reply carries the plan hash an approval
     must name. An unknown template is 404."""
+    in_scope(cases, write.principal, body.case_id)
     plan = load_template(body.template)
     correlation = correlation_id(x_correlation_id)
     if cases.get_case(body.case_id)["status"] == CaseStatus.ANALYZING:

@@ -6,10 +6,11 @@ still decide at the gate only through ``POST /case/{id}/approve`` and ``/reject`
 from __future__ import annotations
 
 from typing import Annotated, Any
+from uuid import UUID
 
 from fastapi import APIRouter, Depends, Request, Response
 
-from core.api.deps import Write, Writer, opsgate
+from core.api.deps import Write, Writer, in_scope, opsgate
 from core.api.headers import CorrelationIdHeader, correlation_id
 from core.api.openapi import documented
 from core.api.replies import send_reply
@@ -34,7 +35,10 @@ def stages(request: Request) -> Stages:
 Staged = Annotated[Stages, Depends(stages)]
 
 
-def caller(write: Write, x_correlation_id: str | None) -> Caller:
+def caller(staged: Stages, write: Write, case_id: UUID,
+           x_correlation_id: str | None) -> Caller:
+    """The caller of a stage on ``case_id``: 404 when the case is outside its scope."""
+    in_scope(staged.cases, write.principal, case_id)
     return Caller(write.actor, write.principal.name, write.key,
                   correlation_id(x_correlation_id))
 
@@ -46,7 +50,8 @@ def evaluate_gate(body: StageBody, write: Writer, staged: Staged,
     lets the plan approve itself (OPSGATE_AUTO_APPROVE) it is approved, as the gatekeeper's
     approval, never the caller's, and the case moves to EXECUTING; else 200 with the case
     unchanged and what is missing (how many approvals, by whom), noted on the timeline."""
-    return send_reply(staged.evaluate_gate(body.case_id, caller(write, x_correlation_id)))
+    who = caller(staged, write, body.case_id, x_correlation_id)
+    return send_reply(staged.evaluate_gate(body.case_id, who))
 
 
 @router.post("/adapter/exec", responses=documented(ExecReply, *STAGE_STATUSES))
@@ -60,8 +65,8 @@ def execute_next_step(body: ExecBody, write: Writer, staged: Staged,
         raise OffPlan("POST /adapter/exec runs only the approved plan's next step; it takes no "
                       f"adapter, script or parameters (got: {', '.join(body.off_plan)})",
                       problems=[f"body.{name}: not accepted" for name in body.off_plan])
-    return send_reply(staged.execute_next_step(body.case_id, caller(write, x_correlation_id),
-                                               body.action))
+    who = caller(staged, write, body.case_id, x_correlation_id)
+    return send_reply(staged.execute_next_step(body.case_id, who, body.action))
 
 
 _VERIFY_RESPONSES: dict[int | str, Any] = {
@@ -78,4 +83,5 @@ def verify_now(body: StageBody, write: Writer, staged: Staged,
     """One reading of the executed plan's verify block, as the verifier takes it: held →
     verify_pass (CLOSED); the deadline passed or never judgeable → verify_failed (PARKED);
     otherwise 202 with what it waits on, when the window and the deadline end."""
-    return send_reply(staged.verify_now(body.case_id, caller(write, x_correlation_id)))
+    who = caller(staged, write, body.case_id, x_correlation_id)
+    return send_reply(staged.verify_now(body.case_id, who))

@@ -27,7 +27,7 @@ def run_mcp(args: argparse.Namespace) -> int:
             principal = stdio_principal(app, args.token)
         print(f"opsgate mcp: serving the case tools on stdio as {principal.name} "
               f"({principal.role})", file=sys.stderr, flush=True)
-        serve_stdio(app, principal)
+        serve_stdio(app, args.token)
     return 0
 
 

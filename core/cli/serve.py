@@ -36,12 +36,17 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from core.allowed_hosts import allowed_hosts
     from core.api import create_api
     from core.evidence import metrics_source_line
 
-    with opened_app(settings_of(args)) as app:
+    settings = settings_of(args)
+    hosts = allowed_hosts(settings, bound_to=args.host)  # bound beyond loopback: named, or exit
+    with opened_app(settings) as app:
         print(f"opsgate API on http://{args.host}:{args.port} "
               f"(database {shown(app.settings.database_url)}; {_access(app)})", flush=True)
+        print(f"hosts: answers to {hosts} (a request naming another in Host or Origin is 403)",
+              flush=True)
         print(f"metrics: {metrics_source_line(app.settings)}", flush=True)
         _warn(app)
         loop = socket = None
@@ -124,7 +129,9 @@ COMMANDS = (
                     "on PostgreSQL the command refuses to start unless the schema is at head "
                     "(run `opsgate migrate`). Once OPSGATE_API_TOKEN is set or any `opsgate "
                     "token` exists, writes need 'Authorization: Bearer <token>', and reads too "
-                    "unless OPSGATE_API_READS=open.",
+                    "unless OPSGATE_API_READS=open. Requests must name the server in Host (and "
+                    "Origin, when sent) by a loopback name or one of OPSGATE_ALLOWED_HOSTS, "
+                    "which --host other than loopback requires.",
         add_arguments=serve_arguments,
         run=run_serve,
     ),

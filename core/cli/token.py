@@ -36,9 +36,13 @@ def token_arguments(parser: argparse.ArgumentParser) -> None:
                       help="what the token may do (default: operator)")
     made.add_argument("--slack-user", metavar="U…",
                       help="the person's Slack user id: makes the principal a person")
+    made.add_argument("--channel", metavar="C…", action="append", dest="channels",
+                      help="scope the token to this Slack channel's cases (repeat for more): "
+                           "every other case answers 404, as an unknown one; without it the "
+                           "token sees every case")
     made.add_argument("--rotate", action="store_true",
                       help="NAME exists: give it a new token (printed once) and end the old "
-                           "one; its role and Slack user stay")
+                           "one; its role, Slack user and channels stay")
     database_option(made)
     listed = actions.add_parser("list", help="list principals (never tokens or hashes)",
                                 description="Every principal: name, role, kind, Slack user, "
@@ -62,12 +66,14 @@ def _act(engine: Engine, args: argparse.Namespace, out: TextIO, err: TextIO) -> 
     from core.principals import create, records, revoke, rotate
 
     if args.principal_action == "create" and args.rotate:
-        principal, token = rotate(engine, args.name, args.role, args.slack_user)
+        principal, token = rotate(engine, args.name, args.role, args.slack_user,
+                                  channels=args.channels)
         print(token, file=out, flush=True)
         print(f"token: rotated {_who(principal)}: its old token is refused from now on; the "
               "token above is shown once: opsgate keeps only its SHA-256", file=err, flush=True)
     elif args.principal_action == "create":
-        principal, token = create(engine, args.name, args.role or "operator", args.slack_user)
+        principal, token = create(engine, args.name, args.role or "operator", args.slack_user,
+                                  channels=args.channels)
         print(token, file=out, flush=True)
         print(f"token: created {_who(principal)}; the token above is shown once: opsgate keeps "
               "only its SHA-256", file=err, flush=True)
@@ -81,16 +87,20 @@ def _act(engine: Engine, args: argparse.Namespace, out: TextIO, err: TextIO) -> 
 
 def _who(principal: Principal) -> str:
     slack = f", Slack {principal.slack_user}" if principal.slack_user else ""
-    return f"{principal.name} ({principal.role}, {principal.kind}{slack})"
+    scope = "" if principal.channels is None else \
+        f"; only the cases of {', '.join(sorted(principal.channels))}"
+    return f"{principal.name} ({principal.role}, {principal.kind}{slack}{scope})"
 
 
 def _table(rows: list[PrincipalRecord]) -> str:
     if not rows:
         return "no principals (`opsgate token create NAME` makes one)"
-    header = ("NAME", "ROLE", "KIND", "SLACK USER", "CREATED", "REVOKED")
+    header = ("NAME", "ROLE", "KIND", "SLACK USER", "CHANNELS", "CREATED", "REVOKED")
     lines = [header] + [(
         row.principal.name, row.principal.role, row.principal.kind,
-        row.principal.slack_user or "-", _moment(row.created_at), _moment(row.revoked_at),
+        row.principal.slack_user or "-",
+        "all" if row.principal.channels is None else ",".join(sorted(row.principal.channels)),
+        _moment(row.created_at), _moment(row.revoked_at),
     ) for row in rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
@@ -107,7 +117,8 @@ COMMANDS = (
         summary="create, list or revoke the API's principals (bearer tokens)",
         description="REST callers are principals named by their bearer token, each a reader, "
                     "operator or approver; an approver is a person linked to their Slack id. "
-                    "`opsgate token create NAME [--role R] [--slack-user U…]` prints a new "
+                    "`opsgate token create NAME [--role R] [--slack-user U…] [--channel C…]` "
+                    "prints a new "
                     "token once (the database keeps only its SHA-256; `--rotate`: a new "
                     "token for an existing NAME, the old one ends); `opsgate token list` "
                     "shows principals, never tokens; `opsgate token revoke NAME` ends one.",

@@ -20,13 +20,14 @@ from sqlalchemy import Connection
 
 from core.analysis.catalog import catalog, metrics_for
 from core.analysis.findings import find, summary_line
-from core.analysis.sources import SeriesSource, series_source
+from core.analysis.sources import SeriesSource, for_case, series_source
 from core.analysis.store import write_findings
 from core.consumers.runs import PlanRun, current_run, move_case
 from core.domain.commands import NoteCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import CommandPayload, Evidence, FindingsFacts, Topic, payload_as
 from core.errors import Unavailable
+from core.evidence import CLIENT_GRACE_S
 from core.gateway import CallStatus, ToolCall, ToolCallFailed
 from core.library import Library
 from core.library.runbooks import runbooks_folder
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 
 NO_ANALYST = ("no metric source (OPSGATE_PROMETHEUS_URL, OPSGATE_SERIES_DIR) and nothing "
                "similar in the library: planning from the template catalog")
-READ_TIMEOUT_S = 10.0  # each metric's query_range
 FINDINGS_EVENT = "analysis_findings"
 
 
@@ -81,14 +81,20 @@ class Analyst:
         """The findings and the recall, computed once per case version (the gateway stores the
         first result; a redelivery replays it)."""
         specs = metrics_for(str(run.case["title"]), self.specs)
-        lease_s = max(self.app.settings.gateway_lease_s, 15.0 + READ_TIMEOUT_S * len(specs))
+        read_s = self.app.settings.promql_timeout_s + CLIENT_GRACE_S  # each metric's query_range
+        lease_s = max(self.app.settings.gateway_lease_s, 15.0 + read_s * len(specs))
         call = ToolCall(tool="analysis.gather",
                         args={"title": run.case["title"], "metrics": [s.name for s in specs],
                               "incident_at": run.case["created_at"],
                               "case_id": str(run.case_id)},
                         actor=self.name, session_id=run.session_id,
                         business_key=f"{run.case_id}:{run.version}:analysis")
-        result = self.app.gateway.run(call, self._evidence, lease_s=lease_s, wait_s=lease_s,
+        scope = str(run.case["tenant"])  # what its Prometheus queries may select
+
+        def evidence(args: Mapping[str, Any]) -> FindingsFacts:
+            return self._evidence(args, scope)
+
+        result = self.app.gateway.run(call, evidence, lease_s=lease_s, wait_s=lease_s,
                                       idempotent=True)
         if result.status is CallStatus.IN_PROGRESS:
             raise Unavailable("analysis of this case is running elsewhere; retry later",
@@ -100,14 +106,15 @@ class Analyst:
         # The evidence _evidence returned, as the gateway kept it (the first run's, on a replay).
         return cast(FindingsFacts, dict(result.result))
 
-    def _evidence(self, args: Mapping[str, Any]) -> FindingsFacts:
+    def _evidence(self, args: Mapping[str, Any], scope: str) -> FindingsFacts:
         title = str(args["title"])
         found: Evidence = {"findings": [], "checked": [], "missing": []}
         source = "none"
         if self.source is not None:
             specs = [self.specs[name] for name in args["metrics"] if name in self.specs]
             incident_at = datetime.fromisoformat(str(args["incident_at"]))
-            found, source = find(specs, self.source, incident_at), type(self.source).__name__
+            found = find(specs, for_case(self.source, scope), incident_at)
+            source = type(self.source).__name__
         if self.runbooks_dir:
             self.library.index_runbooks(runbooks_folder(self.runbooks_dir))
         recall = self.library.recall(title, exclude=UUID(str(args["case_id"])))

@@ -2,7 +2,8 @@
 thread. Every post goes through the gateway with the message id as business key, so a
 redelivered event never posts twice; the Slack front end plugs in its own ``ChatSink``. Without
 a chat (no Slack) a post is held, never recorded as sent; a notifier that can post hands the
-held messages out again when it starts."""
+held messages out again when it starts. A post is chat mrkdwn: what came from outside (titles,
+reasons, names) is escaped (``core.mrkdwn``)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from core.domain.messages import (
 )
 from core.gateway import ToolCall, session_of
 from core.messaging.consumer import Delivery, release_held
+from core.mrkdwn import escape
 from core.ops.alert_render import alert_text
 
 if TYPE_CHECKING:
@@ -49,67 +51,69 @@ def _short(digest: object) -> str:
 
 def _opened(raw: Payload) -> str:
     p = payload_as(OpenedPayload, raw)
-    return f"Case opened by {p['actor']}: {p['title']} ({p['severity']})"
+    return f"Case opened by {escape(p['actor'])}: {escape(p['title'])} ({escape(p['severity'])})"
 
 
 def _moved(raw: Payload) -> str | None:
     p = payload_as(TransitionPayload, raw)
     if p["event"] in _TOLD_BY_PLAN_EVENTS:
         return None
-    line = f"{p['from']} → {p['to']}: {p['event']} by {p['actor']}"
-    return f"{line} — {p['reason']}" if p.get("reason") else line
+    line = f"{p['from']} → {p['to']}: {p['event']} by {escape(p['actor'])}"
+    return f"{line} — {escape(p['reason'])}" if p.get("reason") else line
 
 
 def _proposed(raw: Payload) -> str:
     p = payload_as(TransitionPayload, raw)
-    return f"Plan {_short(p.get('plan_hash'))} proposed by {p['actor']}; waiting at the gate"
+    return (f"Plan {_short(p.get('plan_hash'))} proposed by {escape(p['actor'])}; waiting at "
+            "the gate")
 
 
 def _approval(raw: Payload) -> str:
     p = payload_as(ApprovalRecordedPayload, raw)
-    return (f"{p['actor']} approved plan {_short(p['plan_hash'])}; "
+    return (f"{escape(p['actor'])} approved plan {_short(p['plan_hash'])}; "
             f"{p['needs']} more approval(s) needed")
 
 
 def _awaiting(raw: Payload) -> str:
     p = payload_as(AwaitingApprovalPayload, raw)
-    return f"Plan {_short(p['plan_hash'])}: {p['reason']}"
+    return f"Plan {_short(p['plan_hash'])}: {escape(p['reason'])}"
 
 
 def _approved(raw: Payload) -> str:
     p = payload_as(TransitionPayload, raw)
     # The reason names every approver ("approved by bob, carol"); the actor only the last one.
-    how = p.get("reason") or f"approved by {p['actor']}"
+    how = escape(p.get("reason") or f"approved by {p['actor']}")
     return f"Plan {_short(p.get('plan_hash'))} {how}; executing"
 
 
 def _rejected(raw: Payload) -> str:
     p = payload_as(TransitionPayload, raw)
-    return f"Plan {_short(p.get('plan_hash'))} rejected by {p['actor']}: {p.get('reason')}"
+    return (f"Plan {_short(p.get('plan_hash'))} rejected by {escape(p['actor'])}: "
+            f"{escape(p.get('reason'))}")
 
 
 def _expired(raw: Payload) -> str:
     p = payload_as(TransitionPayload, raw)
-    return (f"Plan {_short(p.get('plan_hash'))}: {p.get('reason') or 'approval expired'}; the "
-            "case is parked — ask for a fresh plan")
+    why = escape(p.get("reason") or "approval expired")
+    return f"Plan {_short(p.get('plan_hash'))}: {why}; the case is parked — ask for a fresh plan"
 
 
 def _step(raw: Payload) -> str:
     p = payload_as(StepResultPayload, raw)
     mark = "✓" if p["ok"] else "✗"
-    return f"{mark} {p['reason']}"
+    return f"{mark} {escape(p['reason'])}"
 
 
 def _verify_waiting(raw: Payload) -> str:
     p = payload_as(VerifyWaitingPayload, raw)
     observed = p["observed"]
-    now = f"now {observed:g}" if isinstance(observed, int | float) else str(p["reason"])
+    now = f"now {observed:g}" if isinstance(observed, int | float) else escape(p["reason"])
     if p.get("stand_in") and isinstance(observed, int | float):
         now = f"{now}, a stand-in reading"  # the reason says so itself
-    deadline = str(p["deadline"] or "")
+    deadline = escape(p["deadline"] or "")
     with suppress(ValueError):
         deadline = f"{datetime.fromisoformat(deadline).astimezone(UTC):%H:%M:%S} UTC"
-    what = p.get("waiting_for") or "the verify block to hold"
+    what = escape(p.get("waiting_for") or "the verify block to hold")
     return (f"Verifying plan {_short(p['plan_hash'])}: waiting for {what} ({now}); "
             f"deadline {deadline}")
 

@@ -12,7 +12,10 @@ Reading n notes what it saw, then:
 - not yet (a window after the change still running, or the condition not holding) and the
   block's deadline not reached → the note schedules reading n+1 ``OPSGATE_VERIFY_POLL_S`` later
   in the outbox (``deliver_after``), in the same transaction as the inbox mark: no thread sleeps,
-  a restart loses nothing, other cases go on. Reading 1 also tells the thread what it waits on;
+  a restart loses nothing, other cases go on. Reading 1 also tells the thread what it waits on.
+  A reading on which Prometheus timed out is not repeated at that pace: after k such readings
+  in a row the next waits ``OPSGATE_VERIFY_POLL_S`` times 2^k, at most ``MAX_BACKOFF_S`` (and
+  never past the deadline), and the note's reason says so;
 - the deadline reached → ``verify_failed`` with the last reading.
 
 Each reading is taken once through the gateway (``verify.evaluate``, keyed by case, version,
@@ -45,11 +48,13 @@ from core.domain.messages import (
 from core.domain.verify import NO_METRICS_SOURCE, VerifyBlock, parse_verify, problem_lines
 from core.errors import InvalidPlan, Unavailable
 from core.evidence import (
+    CLIENT_GRACE_S,
     STAND_IN,
     MetricSource,
     Moment,
     StaticSource,
     after_change,
+    for_case,
     read_block,
     source_from_settings,
 )
@@ -64,7 +69,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CHECK_TIMEOUT_S = 10.0  # each metric query or probe (evidence.read_block's bound)
+CHECK_TIMEOUT_S = 10.0  # each probe (evidence.read_block's bound)
+MAX_BACKOFF_S = 600.0
+"""The longest wait between two readings after Prometheus timed out (or the poll, if longer)."""
 
 @dataclass(frozen=True)
 class Watch:
@@ -74,6 +81,7 @@ class Watch:
     since: datetime
     deadline: datetime
     window_ends: datetime  # the block's window after the change (``since`` when it has none)
+    scope: str | None = None  # the case's tenant: what its Prometheus queries may select
 
 
 @dataclass(frozen=True)
@@ -112,12 +120,13 @@ class Verifier:
         if run is None:
             return
         number = int(payload.get("reading", 1))
-        self.take(run, number, delivery.inbox_entry)
+        self.take(run, number, delivery.inbox_entry, timeouts=int(payload.get("timeouts", 0)))
 
     def take(self, run: PlanRun, number: int,
-             inbox_entry: tuple[str, int] | None = None) -> Reading:
+             inbox_entry: tuple[str, int] | None = None, *, timeouts: int = 0) -> Reading:
         """Reading ``number`` of the run's verification and what it leads to (see the module
-        docstring), noted and moved as the run's actor."""
+        docstring), noted and moved as the run's actor; ``timeouts``: the readings in a row
+        before it on which Prometheus timed out."""
         watch = self._watch(run)
         if isinstance(watch, str):
             return self._conclude(run, inbox_entry, number, _observation("cannot", watch),
@@ -125,7 +134,7 @@ class Verifier:
         observation = self._read(run, watch, number)
         state, reason = observation["state"], str(observation["reason"])
         if state == "pending" and _at(observation) < watch.deadline:
-            return self._wait(run, inbox_entry, watch, number, observation)
+            return self._wait(run, inbox_entry, watch, number, observation, timeouts)
         if state == "pending":
             reason = (f"{reason}; still so at the deadline {watch.deadline:%H:%M:%S} UTC, "
                       f"reading {number}")
@@ -150,14 +159,16 @@ class Verifier:
                     f"outlasts the longest wait, {wait_s:g}s (OPSGATE_VERIFY_MAX_WAIT_S)")
         since = as_utc(datetime.fromisoformat(str(run.case["updated_at"])))
         return Watch(block, since, since + timedelta(seconds=wait_s),
-                     since + timedelta(seconds=block.window_s * self.scale))
+                     since + timedelta(seconds=block.window_s * self.scale),
+                     scope=str(run.case["tenant"]))
 
     def _read(self, run: PlanRun, watch: Watch, number: int) -> Observation:
         """Reading ``number``, taken once through the gateway: metrics move, so a redelivery
         must reuse the reading its note shows rather than take a new one."""
         assert run.plan is not None
+        check_s = max(CHECK_TIMEOUT_S, self.app.settings.promql_timeout_s + CLIENT_GRACE_S)
         lease_s = max(self.app.settings.gateway_lease_s,
-                      15.0 + CHECK_TIMEOUT_S * len(watch.block.checks))
+                      15.0 + check_s * len(watch.block.checks))
         call = ToolCall(tool="verify.evaluate", actor=run.consumer, session_id=run.session_id,
                         args={"verify": run.plan.get("verify"), "reading": number,
                               "since": watch.since.isoformat()},
@@ -176,7 +187,7 @@ class Verifier:
     def _evaluate(self, watch: Watch) -> Observation:
         started, at = time.monotonic(), self.clock()
         # Never read without a source: _watch refused a metric check then, so none is read.
-        source = after_change(self.source or StaticSource({}), watch.since)
+        source = for_case(after_change(self.source or StaticSource({}), watch.since), watch.scope)
         try:
             outcome = read_block(watch.block, source, self.allowlist,
                                  Moment(at=at, since=watch.since, scale=self.scale),
@@ -186,27 +197,42 @@ class Verifier:
         stand_in = watch.block.reads_metrics and isinstance(self.source, StaticSource)
         reason = f"{STAND_IN}: {outcome.reason}" if stand_in else outcome.reason
         return _observation(outcome.state, reason, outcome.observed, at=at,
-                            waiting_for=outcome.waiting_for, stand_in=stand_in)
+                            waiting_for=outcome.waiting_for, stand_in=stand_in,
+                            timed_out=outcome.timed_out)
 
     # -- what a reading leads to ----------------------------------------------------------
 
     def _wait(self, run: PlanRun, inbox_entry: tuple[str, int] | None, watch: Watch,
-              number: int, observation: Observation) -> Reading:
+              number: int, observation: Observation, timeouts: int = 0) -> Reading:
         """Note the reading and schedule the next, in one transaction with the inbox mark."""
         at = _at(observation)
-        following = min(at + self.poll, watch.deadline)  # the last reading is at the deadline
+        timeouts = timeouts + 1 if observation.get("timed_out") else 0
+        pause = self.pause(timeouts)
+        following = min(at + pause, watch.deadline)  # the last reading is at the deadline
+        reason = str(observation["reason"])
+        if timeouts:
+            reason = f"{reason}. {_backing_off(timeouts, pause, self.poll)}"
         meta: VerifyWaitingFacts = {
             **observation, "plan_hash": run.plan_hash, "reading": number,
             "since": watch.since.isoformat(), "deadline": watch.deadline.isoformat(),
             "next_reading_at": following.isoformat()}
-        schedule = Scheduled(Topic.VERIFY_RUN, {"plan_hash": run.plan_hash,
-                                                "reading": number + 1}, following)
-        note = NoteCase(run.case_id, "verify_reading", run.consumer,
-                        reason=str(observation["reason"]), meta=meta,
+        command: dict[str, object] = {"plan_hash": run.plan_hash, "reading": number + 1}
+        if timeouts:
+            meta["timeouts"] = command["timeouts"] = timeouts
+        schedule = Scheduled(Topic.VERIFY_RUN, command, following)
+        note = NoteCase(run.case_id, "verify_reading", run.consumer, reason=reason, meta=meta,
                         topic=Topic.VERIFY_WAITING if number == 1 else None,
                         schedule=schedule)
         self.app.cases.note(note, self._key(run, number), inbox_entry=inbox_entry).data()
-        return Reading(number, meta, str(observation["reason"]), watch=watch)
+        return Reading(number, meta, reason, watch=watch)
+
+    def pause(self, timeouts: int) -> timedelta:
+        """How long after a reading the next is taken: the poll, doubled for each reading in a
+        row that timed out, at most ``MAX_BACKOFF_S`` (or the poll, if longer)."""
+        if not timeouts:
+            return self.poll
+        longest = max(self.poll, timedelta(seconds=MAX_BACKOFF_S))
+        return min(self.poll * (1 << min(timeouts, 32)), longest)
 
     def _conclude(self, run: PlanRun, inbox_entry: tuple[str, int] | None, number: int,
                   observation: Observation, reason: str, watch: Watch | None) -> Reading:
@@ -239,13 +265,20 @@ class Verifier:
         return f"{run.key}:{run.plan_hash}:reading:{number}"
 
 
+def _backing_off(timeouts: int, pause: timedelta, poll: timedelta) -> str:
+    """Why the next reading waits longer than the poll, in a sentence."""
+    how_often = "on this reading" if timeouts == 1 else f"on {timeouts} readings in a row"
+    return (f"Prometheus timed out {how_often}, so the next reading waits "
+            f"{pause.total_seconds():g}s instead of {poll.total_seconds():g}s")
+
+
 def _at(observation: Observation) -> datetime:
     return as_utc(datetime.fromisoformat(str(observation["at"])))
 
 
 def _observation(state: str, reason: str, observed: float | None = None, *,
                  at: datetime | None = None, waiting_for: str | None = None,
-                 stand_in: bool = False) -> Observation:
+                 stand_in: bool = False, timed_out: bool = False) -> Observation:
     # NaN and infinities are not JSON: the ledger and the timeline could not store them.
     value = observed if observed is not None and math.isfinite(observed) else None
     found: Observation = {"state": state, "passed": state == "held", "reason": reason,
@@ -256,4 +289,6 @@ def _observation(state: str, reason: str, observed: float | None = None, *,
         found["waiting_for"] = waiting_for
     if stand_in:
         found["stand_in"] = True
+    if timed_out:
+        found["timed_out"] = True
     return found

@@ -7,7 +7,7 @@ statement locks the case and reads the idempotency reply, one writes every row (
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -15,6 +15,7 @@ from uuid import UUID
 
 from sqlalchemy import (
     Column,
+    ColumnElement,
     Connection,
     Insert,
     RowMapping,
@@ -25,6 +26,7 @@ from sqlalchemy import (
     cast,
     func,
     insert,
+    or_,
     select,
     union_all,
     update,
@@ -107,8 +109,31 @@ def lock_case_and_recall(
                   "outcome": row["reply_outcome"], "body": row["reply_body"]}
 
 
-def read_case(conn: Connection, case_id: UUID) -> RowMapping | None:
-    return conn.execute(select(ops_case).where(ops_case.c.id == case_id)).mappings().first()
+def read_case(conn: Connection, case_id: UUID,
+              channels: Collection[str] | None = None) -> RowMapping | None:
+    """The case ``case_id``; with ``channels``, only when its thread is in one of them."""
+    query = select(ops_case).where(ops_case.c.id == case_id)
+    if channels is not None:
+        query = query.where(in_channels(channels))
+    return conn.execute(query).mappings().first()
+
+
+def in_channels(channels: Collection[str], *, threadless: bool = False) -> ColumnElement[bool]:
+    """The cases whose chat thread is in one of ``channels``; with ``threadless``, also the
+    cases that have no thread (else a case without one is in none)."""
+    bound = ops_case.c.id.in_(select(chat_thread.c.case_id)
+                              .where(chat_thread.c.channel.in_(sorted(channels))))
+    if not threadless:
+        return bound
+    return or_(bound, ops_case.c.id.not_in(select(chat_thread.c.case_id)))
+
+
+def case_ids_in_channels(conn: Connection, case_ids: Collection[UUID],
+                         channels: Collection[str]) -> set[UUID]:
+    """Those of ``case_ids`` whose thread is in one of ``channels``."""
+    rows = conn.execute(select(chat_thread.c.case_id).where(
+        chat_thread.c.case_id.in_(list(case_ids)), chat_thread.c.channel.in_(sorted(channels))))
+    return {row[0] if isinstance(row[0], UUID) else UUID(str(row[0])) for row in rows}
 
 
 def case_ids_starting_with(conn: Connection, digits: str, limit: int) -> list[UUID]:
@@ -169,10 +194,14 @@ def plan_decisions(conn: Connection, plan_id: UUID) -> list[ApprovalDecision]:
     return decisions  # the JSON the gate wrote (decision_row): read as it was written
 
 
-def list_cases(conn: Connection, status: str | None, limit: int) -> list[RowMapping]:
+def list_cases(conn: Connection, status: str | None, limit: int,
+               channels: Collection[str] | None = None, *,
+               threadless: bool = False) -> list[RowMapping]:
     query = select(ops_case).order_by(ops_case.c.created_at.desc()).limit(limit)
     if status is not None:
         query = query.where(ops_case.c.status == status)
+    if channels is not None:
+        query = query.where(in_channels(channels, threadless=threadless))
     return list(conn.execute(query).mappings())
 
 

@@ -213,6 +213,7 @@ api_principal = Table(  # migration 0008: one named API token, kept only as its 
     Column("name", String(128), nullable=False, unique=True),
     Column("role", String(16), nullable=False),  # reader | operator | approver
     Column("slack_user", String(64)),  # the person's Slack id: one person whatever the channel
+    Column("scope", Json),  # migration 0014: {"channels": [...]} it may see; NULL: every case
     Column("token_hash", String(64), nullable=False, unique=True),
     _now(),
     Column("revoked_at", DateTime(timezone=True)),

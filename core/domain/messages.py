@@ -132,6 +132,8 @@ class Observation(TypedDict):
     at: NotRequired[str]  # ISO 8601, UTC
     waiting_for: NotRequired[str]
     stand_in: NotRequired[bool]  # read from a stand-in table (OPSGATE_STATIC_METRICS)
+    timed_out: NotRequired[bool]  # Prometheus, or the wait for its answer, timed out
+    timeouts: NotRequired[int]  # a waiting reading's: readings in a row that timed out, with it
 
 
 class VerifyReading(Observation):
@@ -250,6 +252,7 @@ class CommandPayload(CaseRef):
     event: NotRequired[str]
     plan_hash: NotRequired[str | None]
     reading: NotRequired[int]  # cmd.verify.run: which reading (the move's command: the first)
+    timeouts: NotRequired[int]  # cmd.verify.run: readings in a row before it that timed out
     expires_at: NotRequired[str]  # cmd.gate.expire: when the plan's approval expires
 
 

@@ -14,6 +14,9 @@ Accepted shapes (``change_plan.schema.json`` says the same; a test feeds both on
     {"checks": [<metric or probe check, without timeout_s>, ...], "timeout_s"?: s}
         every check must hold in the same reading.
 
+A metric check read from Prometheus must also be a query opsgate sends (``query_problems``:
+bounded ranges and steps, one named metric per selector, the case's scope).
+
 ``timeout_s`` is the block's deadline, counted from the end of the change: until then the
 verifier keeps reading; its default is the longest ``for_s`` plus ``DEFAULT_GRACE_S``.
 """
@@ -34,6 +37,7 @@ from pydantic import (
     model_validator,
 )
 
+from core.domain.promql import QueryBounds, check_query
 from core.errors import InvalidPlan
 
 DEFAULT_GRACE_S = 600
@@ -180,6 +184,19 @@ def verify_problems(block: Any) -> list[str]:
     """Why ``block`` could never be judged, one line each (``verify.checks[0].below: …``);
     empty when the verifier can judge it."""
     return [_line("verify", problem) for problem in _parse(block)[1]]
+
+
+def query_problems(block: VerifyBlock, bounds: QueryBounds, scope: str | None) -> list[str]:
+    """Why a metric check's query would not be sent to Prometheus (``core/domain/promql.py``),
+    one line each (``verify.checks[1].metric: refused: …``); empty when every one would be."""
+    found = []
+    for n, check in enumerate(block.checks):
+        if isinstance(check, MetricCheck):
+            verdict = check_query(check.metric, bounds, scope)
+            if not verdict.allowed:
+                where = f"verify.checks[{n}].metric" if block.listed else "verify.metric"
+                found.append(f"{where}: {verdict.reason}")
+    return found
 
 
 def problem_lines(block: Any) -> list[str]:

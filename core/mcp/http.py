@@ -21,15 +21,19 @@ from starlette.types import Receive, Scope, Send
 
 from core.bootstrap import App
 from core.mcp.server import build_server
-from core.principals import ANONYMOUS, Principal, authenticate, tokens_configured
+from core.principals import (
+    ANONYMOUS,
+    OPEN_READER,
+    Principal,
+    authenticate,
+    tokens_configured,
+)
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
 PATH = "/mcp"
 SCOPE_KEY = "opsgate.principal"
-OPEN_READER = Principal("anonymous", "reader")
-"""A caller without a token while reads are open (OPSGATE_API_READS=open): reads only."""
 
 
 class McpEndpoint:

@@ -76,8 +76,9 @@ class CaseToolServer:
                           {"problems": [f"{'.'.join(map(str, e['loc'])) or 'arguments'}: "
                                         f"{e['msg']}" for e in exc.errors(include_url=False)]})
         try:
+            self.tools.in_scope(principal, args)
             if not tool.writes:
-                return succeeded(self.tools.read(name, args))
+                return succeeded(self.tools.read(name, principal, args))
             return self._write(principal, tool, args, caller_key)
         except BusinessRefusal as no:
             return failed(no.code, no.message, no.details)
@@ -157,16 +158,19 @@ def failed(code: str, message: str, details: Mapping[str, Any] | None = None, *,
 
 def build_server(app: App, principal_of: PrincipalOf,
                  tools: CaseToolServer | None = None) -> Server[Any]:
-    """The MCP server of ``app``: ``principal_of(ctx)`` names who makes each request."""
+    """The MCP server of ``app``: ``principal_of(ctx)`` names who makes each request (asked
+    at every request, on a worker thread: it may read the database, and its ``MCPError`` is the
+    request's answer)."""
     cases = tools or CaseToolServer(app)
 
     async def list_tools(ctx: ServerRequestContext[Any, Any],
                          _params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=cases.listed(principal_of(ctx)))
+        principal = await anyio.to_thread.run_sync(principal_of, ctx)
+        return types.ListToolsResult(tools=cases.listed(principal))
 
     async def call_tool(ctx: ServerRequestContext[Any, Any],
                         params: types.CallToolRequestParams) -> types.CallToolResult:
-        principal = principal_of(ctx)
+        principal = await anyio.to_thread.run_sync(principal_of, ctx)
         caller_key = (params.meta or {}).get(KEY_META)
         # The case service and the gateway block (database, Redis, waiting for a duplicate):
         # a worker thread keeps the other requests of the connection moving.

@@ -1,6 +1,8 @@
 """The case tools opsgate offers over MCP and what each does on the case service.
 
-Read tools answer from the case service and the library. A write tool is read as an ``Intent``:
+Read tools answer from the case service and the library, within the principal's scope: a
+principal scoped to channels sees, and writes to, only those channels' cases; any other case is
+``NotFound`` as an unknown one. A write tool is read as an ``Intent``:
 its business key (what makes two calls one intent), the normalized arguments the gateway
 fingerprints, and the write itself, which ``core.mcp.server`` runs through the gateway. No tool
 approves, rejects or executes a plan: a proposed plan waits at the gate for people.
@@ -112,13 +114,20 @@ class CaseTools:
 
     # -- reads ----------------------------------------------------------------------------
 
-    def read(self, name: str, args: Args) -> dict[str, Any]:
-        reader: Callable[[Any], dict[str, Any]] = getattr(self, f"_{name}")
-        return reader(args)
+    def in_scope(self, principal: Principal, args: Args) -> None:
+        """Nothing when the case ``args`` name (if any) is one ``principal`` may see;
+        ``NotFound``, as for an unknown case, when it lies outside its channels."""
+        raw = getattr(args, "case_id", None)
+        if raw is not None and principal.channels is not None:
+            self.cases.get_case(case_id_of(str(raw)), channels=principal.channels)
 
-    def _get_case(self, args: CaseRef) -> dict[str, Any]:
+    def read(self, name: str, principal: Principal, args: Args) -> dict[str, Any]:
+        reader: Callable[[Principal, Any], dict[str, Any]] = getattr(self, f"_{name}")
+        return reader(principal, args)
+
+    def _get_case(self, principal: Principal, args: CaseRef) -> dict[str, Any]:
         case_id = case_id_of(args.case_id)
-        case = self.cases.get_case(case_id)
+        case = self.cases.get_case(case_id, channels=principal.channels)
         proposed = self.cases.proposed_plan(case_id)
         plan = None if proposed is None else {
             "plan_hash": proposed["plan_hash"], "title": proposed["plan"].get("title"),
@@ -126,27 +135,31 @@ class CaseTools:
             "proposed_by": proposed["proposed_by"], "case_version": proposed["case_version"]}
         return {"case": case, "plan": plan, "findings": case_findings(self.app.engine, case_id)}
 
-    def _case_timeline(self, args: TimelineArgs) -> dict[str, Any]:
+    def _case_timeline(self, principal: Principal, args: TimelineArgs) -> dict[str, Any]:
         case_id = case_id_of(args.case_id)
-        return {"case_id": str(case_id), "timeline": self.cases.timeline(case_id)[-args.limit:]}
+        timeline = self.cases.timeline(case_id, channels=principal.channels)
+        return {"case_id": str(case_id), "timeline": timeline[-args.limit:]}
 
-    def _list_cases(self, args: ListArgs) -> dict[str, Any]:
-        return {"cases": self.cases.list_cases(args.status, limit=args.limit)}
+    def _list_cases(self, principal: Principal, args: ListArgs) -> dict[str, Any]:
+        return {"cases": self.cases.list_cases(args.status, limit=args.limit,
+                                               channels=principal.channels)}
 
-    def _similar_cases(self, args: SimilarArgs) -> dict[str, Any]:
+    def _similar_cases(self, principal: Principal, args: SimilarArgs) -> dict[str, Any]:
         exclude = None if args.case_id is None else case_id_of(args.case_id)
         if args.query is not None:
             text = args.query
         elif exclude is not None:
-            text = str(self.cases.get_case(exclude)["title"])
+            text = str(self.cases.get_case(exclude, channels=principal.channels)["title"])
         else:
             raise BusinessRefusal("give a query or a case_id", code="invalid_arguments")
         found = self.library.similar_cases(text, limit=args.limit, exclude=exclude)
+        seen = self.cases.case_ids_in([UUID(str(c["case_id"])) for c in found],
+                                      principal.channels)
         return {"cases": [{"case_id": c["case_id"], "title": c["title"],
                            "resolved_by": c["resolved_by"], "score": c["score"]}
-                          for c in found]}
+                          for c in found if UUID(str(c["case_id"])) in seen]}
 
-    def _runbooks(self, args: RunbookArgs) -> dict[str, Any]:
+    def _runbooks(self, _principal: Principal, args: RunbookArgs) -> dict[str, Any]:
         folder = runbooks_folder(self.app.settings.runbooks_dir)
         hits = find_runbooks(folder, args.query, limit=args.limit)
         return {"runbooks": [{"title": hit["title"], "path": hit["path"], "score": hit["score"],

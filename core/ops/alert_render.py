@@ -1,6 +1,6 @@
 """How an alert note (``evt.alert.noted.v1``) reads in the case thread: one line of Slack mrkdwn,
-the alert's words escaped and its Prometheus graph as a ``<url|graph>`` link at the end, so the
-line still reads as plain text. Pure functions of the event's payload."""
+the alert's words escaped (``core.mrkdwn``) and its Prometheus graph as a ``<url|graph>`` link at
+the end, so the line still reads as plain text. Pure functions of the event's payload."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from core.domain.messages import (
     AlertsOpeningPayload,
     payload_as,
 )
+from core.mrkdwn import escape, link
 
 MAX_LISTED = 3  # alerts named in one "Firing" line
 
@@ -36,15 +37,10 @@ def alert_text(payload: Payload) -> str | None:
     if event == "alert_recurrence":
         listed: Sequence[Mapping[str, Any]] = opening.get("alerts") or [{}]
         first = listed[0]
-        previous = str(opening.get("previous_case_id") or "")[:8]
+        previous = escape(str(opening.get("previous_case_id") or "")[:8])
         return (f"Recurrence {opening.get('recurrence')} of {escape(opening.get('title'))}; "
                 f"previous case {previous}{_link(first)}")
     return None
-
-
-def escape(text: object) -> str:
-    """Text as Slack mrkdwn shows it literally: ``&``, ``<`` and ``>`` are control characters."""
-    return str(text or "").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _said(alert: Mapping[str, Any], verb: str = "") -> str:
@@ -60,9 +56,5 @@ def _listed(alerts: Sequence[Mapping[str, Any]], count: int) -> str:
 
 
 def _link(alert: Mapping[str, Any]) -> str:
-    url = str(alert.get("url") or "")
-    if not url.startswith(("http://", "https://")):
-        return ""
-    for char, code in (("|", "%7C"), ("<", "%3C"), (">", "%3E"), (" ", "%20")):
-        url = url.replace(char, code)
-    return f" <{url}|graph>"
+    graph = link(alert.get("url"), "graph")
+    return f" {graph}" if graph else ""

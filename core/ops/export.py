@@ -1,10 +1,13 @@
 """``opsgate export <case>``: a case's postmortem in Markdown (summary, timeline — pinned chat
 messages included —, plans, approvals, step results, verification, model usage) to paste into a
-docs tool. Read-only."""
+docs tool. Read-only. What came from outside (titles, reasons, names, plan steps) reads as
+written: Markdown's link, emphasis, HTML and entity syntax in it is escaped, and code is fenced
+by more backticks than it holds, so nothing in it becomes a link or markup."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -51,8 +54,8 @@ def _summary(case: Row, timeline: Sequence[Row]) -> str:
             if row["meta"].get("outcome") in ("opened", "accepted")]
     lines = [f"# Postmortem: {_text(case['title'])}", "",
              f"- **Case:** `{case['id']}`",
-             f"- **Severity:** {case['severity']} · **Status:** {case['status']} "
-             f"(version {case['version']}) · **Tenant:** {case['tenant']}",
+             f"- **Severity:** {_text(case['severity'])} · **Status:** {case['status']} "
+             f"(version {case['version']}) · **Tenant:** {_text(case['tenant'])}",
              f"- **Opened:** {_when(opened)} · **Last change:** {_when(changed)} "
              f"· **Duration:** {_duration(opened, changed)}",
              f"- **Path:** {' → '.join(path) or '-'}"]
@@ -66,9 +69,9 @@ def _timeline(timeline: Sequence[Row]) -> str:
         outcome = meta.get("outcome")
         move = (f"{meta.get('from') or '∅'} → {meta.get('to')}"
                 if outcome in ("opened", "accepted") else f"({outcome})")
-        trace = f"`{row['correlation_id']}`" if row["correlation_id"] else "-"
-        rows.append((_when(as_utc(row["created_at"])), f"`{row['event']}`",
-                     shown_actor(row["actor"], meta), move, _reason(row), trace))
+        trace = _code(row["correlation_id"]) if row["correlation_id"] else "-"
+        rows.append((_when(as_utc(row["created_at"])), _code(row["event"]),
+                     _text(shown_actor(row["actor"], meta)), move, _reason(row), trace))
     return ("## Timeline\n\nEach row's correlation id: `opsgate trace <id>` shows its whole "
             "path.\n\n" + _table(("When (UTC)", "Event", "Actor", "Move", "Reason",
                                   "Correlation id"), rows))
@@ -79,9 +82,10 @@ def _reason(row: Row) -> str:
     if row["event"] != PINNED_EVENT:
         return _text(row["reason"] or "")
     facts = row["meta"].get("context") or {}
-    link = str(facts.get("permalink") or "")
+    link = _destination(str(facts.get("permalink") or ""))
     shown = f" ([message]({link}))" if link.startswith("https://") else ""
-    return f"📌 pinned: {facts.get('author', '?')} said “{_text(row['reason'] or '')}”{shown}"
+    return (f"📌 pinned: {_text(str(facts.get('author', '?')))} said "
+            f"“{_text(row['reason'] or '')}”{shown}")
 
 
 def _plans(plans: Sequence[Row], timeline: Sequence[Row]) -> str:
@@ -92,15 +96,15 @@ def _plans(plans: Sequence[Row], timeline: Sequence[Row]) -> str:
         plan = row["plan"]
         blocks.append(f"### {_text(str(plan.get('title', 'untitled')))}\n\n"
                       f"- **Hash:** `{row['plan_hash']}` · **Proposed by:** "
-                      f"{_proposer(row, timeline)} at case version {row['case_version']} · "
-                      f"**Requested by:** {row['proposed_by']} · **Risk:** "
-                      f"{plan.get('risk_score', '-')}")
-        steps = [(str(n + 1), f"`{s.get('action')}`", _json(s.get("params", {})),
-                  str(s.get("timeout_s", "-")), str(s.get("retry", "-")))
+                      f"{_text(_proposer(row, timeline))} at case version "
+                      f"{row['case_version']} · **Requested by:** {_text(row['proposed_by'])} · "
+                      f"**Risk:** {_text(str(plan.get('risk_score', '-')))}")
+        steps = [(str(n + 1), _code(s.get("action")), _code(_json(s.get("params", {}))),
+                  _text(str(s.get("timeout_s", "-"))), _text(str(s.get("retry", "-"))))
                  for n, s in enumerate(plan.get("steps") or [])]
         blocks.append(_table(("#", "Action", "Params", "Timeout (s)", "Retry"), steps))
-        blocks.append(f"**Rollback:** `{_json(plan.get('rollback'))}`\n\n"
-                      f"**Verify:** `{_json(plan.get('verify'))}`")
+        blocks.append(f"**Rollback:** {_code(_json(plan.get('rollback')))}\n\n"
+                      f"**Verify:** {_code(_json(plan.get('verify')))}")
     return "\n\n".join(blocks)
 
 
@@ -119,8 +123,9 @@ def _proposer(plan: Row, timeline: Sequence[Row]) -> str:
 def _approvals(decisions: Sequence[Row]) -> str:
     if not decisions:
         return "## Approvals\n\nNo approval or rejection was recorded."
-    rows = [(d["decision"].get("approver", "-"), d["decision"].get("verdict", "-"),
-             f"`{str(d['plan_hash'])[:12]}`", str(d["decision"].get("at", "-")),
+    rows = [(_text(str(d["decision"].get("approver", "-"))),
+             _text(str(d["decision"].get("verdict", "-"))), f"`{str(d['plan_hash'])[:12]}`",
+             _text(str(d["decision"].get("at", "-"))),
              _text(str(d["decision"].get("reason") or ""))) for d in decisions]
     return "## Approvals\n\n" + _table(("Approver", "Decision", "Plan", "At", "Reason"), rows)
 
@@ -131,10 +136,10 @@ def _steps(timeline: Sequence[Row]) -> str:
         if row["event"] not in ("step_result", "rollback_result"):
             continue
         facts = row["meta"].get("context") or {}
-        rows.append((str(facts.get("phase", "-")), str(int(facts.get("step", 0)) + 1),
-                     str(facts.get("attempt", "-")), f"`{facts.get('action', '-')}`",
-                     "ok" if facts.get("ok") else "failed", str(facts.get("duration_s", "-")),
-                     _text(row["reason"] or "")))
+        rows.append((_text(str(facts.get("phase", "-"))), str(int(facts.get("step", 0)) + 1),
+                     _text(str(facts.get("attempt", "-"))), _code(facts.get("action", "-")),
+                     "ok" if facts.get("ok") else "failed",
+                     _text(str(facts.get("duration_s", "-"))), _text(row["reason"] or "")))
     if not rows:
         return "## Step results\n\nNo step ran."
     return "## Step results\n\n" + _table(
@@ -147,7 +152,7 @@ def _verification(timeline: Sequence[Row]) -> str:
         facts = row["meta"].get("context") or {}
         if row["event"] == "verify_result":
             verdict = "passed" if facts.get("passed") else "failed"
-            observed = _or_dash(facts.get("observed"))
+            observed = _text(_or_dash(facts.get("observed")))
             lines.append(f"- {_when(as_utc(row['created_at']))}: {verdict} — "
                          f"{_text(row['reason'] or '')} (observed {observed})")
         elif row["event"] in ("verify_pass", "verify_failed"):
@@ -168,7 +173,7 @@ def _usage(timeline: Sequence[Row]) -> str:
             seen[n] += int(facts.get(name) or 0)
     if not totals:
         return "## Model usage\n\nNo model usage was noted."
-    rows = [(f"`{model}`", str(calls), str(tin), str(tout))
+    rows = [(_code(model), str(calls), str(tin), str(tout))
             for model, (calls, tin, tout) in sorted(totals.items())]
     return "## Model usage\n\n" + _table(("Model", "Calls", "Tokens in", "Tokens out"), rows)
 
@@ -184,8 +189,34 @@ def _table(header: Iterable[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+# Markdown's syntax that can make a link, an HTML tag, an entity, emphasis or code of text: a
+# backslash, a backtick, ``*``, ``~``, brackets, ``_`` at a word's edge (inside a word it is
+# just a letter), ``<`` unless a space follows (``a < b`` opens no tag nor autolink), ``&``
+# before an entity, and a ``#`` at the end (a heading's closing sequence).
+_MARKUP = re.compile(r"[\\`*~\[\]]|(?<![^\W_])_|_(?![^\W_])|<(?!\s|$)|&(?=#?\w+;)|#$")
+_BACKTICKS = re.compile(r"`+")
+_URL_ENDS = {" ": "%20", "(": "%28", ")": "%29", "<": "%3C", ">": "%3E"}
+
+
 def _text(value: str) -> str:
-    return " ".join(value.split())
+    """Text from outside on one line, as written: it links nowhere and formats nothing."""
+    return _MARKUP.sub(lambda found: "\\" + found.group(), " ".join(value.split()))
+
+
+def _code(value: object) -> str:
+    """``value`` on one line as an inline code span, fenced by one backtick more than its
+    longest run of them (CommonMark: a span ends only at a run of the same length)."""
+    text = " ".join(str(value).split()) or "-"
+    fence = "`" * (max((len(run) for run in _BACKTICKS.findall(text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _destination(url: str) -> str:
+    """A link's destination with the characters that would end it percent-encoded."""
+    for char, code in _URL_ENDS.items():
+        url = url.replace(char, code)
+    return url
 
 
 def _json(value: Any) -> str:

@@ -41,6 +41,6 @@ def test_case_commands(engine: Engine) -> None:
         assert "none" in shown(ask(bot, "list closed"))
 
         assert "is not a case status" in shown(ask(bot, "list sleeping"))
-        assert "no case id starts with `ffff0000`" in shown(ask(bot, "status ffff0000"))
+        assert "Nothing to show" in shown(ask(bot, "status ffff0000"))  # as another's case
         assert "is not a case id" in shown(ask(bot, "status ../etc"))
         assert "needs a case id" in shown(ask(bot, "timeline"))

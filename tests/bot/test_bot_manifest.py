@@ -46,6 +46,8 @@ def test_manifest_enables_interactivity_for_the_buttons_and_the_modal() -> None:
     assert settings["interactivity"]["request_url"].endswith(EVENTS_PATH)
     scopes = set(manifest()["oauth_config"]["scopes"]["bot"])
     assert {"app_mentions:read", "channels:history", "chat:write", "commands"} <= scopes
+    # /case asks conversations.members whether someone outside a case's channel is in it
+    assert {"channels:read", "groups:read"} <= scopes
 
 
 def test_every_id_the_code_uses_is_documented() -> None:

@@ -89,7 +89,7 @@ def test_each_pinned_message_is_one_timeline_entry_whatever_slack_delivers(
         by_ts = {row["meta"]["context"]["ts"]: row for row in found}
         assert set(by_ts) == {ROOT, SAID_A, SAID_B}
         said_a = by_ts[SAID_A]
-        assert said_a["reason"] == "the WAL disk on db-2 is at 98% &lt;&amp;&gt;"
+        assert said_a["reason"] == "the WAL disk on db-2 is at 98% <&>"  # the words, not markup
         assert said_a["actor"] in (APPROVER, SECOND)
         assert said_a["meta"]["context"] == {
             "author": REQUESTER, "channel": "C0INCIDENT", "ts": SAID_A, "thread_ts": ROOT,

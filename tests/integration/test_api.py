@@ -38,7 +38,7 @@ def _app(engine: Engine, token: str | None = None) -> App:
 @pytest.fixture
 def client(engine: Engine) -> Iterator[TestClient]:
     app = _app(engine)
-    with TestClient(create_api(app)) as test_client:
+    with TestClient(create_api(app), base_url="http://localhost") as test_client:
         yield test_client
     app.close()
 
@@ -47,7 +47,7 @@ def client(engine: Engine) -> Iterator[TestClient]:
 def locked_client(engine: Engine) -> Iterator[TestClient]:
     """A client of an API whose server has OPSGATE_API_TOKEN set."""
     app = _app(engine, token=TOKEN)
-    with TestClient(create_api(app)) as test_client:
+    with TestClient(create_api(app), base_url="http://localhost") as test_client:
         yield test_client
     app.close()
 
@@ -350,7 +350,7 @@ def test_an_unreachable_database_is_503_on_reads_and_writes(url):
                         _env_file=None, database_url=url, api_token=None, redis_url=None)
     app = bootstrap(settings)
     try:
-        with TestClient(create_api(app)) as unreachable:
+        with TestClient(create_api(app), base_url="http://localhost") as unreachable:
             assert unreachable.get("/healthz").status_code == 200  # the process is up
             not_ready = unreachable.get("/readyz")
             assert not_ready.status_code == 503, not_ready.text

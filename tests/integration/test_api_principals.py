@@ -248,7 +248,7 @@ def test_a_name_is_never_given_out_twice(engine):
 def test_reads_need_a_token_once_a_principal_exists(engine):
     app = build(engine, api_token=None)
     try:
-        with TestClient(create_api(app)) as client:
+        with TestClient(create_api(app), base_url="http://localhost") as client:
             assert client.get("/case").status_code == 200  # nothing configured: open
             reader = bearer(engine, "dash", role="reader")
             assert error_code(client.get("/case"), 401) == "unauthorized"
@@ -271,7 +271,7 @@ def test_the_service_token_alone_closes_reads(client):
 def test_reads_open_keeps_reads_open_but_not_writes(engine):
     app = build(engine, api_reads="open")
     try:
-        with TestClient(create_api(app)) as client:
+        with TestClient(create_api(app), base_url="http://localhost") as client:
             case_id = waiting(client, SERVICE)
             assert client.get(f"/case/{case_id}").status_code == 200
             assert client.get(f"/case/{case_id}/timeline").status_code == 200
@@ -382,7 +382,7 @@ def test_two_people_over_rest_approve_a_two_person_plan(client, engine):
 def test_an_approver_off_the_approver_list_is_refused_like_in_slack(engine):
     app = build(engine, approvers=["U0KIM"])
     try:
-        with TestClient(create_api(app)) as client:
+        with TestClient(create_api(app), base_url="http://localhost") as client:
             lead = bearer(engine, "lead", "U0LEAD")
             case_id = waiting(client, SERVICE)
             refused = approve(client, case_id, lead)
@@ -427,9 +427,10 @@ def test_the_token_command_creates_lists_and_revokes(engine, capsys):
     assert main(["token", "list", *url]) == 0
     listed = capsys.readouterr().out
     lines = listed.splitlines()
-    assert lines[0].split() == ["NAME", "ROLE", "KIND", "SLACK", "USER", "CREATED", "REVOKED"]
-    assert lines[1].split()[:4] == ["lead", "approver", "person", "U0LEAD"]
-    assert lines[2].split()[:4] == ["svc-ci", "operator", "service", "-"]
+    assert lines[0].split() == ["NAME", "ROLE", "KIND", "SLACK", "USER", "CHANNELS", "CREATED",
+                                "REVOKED"]
+    assert lines[1].split()[:5] == ["lead", "approver", "person", "U0LEAD", "all"]
+    assert lines[2].split()[:5] == ["svc-ci", "operator", "service", "-", "all"]
     assert lines[1].split()[-1] == "-"
     assert token not in listed and principals.token_hash(token) not in listed
 

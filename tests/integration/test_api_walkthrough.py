@@ -79,7 +79,8 @@ def world_of(engine: Engine, tmp_path: Path, **settings: Any) -> Iterator[World]
     app = make_app(engine, api_token=None, script_allowlist=[str(script)], **settings)
     clock = Clock()
     app.cases.clock = clock
-    with TestClient(create_api(app), raise_server_exceptions=False) as client:
+    with TestClient(create_api(app), base_url="http://localhost",
+                    raise_server_exceptions=False) as client:
         yield World(app, client, clock, script, tmp_path / "runs.txt")
     app.close()
 

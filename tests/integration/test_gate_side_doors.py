@@ -129,7 +129,7 @@ def test_the_rollback_with_both_shapes_is_refused_at_the_guard(app, engine, touc
     problems = json.loads(reply.body)["error"]["details"]["problems"]
     assert any(p.startswith('plan.rollback: has both "action" and "steps"') for p in problems)
     assert status(app, case_id) == S.PLANNING and app.cases.proposed_plan(case_id) is None
-    with TestClient(create_api(app)) as client:
+    with TestClient(create_api(app), base_url="http://localhost") as client:
         answer = client.patch(f"/case/{case_id}/transition",
                               json={"event": "plan_ready", "actor": "sre@example",
                                     "plan": red_team_rollback(touch, marker)},
@@ -196,7 +196,7 @@ def test_the_rest_api_refuses_json_with_nan_or_infinity_before_anything_reads_it
     plan = json.dumps({**nan_risk(touch, marker), "risk_score": 0.1})
     body = json.dumps({"event": "plan_ready", "actor": "sre@example", "plan": "PLAN"}).replace(
         '"PLAN"', plan.replace('"risk_score": 0.1', f'"risk_score": {constant}'))
-    with TestClient(create_api(app)) as client:
+    with TestClient(create_api(app), base_url="http://localhost") as client:
         answer = client.patch(f"/case/{case_id}/transition", content=body,
                               headers={"Idempotency-Key": uuid4().hex,
                                        "Content-Type": "application/json"})

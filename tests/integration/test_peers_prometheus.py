@@ -127,8 +127,14 @@ def test_instant_values_no_data_and_a_refused_query_as_prometheus_answers_them(
 
     absent = judge({"metric": "checkout_p99_seconds", "below": 1}, prometheus)
     assert not absent.passed and "no data" in absent.reason
-    refused = judge({"metric": f"sum({GAUGE}", "below": 1}, prometheus)
-    assert not refused.passed and "HTTP 400" in refused.reason and "parse error" in refused.reason
+    # PromQL that opsgate checks and Prometheus refuses to run (an invalid regular expression).
+    refused = judge({"metric": f'label_replace({GAUGE}, "a", "b", "c", "(")', "below": 1},
+                    prometheus)
+    assert not refused.passed and "Prometheus refused the query (HTTP" in refused.reason
+    assert "regular expression" in refused.reason
+    # What is not PromQL is never sent (core/domain/promql.py).
+    malformed = judge({"metric": f"sum({GAUGE}", "below": 1}, prometheus)
+    assert malformed.state == "cannot" and "not PromQL" in malformed.reason
 
 
 def test_a_window_fails_until_good_samples_cover_it_then_passes(prometheus, metric_service):

@@ -52,7 +52,7 @@ def test_pending_resolutions_move_to_alert_seen_and_are_noted_when_the_case_open
 
     app = alerts_app(engine)
     try:
-        with TestClient(create_api(app)) as client:
+        with TestClient(create_api(app), base_url="http://localhost") as client:
             reply = post(client, notification("DiskFull", [alert("DiskFull", "db-2")]))
     finally:
         app.close()

@@ -57,7 +57,7 @@ def test_a_notification_without_the_right_token_is_401_and_opens_nothing(client,
 def test_without_a_configured_token_every_notification_is_refused(engine):
     app = alerts_app(engine, token=None)
     try:
-        with TestClient(create_api(app)) as client:
+        with TestClient(create_api(app), base_url="http://localhost") as client:
             reply = post(client, notification("ProbeFailure", [alert("ProbeFailure", "a")]))
     finally:
         app.close()

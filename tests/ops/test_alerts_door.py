@@ -176,7 +176,7 @@ def test_a_database_that_is_down_answers_503_and_the_retry_opens_the_case(pg_eng
                              .render_as_string(hide_password=False), pool_size=2)
         app = alerts_app(engine)
         try:
-            with TestClient(create_api(app)) as client:
+            with TestClient(create_api(app), base_url="http://localhost") as client:
                 before = refusals(client)
                 proxy.faults = Faults(refuse=1.0)
                 engine.dispose()  # pooled connections gone: the next one meets the outage

@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 from uuid import UUID
 
 import pytest
-from sqlalchemy import insert
+from hypothesis import HealthCheck, given, settings
+from sqlalchemy import Engine, insert
 
 from core.api.statuses import reply_status
 from core.bootstrap import bootstrap
@@ -20,7 +21,26 @@ from core.domain.commands import NoteCase, TransitionCase
 from core.errors import InvalidRequest, NotFound
 from core.ops.export import export_case
 from core.settings import Settings
-from tests.support.cases import APPROVER, PLAN, PLAN_HASH, REQUESTER, E, S, case_in, command, key
+from tests.support.cases import (
+    APPROVER,
+    PLAN,
+    PLAN_HASH,
+    REQUESTER,
+    E,
+    S,
+    case_in,
+    case_service,
+    command,
+    key,
+    open_case,
+)
+from tests.support.hostile import (
+    EVIL_NAME,
+    EVIL_SUMMARY,
+    hostile,
+    markdown_heading,
+    markdown_smuggled,
+)
 from tests.support.metrics import STAND_IN_METRICS
 
 
@@ -61,7 +81,7 @@ def test_the_postmortem_has_every_section_with_the_case_facts(service, engine):
     assert f"| `gate_approved` | {APPROVER} | WAIT_GATE → EXECUTING |" in markdown
     assert f"### {PLAN['title']}" in markdown and f"`{PLAN_HASH}`" in markdown
     assert f"**Proposed by:** {REQUESTER}" in markdown
-    assert "| 1 | `noop` | {} | 30 | 0 |" in markdown
+    assert "| 1 | `noop` | `{}` | 30 | 0 |" in markdown
     assert f"| {APPROVER} | approved | `{PLAN_HASH[:12]}` |" in markdown
     assert "| step | 1 | 1 | `noop` | ok | 0.25 | step 1 (noop): done |" in markdown
     assert "passed — error_rate 0.001 < 0.01 (observed 0.001)" in markdown
@@ -138,3 +158,58 @@ def test_the_command_writes_the_file(service, engine, tmp_path):
         assert printed.getvalue() == export_case(engine, case_id)
     finally:
         app.close()
+
+
+PERMALINK = "https://acme.slack.com/archives/C0INC/p1700000000000200"
+
+
+def hostile_case(service, title: str, said: str) -> UUID:
+    """A case whose title, notes, pinned message, step result, plan title, model name and
+    rejection all say ``said`` (or ``title``)."""
+    case_id = open_case(service, title)
+    for event in (E.START_ANALYSIS, E.ANALYSIS_DONE):
+        assert reply_status(service.transition(command(case_id, event, reason=said), key())) \
+            == 200
+    plan = {**PLAN, "title": said or "plan", "steps": [{**PLAN["steps"][0],
+                                                          "params": {"note": said}}]}
+    assert reply_status(service.transition(
+        command(case_id, E.PLAN_READY, plan=plan, reason=said), key())) == 200
+    service.note(NoteCase(case_id, PINNED_EVENT, "U0BOB", reason=said or "-",
+                          meta={"author": said, "permalink": PERMALINK}), key()).data()
+    service.note(NoteCase(case_id, "step_result", "executor", reason=said or "-",
+                          meta={"phase": said, "step": 0, "action": said, "ok": False}),
+                 key()).data()
+    service.note(NoteCase(case_id, "agent_usage", "agent", reason="1 model call",
+                          meta={"model": said, "model_calls": 1}), key()).data()
+    assert reply_status(service.transition(command(
+        case_id, E.GATE_REJECTED, plan_hash=plan_hash_of(plan), actor=APPROVER,
+        reason=said or "no"), key())) == 200
+    return case_id
+
+
+def plan_hash_of(plan: dict) -> str:
+    from core.domain.plans import plan_hash
+
+    return plan_hash(plan)
+
+
+def test_an_alerts_words_link_nowhere_in_the_postmortem(service, engine):
+    """Issue 24, finding 1, in ``opsgate export``: the issue's payloads, and a Markdown link and
+    raw HTML besides, read as written and make no link."""
+    title = f"{EVIL_NAME}: {EVIL_SUMMARY}"
+    said = f"{EVIL_SUMMARY} [re-login](https://evil.example/login) <a href=\"https://evil.example\">"
+    markdown = export_case(engine, hostile_case(service, title, said))
+    assert markdown_smuggled(markdown, frozenset({PERMALINK})) == []
+    assert markdown_heading(markdown) == f"Postmortem: {title}"
+    assert "\\<https://evil.example/login|re-login to Okta>" in markdown
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(title=hostile, said=hostile)
+def test_no_text_from_outside_becomes_a_link_or_markup_in_the_postmortem(
+        sqlite_engine: Engine, title: str, said: str) -> None:
+    title = " ".join(title.split())[:200] or "t"
+    markdown = export_case(sqlite_engine, hostile_case(case_service(sqlite_engine), title, said))
+    assert markdown_smuggled(markdown, frozenset({PERMALINK})) == []
+    assert markdown_heading(markdown) == f"Postmortem: {title}"

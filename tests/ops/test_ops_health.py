@@ -25,7 +25,7 @@ from tests.support.servers import REDIS_URL
 def _client(engine: Engine | None = None, **settings: object) -> Iterator[TestClient]:
     app = bootstrap(Settings(_env_file=None, **{"redis_url": None, **settings}), engine=engine)
     try:
-        with TestClient(create_api(app)) as client:
+        with TestClient(create_api(app), base_url="http://localhost") as client:
             yield client
     finally:
         app.close()

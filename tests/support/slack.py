@@ -137,10 +137,13 @@ class FakeSlack:
     Slack's Block Kit limits are refused as Slack does (``invalid_blocks``). ``said`` holds
     what people wrote (``conversations.replies`` reads it with the bot's posts); with
     ``assistant`` off, ``assistant.threads.setStatus`` is refused as for an app without the
-    AI-app feature."""
+    AI-app feature. ``members`` is who is in each channel (``conversations.members``, a page
+    of ``limit`` at a time)."""
 
     server: LocalServer
     messages: list[dict[str, Any]] = field(default_factory=list)
+    members: dict[str, list[str]] = field(default_factory=lambda: {
+        CHANNEL: [REQUESTER, APPROVER, SECOND, BOT_USER]})
     said: list[dict[str, Any]] = field(default_factory=list)
     assistant: bool = False
     refused: set[str] = field(default_factory=set)  # methods answering an internal_error
@@ -268,6 +271,17 @@ def _web_api(slack: FakeSlack) -> dict[str, Any]:
                 "permalink": f"https://t.slack.com/archives/{args.get('channel')}/"
                              f"p{ts.replace('.', '')}"}
 
+    def members(seen: Seen) -> dict[str, Any]:
+        args = args_of(seen)
+        channel, size = str(args.get("channel")), int(args.get("limit") or 100)
+        if channel not in slack.members:
+            raise Refused("channel_not_found")
+        start = int(args.get("cursor") or 0)
+        everyone = slack.members[channel]
+        more = start + size < len(everyone)
+        return {"members": everyone[start:start + size],
+                "response_metadata": {"next_cursor": str(start + size) if more else ""}}
+
     return {
         "/api/auth.test": answer(lambda _s: {"team_id": TEAM, "user_id": BOT_USER,
                                              "bot_id": "B0BOT", "url": "https://t.slack.com/"}),
@@ -276,6 +290,7 @@ def _web_api(slack: FakeSlack) -> dict[str, Any]:
         "/api/chat.postEphemeral": answer(ephemeral),
         "/api/assistant.threads.setStatus": answer(thread_status),
         "/api/conversations.replies": answer(replies),
+        "/api/conversations.members": answer(members),
         "/api/chat.getPermalink": answer(permalink),
         "/api/views.open": answer(lambda _s: {"view": {"id": "V0001"}}),
         "/api/usergroups.users.list": answer(
@@ -333,9 +348,9 @@ def reaction_event(name: str, *, user: str, ts: str, event_id: str,
                                            "is_bot": True}]})
 
 
-def command_body(text: str, *, user: str = REQUESTER) -> str:
+def command_body(text: str, *, user: str = REQUESTER, channel: str = CHANNEL) -> str:
     return urlencode({"token": "verification-token", "team_id": TEAM, "team_domain": "acme",
-                      "channel_id": CHANNEL, "channel_name": "incidents", "user_id": user,
+                      "channel_id": channel, "channel_name": "incidents", "user_id": user,
                       "user_name": user.lower(), "command": "/case", "text": text,
                       "api_app_id": "A0APP", "response_url": "https://hooks.slack.invalid/x",
                       "trigger_id": f"trigger-{time.monotonic_ns()}"})
@@ -413,8 +428,9 @@ class Stack:
         return self.send(reaction_event(name, user=user, ts=ts, event_id=event_id),
                          retry=retry)
 
-    def command(self, text: str, *, user: str = REQUESTER) -> httpx.Response:
-        return self.send(command_body(text, user=user), FORM)
+    def command(self, text: str, *, user: str = REQUESTER,
+                channel: str = CHANNEL) -> httpx.Response:
+        return self.send(command_body(text, user=user, channel=channel), FORM)
 
     def click(self, action_id: str, approval_id: str, *, user: str, message_ts: str,
               thread_ts: str | None = None) -> httpx.Response:
@@ -519,8 +535,9 @@ def to_the_gate(bot: Stack, ts: str, title: str = "checkout returns 500s"
     return case_id, bot.plan_messages()[0]
 
 
-def ask(bot: Stack, text: str) -> dict[str, Any]:
-    answer = bot.command(text)
+def ask(bot: Stack, text: str, *, user: str = REQUESTER,
+        channel: str = CHANNEL) -> dict[str, Any]:
+    answer = bot.command(text, user=user, channel=channel)
     assert answer.status_code == 200
     body = dict(answer.json())
     assert body["response_type"] == "ephemeral" and body["blocks"]

@@ -1,0 +1,59 @@
+"""The one way text from outside — alert labels and annotations, titles, findings, model output,
+thread text, step output, reasons — enters a chat message: Slack mrkdwn, where ``&``, ``<`` and
+``>`` are the control characters. Escaped, no mention (``<!channel>``, ``<@U…>``, ``<#C…>``) and
+no link (``<url|label>``) survives; formatting marks (``*``, ``_``) stay, as words.
+
+Links opsgate itself adds (an alert's graph, a pinned message) are built by ``link``; what a
+Slack message said is read back as plain words by ``from_slack`` before it is shown again.
+Pure functions; the bot and the core's chat renders import them from here.
+"""
+
+from __future__ import annotations
+
+import re
+
+from core.ops.alert_text import shortened
+
+_TOKEN = re.compile(r"<([^<>\n]*)>")
+_URL_ENDS = {"|": "%7C", "<": "%3C", ">": "%3E", " ": "%20", "\n": "%0A", "\t": "%09"}
+
+
+def escape(text: object) -> str:
+    """``text`` as Slack mrkdwn shows it literally (None is empty)."""
+    said = "" if text is None else str(text)
+    return said.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def shown(text: object, limit: int) -> str:
+    """``text`` escaped on one line, cut between words to at most ``limit`` characters (as
+    read, before escaping), ending in ``…`` when cut."""
+    return escape(shortened(" ".join(("" if text is None else str(text)).split()), limit))
+
+
+def link(url: object, label: str) -> str:
+    """opsgate's own link to ``url`` (http or https only, else ""), labelled ``label``: the
+    URL's characters that would end the link or start its label are percent-encoded."""
+    target = "" if url is None else str(url).strip()
+    if not target.startswith(("http://", "https://")):
+        return ""
+    for char, code in _URL_ENDS.items():
+        target = target.replace(char, code)
+    return f"<{target}|{escape(label)}>"
+
+
+def from_slack(text: object) -> str:
+    """What a Slack message says, as plain words: ``<!channel>`` → ``@channel``, ``<@U1|ann>``
+    → ``@ann``, ``<#C1|ops>`` → ``#ops``, ``<https://x|docs>`` → ``docs (https://x)``, and
+    Slack's ``&lt;`` ``&gt;`` ``&amp;`` undone. To show it again, ``escape`` it."""
+    said = _TOKEN.sub(lambda token: _words(token.group(1)), "" if text is None else str(text))
+    return said.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+def _words(token: str) -> str:
+    target, _, label = token.partition("|")
+    if token.startswith("!"):  # <!here>, <!subteam^S1|@oncall>, <!date^…|fallback>
+        return label or f"@{target[1:].split('^')[0]}"
+    if token.startswith(("@", "#")):
+        return f"{token[0]}{label.lstrip('@#')}" if label else target
+    address = target.removeprefix("mailto:")
+    return f"{label} ({address})" if label and label != address else address
