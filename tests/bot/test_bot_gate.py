@@ -211,12 +211,16 @@ def test_a_plan_nobody_decides_expires_and_its_buttons_give_way(engine: Engine) 
 def test_a_decision_before_the_ttl_leaves_the_plan_decided(sqlite_engine: Engine) -> None:
     with running_bot(sqlite_engine, approval_ttl_s=2) as bot:
         case_id, plan, approval_id = open_and_wait_for_plan(bot, "26.000100")
+        # The plan message can come before the gatekeeper's note that schedules the expiry
+        # check; a click before that note leaves no check to test.
+        checks = lambda: [r for r in bot.app.cases.timeline(case_id)  # noqa: E731
+                          if r["event"] == "awaiting_approval"]
+        bot.slack.wait_for(lambda: bool(checks()), what="the gatekeeper's awaiting_approval")
         bot.click(Action.APPROVE, approval_id, user=APPROVER, message_ts=plan["ts"])
         bot.slack.wait_for(lambda: any("CLOSED" in t for t in bot.slack.texts()),
                            what="CLOSED")
         gate = bot.app.cases.get_case(case_id)
-        checks = [r for r in bot.app.cases.timeline(case_id) if r["event"] == "awaiting_approval"]
-        due = datetime.fromisoformat(checks[0]["meta"]["context"]["expires_at"])
+        due = datetime.fromisoformat(checks()[0]["meta"]["context"]["expires_at"])
         bot.slack.wait_for(lambda: datetime.now(UTC) > due + timedelta(seconds=0.5),
                            what="the expiry check's time")
         bot.slack.wait_for(lambda: inbox_has(bot, "gatekeeper", Topic.GATE_EXPIRE),
