@@ -116,7 +116,12 @@ class CountingRunner(ConsumerRunner):
         self._lock = threading.Lock()
 
     def deliver(self, envelope: Envelope) -> str:
-        outcome = super().deliver(envelope)
+        return self._count(super().deliver(envelope))
+
+    def give_up(self, envelope: Envelope, error: str, attempts: int) -> str:
+        return self._count(super().give_up(envelope, error, attempts))
+
+    def _count(self, outcome: str) -> str:
         with self._lock:
             self.outcomes[outcome] += 1
         return outcome
