@@ -30,7 +30,7 @@ import logging
 import threading
 from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -176,7 +176,7 @@ class JetStreamBus:
                 connect_timeout=int(max(1, self.config.timeout_s)), allow_reconnect=True,
                 max_reconnect_attempts=-1, reconnect_time_wait=0.25,
                 error_cb=error, disconnected_cb=disconnected, reconnected_cb=reconnected)
-        except (nats.errors.Error, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, nats.errors.Error, OSError) as exc:
             raise Unavailable(f"NATS at {self.config.shown} is not reachable: "
                               f"{_first_line(exc)}") from exc
         self._js = self._nc.jetstream(timeout=self.config.timeout_s)
@@ -194,10 +194,8 @@ class JetStreamBus:
 
     def close(self) -> None:
         if self._nc is not None and not self._nc.is_closed:
-            try:
+            with suppress(Unavailable):
                 self._call(self._nc.close(), self.config.timeout_s)
-            except Unavailable:
-                pass
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
 
@@ -217,7 +215,7 @@ class JetStreamBus:
             self._streams.clear()  # the stream is gone: created again before the next publish
             raise Unavailable(f"JetStream at {self.config.shown} has no stream for the subject "
                               f"({_first_line(exc)})") from exc
-        except (nats.errors.Error, OSError, asyncio.TimeoutError, FutureTimeout) as exc:
+        except (TimeoutError, nats.errors.Error, OSError, FutureTimeout) as exc:
             future.cancel()
             raise Unavailable(f"JetStream at {self.config.shown}: {_first_line(exc)}") from exc
 
@@ -332,16 +330,17 @@ class JetStreamBus:
         self._call(msg.ack(), self.config.timeout_s)
 
     @contextmanager
-    def in_progress(self, msgs: Sequence[Msg]) -> Iterator[set[Msg]]:
+    def in_progress(self, msgs: Sequence[Msg]) -> Iterator[dict[int, Msg]]:
         """While the body runs, tell the server every third of AckWait that the messages still
-        in the yielded set are being worked on (the body removes each once acknowledged)."""
-        open_msgs = set(msgs)
+        in the yielded dict (by ``id()``) are being worked on (the body removes each once
+        acknowledged)."""
+        open_msgs = {id(msg): msg for msg in msgs}
         every_s = self.config.ack_wait_s / 3
 
         async def beat() -> None:
             while True:
                 await asyncio.sleep(every_s)
-                for msg in list(open_msgs):
+                for msg in list(open_msgs.values()):
                     try:
                         await msg.in_progress()
                     except nats.errors.Error as exc:
@@ -456,7 +455,7 @@ class JetStreamReader:
             for msg in msgs:
                 self._handle(msg)
                 self.bus.ack(msg)
-                open_msgs.discard(msg)
+                open_msgs.pop(id(msg), None)
         return len(msgs)
 
     def _handle(self, msg: Msg) -> None:
