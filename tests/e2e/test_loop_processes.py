@@ -178,15 +178,22 @@ class World:
 
 
 @pytest.fixture(params=["redis", pytest.param("jetstream", marks=pytest.mark.nats)])
-def bus_knobs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
-    """Redis Streams (the shared Redis), or JetStream on a nats-server of the test's own whose
-    AckWait is short, so a killed consumer's messages come back within seconds."""
+def nats_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[NatsServer | None]:
+    """None on Redis Streams (the shared Redis); on JetStream a nats-server of the test's own."""
     if request.param == "redis":
-        yield {}
+        yield None
         return
     (tmp_path / "nats").mkdir()
     with NatsServer(tmp_path / "nats") as server:
-        yield {"OPSGATE_BUS_URL": server.url, "OPSGATE_JETSTREAM_ACK_WAIT_S": "3"}
+        yield server
+
+
+@pytest.fixture
+def bus_knobs(nats_server: NatsServer | None) -> dict[str, str]:
+    """JetStream's AckWait is short, so a killed consumer's messages come back within seconds."""
+    if nats_server is None:
+        return {}
+    return {"OPSGATE_BUS_URL": nats_server.url, "OPSGATE_JETSTREAM_ACK_WAIT_S": "3"}
 
 
 @pytest.fixture
@@ -430,3 +437,48 @@ def test_kill_9_of_relay_and_consumers_mid_run_keeps_every_step_exactly_once(wor
     assert {"relay", "consume-1"} <= set(kills), kills
     stop_cleanly(world)
     print(f"\n{world.cases} cases ended in {elapsed:.1f}s with kills {kills} ({seed_note}); {summary}")
+
+
+@pytest.mark.chaos
+@pytest.mark.parametrize("nats_server", ["jetstream"], indirect=True)
+def test_kill_9_of_nats_server_and_a_consumer_frozen_past_ack_wait_lose_and_repeat_nothing(
+        world: World, nats_server: NatsServer):
+    """JetStream's own faults: nats-server killed with -9 mid-run and started again on the same
+    store (twice), and a consume process frozen (SIGSTOP) past AckWait while it holds messages,
+    then thawed: every case ends, none is stuck, no step runs twice."""
+    events: list[str] = []
+    case_ids: list[UUID] = []
+
+    def faults() -> None:
+        for _round in range(2):
+            if world.stop.wait(1.0) or (case_ids and all_final(world.engine, case_ids)):
+                return
+            nats_server.kill9()
+            events.append("nats-server kill -9")
+            world.stop.wait(0.5)
+            nats_server.start()
+            events.append("nats-server restarted on its store")
+        world.consumers[0].freeze()
+        events.append("consume-1 frozen")
+        world.stop.wait(3 * 3.0)  # three AckWaits: its messages go to consume-2
+        world.consumers[0].thaw()
+        events.append("consume-1 thawed")
+
+    faulter = threading.Thread(target=faults, daemon=True)
+    faulter.start()
+    started = time.monotonic()
+    case_ids.extend(world.open_cases(world.cases))
+    wait_until(lambda: all_final(world.engine, case_ids), RUN_DEADLINE_S,
+               f"for every case to end (faults {events})")
+    faulter.join(30)
+    elapsed = time.monotonic() - started
+    summary = check_the_run(world, case_ids, chaos=True)
+    stuck = sum(1 for status in statuses(world.engine, case_ids).values()
+                if status not in FINAL)
+    keys, _by_case = requests_by_case(world.server)
+    duplicates = sum(n - 1 for n in keys.values() if n > 1)
+    assert stuck == 0 and duplicates == 0
+    stop_cleanly(world)
+    print(f"\nJetStream faults {events}: {len(case_ids)} cases driven, "
+          f"{sum(summary['statuses'].values())} ended in {elapsed:.1f}s, stuck {stuck}, "
+          f"duplicate side effects {duplicates}; {summary}")
