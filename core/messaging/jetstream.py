@@ -156,7 +156,14 @@ class JetStreamBus:
         JetStream; ``Unavailable`` when no server answers, ``JetStreamSetupError`` without
         JetStream."""
         self._thread.start()
-        self._call(self._connect(), self.config.timeout_s * 2)
+        wait_s = self.config.timeout_s * 2
+        try:
+            self._call(self._connect(), wait_s)
+        except Unavailable as exc:
+            if exc.message.startswith("NATS at"):
+                raise
+            raise Unavailable(f"NATS at {self.config.shown} is not reachable: no answer within "
+                              f"{wait_s:g}s") from exc
         return self
 
     async def _connect(self) -> None:

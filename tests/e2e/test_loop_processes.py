@@ -436,7 +436,8 @@ def test_kill_9_of_relay_and_consumers_mid_run_keeps_every_step_exactly_once(wor
     summary = check_the_run(world, case_ids, chaos=True)
     assert {"relay", "consume-1"} <= set(kills), kills
     stop_cleanly(world)
-    print(f"\n{world.cases} cases ended in {elapsed:.1f}s with kills {kills} ({seed_note}); {summary}")
+    print(f"\n{world.cases} cases ended in {elapsed:.1f}s with kills {kills} ({seed_note}); "
+          f"{summary}")
 
 
 @pytest.mark.chaos

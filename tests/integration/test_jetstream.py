@@ -234,3 +234,29 @@ def test_no_jetstream_and_a_stream_that_disagrees_are_one_line_each(tmp_path: Pa
         three.close()
     assert "\n" not in str(wrong.value)
     assert "has 1 replica(s) (OPSGATE_JETSTREAM_REPLICAS is 3)" in str(wrong.value)
+
+
+def test_readyz_reports_the_connection_and_each_consumers_counts(nats_server: NatsServer):
+    from datetime import UTC, datetime
+
+    from core.ops.readiness import check_jetstream
+    from core.settings import Settings
+
+    settings = Settings(_env_file=None, bus_url=nats_server.url)
+    bus = connected(nats_server)
+    try:
+        bus.ensure_consumers({"planner": [TOPIC]})
+        bus.publish([Envelope(7, TOPIC, "case-7", {}, 1)])
+        held = bus.fetch(bus.subscribe("planner", TOPIC), 1, 2.0)
+        assert len(held) == 1
+        check = check_jetstream(settings, datetime.now(UTC))
+        assert check["ok"] is True and check["kind"] == "jetstream"
+        planner = check["consumers"]["planner"]
+        assert planner["unacked"] == 1 and planner["pending"] == 0
+        assert planner["oldest_unacked_s"] >= 0
+    finally:
+        bus.close()
+    nats_server.kill9()
+    down = check_jetstream(settings, datetime.now(UTC))
+    assert down["ok"] is False
+    assert down["error"].startswith(f"NATS at {nats_server.url} is not reachable")
