@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, settings
 from sqlalchemy import Engine, create_engine, text
 
 from core.api import create_api
@@ -25,6 +26,12 @@ from core.service import CaseService
 from tests.support.cases import case_service
 from tests.support.peers import alertmanager_server, metric_service, prometheus_server  # noqa: F401
 from tests.support.servers import POSTGRES_URL, REDIS_URL, missing
+
+# Hypothesis's per-example deadline is a timed assertion: on two loaded cores a slow example
+# failed a run for no reason in the code, and so can the "too slow to generate" health check.
+# Examples are bounded by their count instead.
+settings.register_profile("opsgate", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("opsgate")
 
 # Under pytest-xdist (`make test`: two workers) the tests of one lane run on one worker, in turn:
 # "heavy" ones start many processes, threads or PostgreSQL connections at once (two together

@@ -88,19 +88,27 @@ def test_while_the_agent_works_the_card_says_so_then_clears(sqlite_engine: Engin
     with running_bot(sqlite_engine, agent=agent) as bot:
         to_the_gate(bot, "2.000100")
         card = card_of(bot.slack)
+        working = "⏳ opsgate is working on <@U0ALICE>'s message…"
+        # The plan message can come before the first turn ends: let that turn clear its line
+        # first, or its end would clear the line of the turn this test watches.
+        bot.slack.wait_for(lambda: len(replies_of(bot, agent)) == 1 and working not in texts(
+            bot.slack.updates_of(card["ts"])[-1]), what="the first turn to end")
+        before = len(bot.slack.updates_of(card["ts"]))
         agent.delay_s = 1.0
         bot.mention("<@U0BOT> is it the last deploy?", event_id="EvAsk", ts="2.000300",
                     thread_ts="2.000100")
-        working = "⏳ opsgate is working on <@U0ALICE>'s message…"
         bot.slack.wait_for(lambda: any(working in texts(u)
-                                       for u in bot.slack.updates_of(card["ts"])),
+                                       for u in bot.slack.updates_of(card["ts"])[before:]),
                            what="the working line on the card")
         bot.slack.wait_for(lambda: len(agent.runs) == 2 and working not in texts(
             bot.slack.updates_of(card["ts"])[-1]), what="the working line to clear")
-        replies = [p for p in bot.slack.posts() if p["text"] == agent.reply]
-        assert len(replies) == 2  # the agent's answers stay thread replies
+        assert len(replies_of(bot, agent)) == 2  # the agent's answers stay thread replies
         assert [c["status"] for c in bot.slack.calls("assistant.threads.setStatus")] == \
             ["is working on it…"]  # asked once; refused: this app has no assistant status
+
+
+def replies_of(bot: Any, agent: ScriptedAgent) -> list[dict[str, Any]]:
+    return [p for p in bot.slack.posts() if p["text"] == agent.reply]
 
 
 def test_an_app_with_the_assistant_status_shows_it_in_the_thread(sqlite_engine: Engine) -> None:

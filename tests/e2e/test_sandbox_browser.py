@@ -121,6 +121,18 @@ def click_in_thread(page, label: str) -> None:
     page.locator("#thread").get_by_role("button", name=label).click()
 
 
+def closed_or_why(page, header) -> None:
+    """The card's header reaches CLOSED; if not, the failure says what the page showed (the
+    case's status, its timeline, the thread), to tell a click that was lost from a card that
+    was not updated."""
+    try:
+        expect(header).to_contain_text("CLOSED")
+    except AssertionError as failure:
+        seen = {where: page.locator(where).inner_text()
+                for where in ("#case-status", "#timeline", "#thread")}
+        raise AssertionError(f"{failure}\nthe page showed: {seen}") from failure
+
+
 def case_id_shown(page) -> str:
     return page.locator("#case-summary .muted").inner_text().strip()
 
@@ -185,7 +197,7 @@ def test_the_case_card_follows_the_case_in_place_and_a_pin_joins_it(page):
 
     be(page, "alice")
     click_in_thread(page, "Approve")
-    expect(card.locator('[data-block-id="case_card"]')).to_contain_text("CLOSED")
+    closed_or_why(page, card.locator('[data-block-id="case_card"]'))
     expect(part("plan")).to_contain_text("Approved by @alice")
     expect(part("steps")).to_contain_text("✓ step 1")
     expect(part("verify")).to_contain_text("Held")
