@@ -129,6 +129,13 @@ def message_id(envelope: Envelope) -> str:
     return f"{envelope.message_id}.{envelope.publication}"
 
 
+def headers(envelope: Envelope) -> dict[str, str] | None:
+    """A relay's publication carries its ``Nats-Msg-Id``; a message sent outside the relay
+    (publication 0: a dead letter requeued after its outbox row was deleted) carries none, so
+    sending it again within the duplicate window is not dropped as a repeat."""
+    return {"Nats-Msg-Id": message_id(envelope)} if envelope.publication else None
+
+
 def _first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__
@@ -302,7 +309,7 @@ class JetStreamBus:
     async def _publish(self, envelopes: Sequence[Envelope]) -> None:
         results = await asyncio.gather(*(
             self.js.publish(self.config.subject(envelope.topic), encode(envelope),
-                            headers={"Nats-Msg-Id": message_id(envelope)})
+                            headers=headers(envelope))
             for envelope in envelopes), return_exceptions=True)
         failed = [result for result in results if isinstance(result, BaseException)]
         if failed:
