@@ -269,6 +269,13 @@ class JetStreamBus:
         if _value(have.retention) != self.config.retention:
             wrong.append(f"retention {_value(have.retention)} (OPSGATE_JETSTREAM_RETENTION is "
                          f"{self.config.retention})")
+        if not _same_s(have.max_age, self.config.max_age_s):
+            wrong.append(f"max age {_shown_s(have.max_age)} (OPSGATE_JETSTREAM_MAX_AGE_S is "
+                         f"{self.config.max_age_s:g})")
+        if not _same_s(have.duplicate_window, self.config.duplicate_window_s):
+            wrong.append(f"duplicate window {_shown_s(have.duplicate_window)} "
+                         f"(OPSGATE_JETSTREAM_DUPLICATE_WINDOW_S is "
+                         f"{self.config.duplicate_window_s:g})")
         if list(have.subjects or []) != [self.config.subject(topic)]:
             wrong.append(f"subjects {', '.join(have.subjects or [])} (opsgate publishes on "
                          f"{self.config.subject(topic)} alone)")
@@ -409,6 +416,15 @@ class JetStreamBus:
         return raw.time
 
 
+def _same_s(have: float | None, want: float) -> bool:
+    """Durations as the server reports them (nanoseconds, read back as seconds)."""
+    return abs((have or 0.0) - want) < 0.001
+
+
+def _shown_s(have: float | None) -> str:
+    return f"{have:g} s" if have else "unlimited"
+
+
 def _value(enum: Any) -> str:
     return str(getattr(enum, "value", enum))
 
@@ -480,6 +496,10 @@ class JetStreamReader:
                       exc)
             return
         delivered = msg.metadata.num_delivered
+        if delivered > 1:
+            log.warning("%s: message %s delivered again (delivery %d): the reader that had it "
+                        "did not acknowledge it within AckWait (stopped, frozen or cut off)",
+                        self.consumer, envelope.message_id, delivered)
         if delivered >= self.bus.config.max_deliver:
             self.runner.give_up(envelope, (
                 f"delivered {delivered} times by JetStream without being acknowledged: the "

@@ -260,3 +260,26 @@ def test_readyz_reports_the_connection_and_each_consumers_counts(nats_server: Na
     down = check_jetstream(settings, datetime.now(UTC))
     assert down["ok"] is False
     assert down["error"].startswith(f"NATS at {nats_server.url} is not reachable")
+
+
+def test_a_stream_whose_max_age_and_duplicate_window_disagree_is_one_line(
+        nats_server: NatsServer):
+    bus = connected(nats_server)
+    bus.ensure_streams([TOPIC])  # a week, two minutes: the defaults
+    bus.close()
+    other = connected(nats_server, max_age_s=3600.0, duplicate_window_s=30.0)
+    try:
+        with pytest.raises(JetStreamSetupError) as wrong:
+            other.ensure_streams([TOPIC])
+    finally:
+        other.close()
+    assert str(wrong.value) == (
+        "JetStream stream opsgate_cmd_plan_generate has max age 604800 s "
+        "(OPSGATE_JETSTREAM_MAX_AGE_S is 3600); duplicate window 120 s "
+        "(OPSGATE_JETSTREAM_DUPLICATE_WINDOW_S is 30): change the stream (`nats stream edit "
+        "opsgate_cmd_plan_generate`, or remove it while it is empty) or the settings")
+    same = connected(nats_server)
+    try:
+        same.ensure_streams([TOPIC])  # the settings it was made with: no complaint
+    finally:
+        same.close()
