@@ -61,6 +61,7 @@ from tests.support.slack import (
     action_body,
     approval_of,
     fake_slack,
+    mention_event,
     signed,
 )
 
@@ -366,3 +367,33 @@ def test_a_fix_that_does_not_fix_parks_at_the_deadline_with_the_reading(
         assert len(readings) >= 2, "it kept reading until the deadline"
         assert world.status(case_id) == "PARKED"
     engine.dispose()
+
+
+@pytest.mark.nats
+def test_a_mention_in_slack_closes_its_case_on_jetstream(
+        tmp_path: Path, pg_engine: Engine, redis_client, redis_prefix: str,
+        prometheus_server, alertmanager_server) -> None:
+    """The story begun in Slack instead of by an alert, on the production shape with JetStream
+    as the bus: a signed mention opens the case in its thread, the plan message comes to the
+    thread, an approver's click runs the fix once, the case CLOSES and the thread says so."""
+    url = pg_engine.url.render_as_string(hide_password=False)
+    (tmp_path / "nats").mkdir()
+    with NatsServer(tmp_path / "nats") as nats, story(
+            tmp_path, database_url=url, engine=pg_engine, fix_works=True, deadline_s=60,
+            redis_prefix=redis_prefix, prometheus_server=prometheus_server,
+            alertmanager_server=alertmanager_server, bus_url=nats.url) as world:
+        body = mention_event("<@U0BOT> checkout p95 is over a second", event_id="EvJS1",
+                             ts="1700000000.000100")
+        said = httpx.post(f"{world.api}/slack/events", content=body, headers=signed(body),
+                          timeout=10)
+        assert said.status_code == 200, said.text
+        [case] = poll(lambda: world.cases() or None, STORY_S, "the mention opens a case")
+        world.wait_status(case["id"], "WAIT_GATE")
+        assert world.click_approve().status_code == 200  # once the plan message is there
+        [plan_post] = _plan_messages(world.slack)
+        assert plan_post.get("thread_ts") == "1700000000.000100"  # in the mention's thread
+        world.wait_status(case["id"], "CLOSED")
+        assert_one_fix(world)
+        assert_judged_after_the_window(world, case["id"])
+        poll(lambda: any("CLOSED" in text or "closed" in text for text in world.slack.texts())
+             or None, STORY_S, "the thread tells how it ended")
