@@ -178,6 +178,8 @@ class JetStreamBus:
             log.debug("jetstream (%s): %s", self.name, _first_line(exc))
 
         async def disconnected() -> None:
+            if self._nc is not None and self._nc.is_closed:
+                return  # our own close()
             log.warning("jetstream (%s): disconnected from %s; reconnecting", self.name,
                         self.config.shown)
 

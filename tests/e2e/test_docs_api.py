@@ -1,8 +1,9 @@
 """docs/api.md's "A session with curl", run as written: the section's ``sh`` blocks, in order, by
 one bash against a real ``opsgate serve --no-loop`` with ``opsgate relay`` and ``opsgate
 consume`` on PostgreSQL (a schema of its own) and Redis Streams (a key prefix of its own), as
-production runs it; and once more on NATS JetStream (a ``nats-server -js`` of the test's own). Each command's documented answer — the ``# <status>[, header: value]
-[body]`` comment under it, ``…`` standing for what varies — is compared with the one it got.
+production runs it; and once more on NATS JetStream (a ``nats-server -js`` of the test's
+own). Each command's documented answer — the ``# <status>[, header: value] [body]`` comment
+under it, ``…`` standing for what varies — is compared with the one it got.
 
 Only the server's address is the test's own (a free port for the doc's 8080). ``.venv/bin`` is
 not on PATH, as in a reader's shell. A ``curl`` function records each response's headers

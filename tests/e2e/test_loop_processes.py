@@ -464,7 +464,7 @@ def test_kill_9_of_nats_server_and_a_consumer_frozen_past_ack_wait_lose_and_repe
         events.append("consume-1 frozen")
         batch = world.open_cases(4)
         case_ids.extend(batch)
-        wait_until(lambda: REDELIVERED in other.output() or (
+        wait_until(lambda batch=batch: REDELIVERED in other.output() or (
             all_final(world.engine, batch) and pending_entries(world, topics_of) == 0),
             RUN_DEADLINE_S, f"for consume-2 to be handed consume-1's messages ({events})")
         frozen.thaw()

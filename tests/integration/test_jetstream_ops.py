@@ -38,7 +38,7 @@ class Executor:
     """Stands in for the executor (the consumer of cmd.exec.run): records what took effect."""
 
     name = "executor"
-    topics = (TOPIC,)
+    topics: tuple[str, ...] = (TOPIC,)
 
     def __init__(self) -> None:
         self.handled: list[int] = []
