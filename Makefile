@@ -46,11 +46,13 @@ browser: ## Chromium for the browser tests (Debian's package; Playwright never d
 
 # Debian starts a packaged service on install where it can (not in containers with policy-rc.d):
 # the tests run their own servers on free ports, so one started by this install is stopped.
-peers: ## Prometheus and Alertmanager for the real-peer tests (Debian's packages)
-	@command -v prometheus >/dev/null && command -v prometheus-alertmanager >/dev/null || ( \
+peers: ## Prometheus, Alertmanager and nats-server for the real-peer tests (Debian's packages)
+	@command -v prometheus >/dev/null && command -v prometheus-alertmanager >/dev/null && \
+	  test -x /usr/sbin/nats-server || ( \
 	  apt-get update -qq && \
-	  apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager && \
-	  for unit in prometheus prometheus-alertmanager; do \
+	  apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager \
+	    nats-server && \
+	  for unit in prometheus prometheus-alertmanager nats-server; do \
 	    (systemctl stop $$unit || service $$unit stop) >/dev/null 2>&1 || true; \
 	  done )
 

@@ -1,5 +1,5 @@
 """Benchmark: the outbox relay (PostgreSQL -> Redis Streams) beside a raw XADD/XREADGROUP loop,
-in one run on 127.0.0.1.
+and the relay onto NATS JetStream beside raw JetStream publishing, in one run on 127.0.0.1.
 
 Throughput: N committed outbox rows drained by ``OutboxRelay`` onto a stream, against N entries
 XADDed in pipelines of the same batch size; the same XREADGROUP/XACK reader consumes both, and a
@@ -7,7 +7,13 @@ run ends when it has read every message. Latency: one outbox row committed per t
 steady rate (default 500/s) with the relay running (LISTEN/NOTIFY, as in production); the time
 from each commit returning to the reader holding the message, beside a raw XADD at the same rate.
 Targets (issue 4): relay >= 50% of the raw throughput; p99 commit-to-consumer < 50 ms at 500/s.
-Figures last, as one line of JSON.
+
+JetStream (issue 25, ``--bus jetstream`` or ``both``, a ``nats-server -js`` at ``--nats-url``):
+the same two measurements. Raw is ``publish`` of batches of the same size waiting for the
+server's acknowledgments (what the relay does after its claim, without the database); the reader
+of both is a durable pull consumer fetching and acknowledging each message, as opsgate's
+readers do (without their inbox). Figures last, as one line of JSON; JetStream's under
+``"jetstream"``.
 """
 
 from __future__ import annotations
@@ -28,12 +34,15 @@ import redis
 from sqlalchemy import Engine, insert
 
 from core.db.tables import outbox
+from core.errors import Unavailable
 from core.messaging.bus import RedisStreamsBus
 from core.messaging.envelope import Envelope
+from core.messaging.jetstream import JetStreamBus, JetStreamConfig, decode
 from core.messaging.relay import OutboxRelay
 from core.migrate import scratch_schema
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
+NATS_URL = "nats://127.0.0.1:4222"
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 TOPIC = "bench.outbox.v1"
 GROUP = "bench"
@@ -171,7 +180,8 @@ def paced(rate: float, seconds: float, send: Callable[[int], int]) -> dict[int, 
     return sent
 
 
-def latencies_ms(sent: dict[int, float], reader: Reader, grace_s: float = 10) -> list[float]:
+def latencies_ms(sent: dict[int, float], reader: Reader | JetStreamReaderBench,
+                 grace_s: float = 10) -> list[float]:
     deadline = time.monotonic() + grace_s
     while len(reader.arrived) < len(sent) and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -215,6 +225,139 @@ def raw_latency(client: redis.Redis, prefix: str, rate: float, seconds: float) -
         return latencies_ms(paced(rate, seconds, xadd), reader)
 
 
+# -- JetStream ---------------------------------------------------------------------------------
+
+
+@contextmanager
+def jetstream(url: str) -> Iterator[JetStreamBus]:
+    """A bus on streams of a fresh prefix (removed after), acknowledged within 30 s."""
+    prefix = f"bench{uuid.uuid4().hex[:10]}"
+    bus = JetStreamBus(JetStreamConfig((url,), prefix=prefix, ack_wait_s=30.0),
+                       name="bench").connect()
+    try:
+        yield bus
+    finally:
+        for name in sorted(bus._streams):
+            try:
+                bus._call(bus.js.delete_stream(name), 10)
+            except Unavailable as exc:
+                say(f"could not remove stream {name}: {exc}")
+        bus.close()
+
+
+@dataclass
+class JetStreamReaderBench:
+    """A durable pull consumer on one topic's stream: fetch, note, acknowledge each."""
+
+    bus: JetStreamBus
+    topic: str
+    arrived: dict[int, float] = field(default_factory=dict)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.subscription = self.bus.subscribe("bench", self.topic)
+        self.done = threading.Event()
+        self.expect = 0
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            msgs = self.bus.fetch(self.subscription, 500, 0.1)
+            now = time.perf_counter()
+            for msg in msgs:
+                self.arrived[decode(msg.data).message_id] = now
+                self.bus.ack(msg)
+            if self.expect and len(self.arrived) >= self.expect:
+                self.done.set()
+
+    @contextmanager
+    def running(self, expect: int = 0) -> Iterator[JetStreamReaderBench]:
+        self.expect = expect
+        thread = threading.Thread(target=self.run, daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self.stop.set()
+            thread.join(10)
+
+
+def envelope(message_id: int, topic: str) -> Envelope:
+    return Envelope(message_id, topic, f"case-{message_id % 97}",
+                    {"case_id": f"case-{message_id % 97}", "version": 1}, 1)
+
+
+def js_throughputs(engine: Engine, bus: JetStreamBus, n: int, batch: int,
+                   rounds: int) -> tuple[float, float]:
+    """(relay, raw) messages/s onto JetStream, interleaved as ``throughputs``."""
+    relay_s = raw_s = 0.0
+    share = max(1, n // rounds)
+    for round_ in range(rounds):
+        raw_s += share / js_raw_throughput(bus, f"bench.raw{round_}", share, batch)
+        relay_s += share / js_relay_throughput(engine, bus, f"bench.relay{round_}", share, batch)
+    total = share * rounds
+    return total / relay_s, total / raw_s
+
+
+def js_relay_throughput(engine: Engine, bus: JetStreamBus, topic: str, n: int,
+                        batch: int) -> float:
+    rows = [{"topic": topic, "key": f"case-{i % 97}", "payload": {"case_id": f"case-{i % 97}",
+                                                                   "version": 1}}
+            for i in range(n)]
+    with engine.begin() as conn:
+        conn.execute(insert(outbox), rows)
+    relay = OutboxRelay(engine, bus, batch_size=batch)
+    with JetStreamReaderBench(bus, topic).running(expect=n) as reader:
+        started = time.perf_counter()
+        relay.drain()
+        if not reader.done.wait(120):
+            raise RuntimeError(f"the reader got {len(reader.arrived)} of {n} messages")
+        return n / (max(reader.arrived.values()) - started)
+
+
+def js_raw_throughput(bus: JetStreamBus, topic: str, n: int, batch: int) -> float:
+    with JetStreamReaderBench(bus, topic).running(expect=n) as reader:
+        started = time.perf_counter()
+        for first in range(0, n, batch):
+            bus.publish([envelope(i, topic) for i in range(first, min(first + batch, n))])
+        if not reader.done.wait(120):
+            raise RuntimeError(f"the reader got {len(reader.arrived)} of {n} messages")
+        return n / (max(reader.arrived.values()) - started)
+
+
+def js_relay_latency(engine: Engine, bus: JetStreamBus, rate: float, seconds: float,
+                     poll_s: float) -> list[float]:
+    topic = "bench.relay-latency"
+    relay, stop = OutboxRelay(engine, bus, poll_s=poll_s), threading.Event()
+    with JetStreamReaderBench(bus, topic).running() as reader:
+        relay_thread = threading.Thread(target=relay.run, args=(stop,), daemon=True)
+        relay_thread.start()
+        time.sleep(0.5)  # let it LISTEN
+
+        def commit(i: int) -> int:
+            with engine.begin() as conn:
+                row = conn.execute(insert(outbox).values(
+                    topic=topic, key=f"case-{i % 97}", payload={"case_id": f"case-{i % 97}"},
+                ).returning(outbox.c.id)).scalar_one()
+            return int(row)
+
+        try:
+            return latencies_ms(paced(rate, seconds, commit), reader)
+        finally:
+            stop.set()
+            relay_thread.join(10)
+
+
+def js_raw_latency(bus: JetStreamBus, rate: float, seconds: float) -> list[float]:
+    topic = "bench.raw-latency"
+
+    def publish(i: int) -> int:
+        bus.publish([envelope(i, topic)])
+        return i
+
+    with JetStreamReaderBench(bus, topic).running() as reader:
+        return latencies_ms(paced(rate, seconds, publish), reader)
+
+
 # -- the run -----------------------------------------------------------------------------------
 
 
@@ -241,46 +384,85 @@ def main(argv: list[str] | None = None) -> int:
                              "%(default)s; NOTIFY wakes it sooner)")
     parser.add_argument("--postgres-url", default=POSTGRES_URL)
     parser.add_argument("--redis-url", default=REDIS_URL)
+    parser.add_argument("--nats-url", default=NATS_URL,
+                        help="a nats-server -js for --bus jetstream/both (default: %(default)s)")
+    parser.add_argument("--bus", choices=("redis", "jetstream", "both"), default="both",
+                        help="which bus to measure (default: %(default)s, in one run)")
     args = parser.parse_args(argv)
     if not (1 <= args.messages <= 1_000_000 and 1 <= args.rounds <= 100
             and 0 < args.seconds <= 300 and 0 < args.rate <= 20_000):
         parser.error("keep it bounded: 1..1,000,000 messages, 1..100 rounds, at most 300 s "
                      "and 20,000 messages/s per latency run")
 
+    figures: dict[str, Any] = {"messages": args.messages, "batch": args.batch,
+                               "rounds": args.rounds, "rate_per_s": args.rate}
+    rows: list[tuple[str, dict[str, Any]]] = []
+    if args.bus in ("redis", "both"):
+        redis_figures = measure_redis(args)
+        figures.update(redis_figures)
+        rows.append(("Redis Streams", redis_figures))
+    if args.bus in ("jetstream", "both"):
+        try:
+            js_figures = measure_jetstream(args)
+        except Unavailable as exc:
+            say(f"JetStream: {exc.message}")
+            return 1
+        figures["jetstream"] = js_figures
+        rows.append(("JetStream", js_figures))
+
+    print(f"{'path':<46} {'msgs/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
+    for bus, got in rows:
+        print(f"{bus + ' relay: outbox -> bus -> reader':<46} {got['relay_msgs_per_s']:>9} "
+              f"{got['p50_ms']:>8} {got['p99_ms']:>8}")
+        print(f"{bus + ' raw: publish -> reader':<46} {got['raw_msgs_per_s']:>9} "
+              f"{got['raw_p50_ms']:>8} {got['raw_p99_ms']:>8}")
+    for bus, got in rows:
+        print(f"{bus}: throughput ratio {got['throughput_ratio']:.2f} (target >= "
+              f"{THROUGHPUT_TARGET}); p99 {got['p99_ms']:.1f} ms at {args.rate:g}/s (target < "
+              f"{P99_TARGET_MS:g} ms)")
+    print(json.dumps(figures, sort_keys=True), flush=True)
+    return 0
+
+
+def measure_redis(args: argparse.Namespace) -> dict[str, Any]:
     client = redis.Redis.from_url(args.redis_url, socket_timeout=10)
     with scratch_schema(args.postgres_url) as engine, fresh_prefix(client) as prefix:
-        say(f"throughput: {args.messages} messages each, batches of {args.batch}, "
-            f"{args.rounds} interleaved rounds")
+        say(f"Redis Streams throughput: {args.messages} messages each, batches of "
+            f"{args.batch}, {args.rounds} interleaved rounds")
         relay_tp, raw_tp = throughputs(engine, client, prefix, args.messages, args.batch,
                                        args.rounds)
-        say(f"latency: {args.rate:g} messages/s for {args.seconds:g} s each")
+        say(f"Redis Streams latency: {args.rate:g} messages/s for {args.seconds:g} s each")
         raw_lat = raw_latency(client, prefix + "l:", args.rate, args.seconds)
         relay_lat = relay_latency(engine, client, prefix + "l:", args.rate, args.seconds,
                                   args.poll_s)
     client.close()
+    return figures_of(relay_tp, raw_tp, relay_lat, raw_lat)
 
+
+def measure_jetstream(args: argparse.Namespace) -> dict[str, Any]:
+    with scratch_schema(args.postgres_url) as engine, jetstream(args.nats_url) as bus:
+        say(f"JetStream throughput: {args.messages} messages each, batches of {args.batch}, "
+            f"{args.rounds} interleaved rounds")
+        relay_tp, raw_tp = js_throughputs(engine, bus, args.messages, args.batch, args.rounds)
+        say(f"JetStream latency: {args.rate:g} messages/s for {args.seconds:g} s each")
+        raw_lat = js_raw_latency(bus, args.rate, args.seconds)
+        relay_lat = js_relay_latency(engine, bus, args.rate, args.seconds, args.poll_s)
+    return figures_of(relay_tp, raw_tp, relay_lat, raw_lat)
+
+
+def figures_of(relay_tp: float, raw_tp: float, relay_lat: list[float],
+               raw_lat: list[float]) -> dict[str, Any]:
     ratio = relay_tp / raw_tp
-    p50, p99 = statistics.median(relay_lat), percentile(relay_lat, 0.99)
-    figures = {
-        "messages": args.messages, "batch": args.batch, "rounds": args.rounds,
-        "rate_per_s": args.rate,
+    p99 = percentile(relay_lat, 0.99)
+    return {
         "latency_messages": len(relay_lat),
         "relay_msgs_per_s": round(relay_tp), "raw_msgs_per_s": round(raw_tp),
         "throughput_ratio": round(ratio, 3), "throughput_target_met": ratio >= THROUGHPUT_TARGET,
-        "p50_ms": round(p50, 2), "p99_ms": round(p99, 2),
+        "p50_ms": round(statistics.median(relay_lat), 2), "p99_ms": round(p99, 2),
         "max_ms": round(max(relay_lat), 2), "latency_target_met": p99 < P99_TARGET_MS,
         "raw_p50_ms": round(statistics.median(raw_lat), 2),
         "raw_p99_ms": round(percentile(raw_lat, 0.99), 2),
     }
-    print(f"{'path':<42} {'msgs/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
-    print(f"{'relay: outbox -> stream -> reader':<42} {figures['relay_msgs_per_s']:>9} "
-          f"{figures['p50_ms']:>8} {figures['p99_ms']:>8}")
-    print(f"{'raw: XADD -> XREADGROUP':<42} {figures['raw_msgs_per_s']:>9} "
-          f"{figures['raw_p50_ms']:>8} {figures['raw_p99_ms']:>8}")
-    print(f"throughput ratio {ratio:.2f} (target >= {THROUGHPUT_TARGET}); p99 {p99:.1f} ms at "
-          f"{args.rate:g}/s (target < {P99_TARGET_MS:g} ms)")
-    print(json.dumps(figures, sort_keys=True), flush=True)
-    return 0
 
 
 if __name__ == "__main__":

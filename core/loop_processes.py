@@ -1,7 +1,7 @@
-"""The closed loop as production runs it, on Redis Streams: ``opsgate relay`` moves committed
-outbox rows onto one stream per topic, ``opsgate consume`` feeds consumers from their consumer
-groups. Both stop cleanly on SIGTERM/SIGINT (after the batch or message in hand) and print a
-progress line now and then."""
+"""The closed loop as production runs it, on Redis Streams or NATS JetStream: ``opsgate relay``
+moves committed outbox rows onto one stream per topic, ``opsgate consume`` feeds consumers from
+their consumer groups (Redis) or durable consumers (JetStream). Both stop cleanly on
+SIGTERM/SIGINT (after the batch or message in hand) and print a progress line now and then."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from core.messaging.bus import Bus, RedisStreamsBus
 from core.messaging.consumer import Consumer, ConsumerRunner
 from core.messaging.delivery import DeliveryWatchdog, subscribers
 from core.messaging.envelope import Envelope
+from core.messaging.jetstream import JetStreamBus, JetStreamConfig, readers
 from core.messaging.relay import OutboxRelay
 from core.messaging.streams import StreamConsumer
 from core.messaging.supervisor import Supervisor
@@ -44,6 +45,12 @@ def streams_client(url: str) -> redis.Redis:
 
 def stream_bus(settings: Settings, client: redis.Redis) -> RedisStreamsBus:
     return RedisStreamsBus(client, prefix=settings.stream_prefix)
+
+
+def jetstream_bus(settings: Settings, name: str) -> JetStreamBus:
+    """The JetStream bus of ``settings`` (OPSGATE_BUS_URL), connected; ``close()`` it."""
+    return JetStreamBus(JetStreamConfig.of(settings),
+                        name=f"opsgate-{name}-{socket.gethostname()}-{os.getpid()}").connect()
 
 
 # -- the relay -------------------------------------------------------------------------------
@@ -116,7 +123,12 @@ class CountingRunner(ConsumerRunner):
         self._lock = threading.Lock()
 
     def deliver(self, envelope: Envelope) -> str:
-        outcome = super().deliver(envelope)
+        return self._count(super().deliver(envelope))
+
+    def give_up(self, envelope: Envelope, error: str, attempts: int) -> str:
+        return self._count(super().give_up(envelope, error, attempts))
+
+    def _count(self, outcome: str) -> str:
         with self._lock:
             self.outcomes[outcome] += 1
         return outcome
@@ -138,7 +150,7 @@ class ConsumerProcess:
     """The stream consumers of one ``opsgate consume`` process, a thread each."""
 
     app: App
-    bus: RedisStreamsBus
+    bus: RedisStreamsBus | JetStreamBus
     consumers: Sequence[Consumer]
     workers: int = 1
     name: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
@@ -175,6 +187,13 @@ class ConsumerProcess:
             runner = CountingRunner(self.app.engine, consumer,
                                     max_attempts=settings.consumer_max_attempts)
             self.runners.append(runner)
+            if isinstance(self.bus, JetStreamBus):
+                self.bus.ensure_consumers({consumer.name: consumer.topics})
+                for worker in range(self.workers):
+                    for reader in readers(self.bus, runner):
+                        workers.start(f"consume-{consumer.name}-{reader.topic}-{worker}",
+                                      reader.run, restart_after_s=1.0)
+                continue
             for worker in range(self.workers):
                 stream = StreamConsumer(self.bus, runner, block_ms=STREAM_BLOCK_MS,
                                         claim_idle_ms=claim_idle_ms,

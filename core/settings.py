@@ -90,6 +90,29 @@ def _admits_loader_variables(entry: str) -> bool:
 Names = Annotated[list[str], NoDecode, BeforeValidator(_list_from_text),
                   Expect("names separated by commas (a,b) or a JSON list ([\"a\", \"b\"])")]
 HttpUrl = Annotated[str, AfterValidator(_http_url), Expect("an http:// or https:// URL")]
+
+
+def _nats_urls(value: str | None) -> str | None:
+    """The NATS servers of the bus: ``nats://`` or ``tls://`` URLs separated by commas."""
+    if value is None:
+        return None
+    urls = [url.strip() for url in value.split(",") if url.strip()]
+    if not urls:
+        raise ValueError("no server named")
+    for url in urls:
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - a port that is not a number raises here
+        except ValueError as exc:
+            raise ValueError(f"{url!r} is not a URL ({exc})") from exc
+        if parts.scheme not in ("nats", "tls") or not parts.hostname:
+            raise ValueError(f"{url!r} is not a nats:// or tls:// URL with a host")
+    return ",".join(urls)
+
+
+BusUrl = Annotated[str, AfterValidator(_nats_urls), Expect(
+    "nats:// URLs of a NATS JetStream server or cluster, separated by commas "
+    "(nats://10.0.0.1:4222,nats://10.0.0.2:4222)")]
 def _hosts_from_text(value: Any) -> Any:
     """Host names from the environment: a JSON list, or names separated by commas, where a
     bracketed IPv6 address (``[::1]:8080``) is a name, not a JSON list."""
@@ -257,6 +280,46 @@ class Settings(BaseSettings):
         "the case parks (ask for a fresh plan). From 1 s to a week; default an hour.",
     )
     # The closed loop: relay, bus and consumers (docs/operations.md).
+    bus_url: BusUrl | None = Field(
+        default=None,
+        description="NATS JetStream carries the loop's messages between `opsgate relay` and "
+        "`opsgate consume` (nats://host:4222, comma-separated for a cluster). Unset: Redis "
+        "Streams when OPSGATE_REDIS_URL is set, else the in-process bus inside `opsgate serve`.",
+    )
+    jetstream_prefix: str = Field(
+        default="opsgate", pattern=r"^[A-Za-z0-9_-]{1,32}$",
+        description="Names on JetStream: subject <prefix>.<topic>, stream <prefix>_<topic> "
+        "(dots as _), one stream per topic.",
+    )
+    jetstream_replicas: int = Field(
+        default=1, ge=1, le=5,
+        description="Copies JetStream keeps of each stream: 1 on one server, 3 in a cluster.",
+    )
+    jetstream_retention: Literal["limits", "interest"] = Field(
+        default="limits",
+        description="'limits': messages stay for OPSGATE_JETSTREAM_MAX_AGE_S; 'interest': a "
+        "message goes once every opsgate consumer acknowledged it.",
+    )
+    jetstream_max_age_s: float = Field(
+        default=7 * 86400.0, ge=60, le=365 * 86400,
+        description="How long a stream keeps a message (both retentions); default a week.",
+    )
+    jetstream_ack_wait_s: float = Field(
+        default=30.0, ge=1, le=3600,
+        description="A delivered message not acknowledged this long is delivered again; a "
+        "consumer still handling it says so every third of it (in-progress acks).",
+    )
+    jetstream_max_deliver: int = Field(
+        default=5, ge=2, le=100,
+        description="Deliveries of one message to one consumer, with waits doubling from "
+        "OPSGATE_JETSTREAM_ACK_WAIT_S; the last becomes a dead letter (`opsgate outbox dead`) "
+        "instead of being handled again.",
+    )
+    jetstream_duplicate_window_s: float = Field(
+        default=120.0, ge=1, le=86400,
+        description="JetStream drops a message published again with the same Nats-Msg-Id "
+        "within this window (the relay's own retries).",
+    )
     stream_prefix: str = Field(
         default="opsgate:stream:",
         description="Prefix of the Redis stream names (one stream per topic).",
@@ -403,6 +466,13 @@ class Settings(BaseSettings):
         default=8192, ge=256, le=1_048_576,
         description="Characters of an external MCP tool's result the agent is shown at most.",
     )
+
+    @property
+    def bus_kind(self) -> Literal["jetstream", "redis-streams", "in-process"]:
+        """Which bus carries the loop: OPSGATE_BUS_URL (JetStream) over OPSGATE_REDIS_URL."""
+        if self.bus_url:
+            return "jetstream"
+        return "redis-streams" if self.redis_url else "in-process"
 
 
 def load_settings(**overrides: Any) -> Settings:

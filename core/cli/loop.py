@@ -1,5 +1,5 @@
-"""The loop's production processes on PostgreSQL and Redis Streams: ``opsgate relay``, ``opsgate
-consume``, and ``opsgate outbox dead`` for the messages consumers gave up on."""
+"""The loop's production processes on PostgreSQL and Redis Streams or NATS JetStream: ``opsgate
+relay``, ``opsgate consume``, and ``opsgate outbox dead`` for the messages consumers gave up on."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from core.bootstrap import App
     from core.messaging.bus import RedisStreamsBus
     from core.messaging.envelope import Envelope
+    from core.messaging.jetstream import JetStreamBus
     from core.settings import Settings
 
 
@@ -35,14 +36,53 @@ def connected_streams(settings: Settings) -> RedisStreamsBus:
     return stream_bus(settings, client)
 
 
+def connected_jetstream(settings: Settings, what: str) -> JetStreamBus:
+    """The JetStream bus of ``settings``, once the server answers with JetStream and the streams
+    (those of ``what`` needs) have the settings opsgate needs; ``close()`` it."""
+    from core.errors import Unavailable
+    from core.loop_processes import jetstream_bus
+    from core.messaging.jetstream import JetStreamSetupError
+
+    try:
+        return jetstream_bus(settings, what)
+    except (Unavailable, JetStreamSetupError) as exc:
+        raise CliError(exc.message) from exc
+
+
+def connected_bus(settings: Settings, what: str) -> RedisStreamsBus | JetStreamBus:
+    """The bus between the processes: JetStream when OPSGATE_BUS_URL is set, else Redis
+    Streams; close it with ``close_bus``."""
+    if settings.bus_kind == "jetstream":
+        return connected_jetstream(settings, what)
+    return connected_streams(settings)
+
+
+def close_bus(bus: RedisStreamsBus | JetStreamBus) -> None:
+    from core.messaging.jetstream import JetStreamBus
+
+    if isinstance(bus, JetStreamBus):
+        bus.close()
+    else:
+        bus.client.close()
+
+
+def bus_line(settings: Settings) -> str:
+    """Where the messages go, as a start line says it."""
+    if settings.bus_kind == "jetstream":
+        return (f"JetStream streams {settings.jetstream_prefix}_<topic> at "
+                f"{shown(str(settings.bus_url))}")
+    return f"Redis streams {settings.stream_prefix}<topic> at {shown(str(settings.redis_url))}"
+
+
 @contextmanager
 def _process_app(args: argparse.Namespace, what: str) -> Iterator[App]:
-    """The app of a relay or consume process: needs Redis Streams and a schema at head."""
+    """The app of a relay or consume process: needs a bus between processes (JetStream or
+    Redis Streams) and a schema at head."""
     settings = settings_of(args)
-    if not settings.redis_url:
-        raise CliError(f"{what} needs OPSGATE_REDIS_URL (Redis Streams carry the messages "
-                       "between processes); without Redis the loop runs in-process inside "
-                       "`opsgate serve`")
+    if settings.bus_kind == "in-process":
+        raise CliError(f"{what} needs OPSGATE_BUS_URL (NATS JetStream) or OPSGATE_REDIS_URL "
+                       "(Redis Streams) to carry the messages between processes; without "
+                       "either the loop runs in-process inside `opsgate serve`")
     with opened_app(settings) as app:
         _serve_metrics(settings, what)
         yield app
@@ -81,16 +121,34 @@ def run_relay(args: argparse.Namespace) -> int:
     from core.messaging.outbox import unpublished
 
     with _process_app(args, "relay") as app:
-        settings, bus = app.settings, connected_streams(app.settings)
-        print(f"relay: database {shown(settings.database_url)} -> Redis streams "
-              f"{settings.stream_prefix}<topic> at {shown(str(settings.redis_url))}; "
+        settings, bus = app.settings, connected_bus(app.settings, "relay")
+        if settings.bus_kind == "jetstream":
+            _consumers_ready(bus)
+        print(f"relay: database {shown(settings.database_url)} -> {bus_line(settings)}; "
               f"woken by NOTIFY, polling every {settings.relay_poll_s:g}s; "
               f"{unpublished(app.engine)} messages waiting", flush=True)
-        published = relay(app, bus, _stopped_by_signals(), sys.stdout,
-                          progress_every_s=args.progress_s)
-        bus.client.close()
+        try:
+            published = relay(app, bus, _stopped_by_signals(), sys.stdout,
+                              progress_every_s=args.progress_s)
+        finally:
+            close_bus(bus)
     print(f"relay: stopped after publishing {published} messages", flush=True)
     return 0
+
+
+def _consumers_ready(bus: RedisStreamsBus | JetStreamBus) -> None:
+    """JetStream: every stream and every consumer's durable consumer exists before the first
+    publication, so no retention drops a message no consumer was there to take."""
+    from core.consumers import subscriptions
+    from core.errors import Unavailable
+    from core.messaging.jetstream import JetStreamBus, JetStreamSetupError
+
+    assert isinstance(bus, JetStreamBus)
+    try:
+        bus.ensure_consumers(subscriptions())
+    except (Unavailable, JetStreamSetupError) as exc:
+        bus.close()
+        raise CliError(exc.message) from exc
 
 
 def consume_arguments(parser: argparse.ArgumentParser) -> None:
@@ -115,13 +173,14 @@ def run_consume(args: argparse.Namespace) -> int:
             consumers = select_consumers(build_consumers(app), args.names)
         except KeyError as unknown:
             raise CliError(str(unknown.args[0])) from unknown
-        bus = connected_streams(app.settings)
+        bus = connected_bus(app.settings, "consume")
         process = ConsumerProcess(app, bus, consumers, workers=args.workers)
         print(f"consume: {', '.join(c.name for c in consumers)} as {process.name} "
-              f"({args.workers} reader(s) each) on Redis streams {app.settings.stream_prefix}"
-              f"<topic>", flush=True)
-        process.run(_stopped_by_signals(), sys.stdout, progress_every_s=args.progress_s)
-        bus.client.close()
+              f"({args.workers} reader(s) each) on {bus_line(app.settings)}", flush=True)
+        try:
+            process.run(_stopped_by_signals(), sys.stdout, progress_every_s=args.progress_s)
+        finally:
+            close_bus(bus)
     print(f"consume: stopped ({process.progress()})", flush=True)
     return 0
 
@@ -181,11 +240,14 @@ def _requeue(app: App, dead_letter_id: int) -> None:
     from core.loop_processes import requeue_dead_letter
 
     direct: Callable[[Envelope], None] | None = None
-    if app.settings.redis_url:
-        bus = connected_streams(app.settings)
+    if app.settings.bus_kind != "in-process":
 
         def direct(envelope: Envelope) -> None:
-            bus.publish([envelope])
+            bus = connected_bus(app.settings, "requeue")
+            try:
+                bus.publish([envelope])
+            finally:
+                close_bus(bus)
 
     try:
         envelope = requeue_dead_letter(app, dead_letter_id, direct)
@@ -200,12 +262,14 @@ def _requeue(app: App, dead_letter_id: int) -> None:
 COMMANDS = (
     Command(
         name="relay",
-        summary="publish committed outbox rows to Redis Streams (production loop)",
-        description="Move unpublished outbox rows onto Redis Streams (one stream per topic, "
-                    "$OPSGATE_STREAM_PREFIX<topic>) in id order, claiming them with FOR UPDATE "
-                    "SKIP LOCKED so several relays may run at once. Woken by PostgreSQL "
-                    "LISTEN/NOTIFY, polling every $OPSGATE_RELAY_POLL_S seconds (default 1.0) "
-                    "as the floor. Needs OPSGATE_REDIS_URL; without Redis the loop runs "
+        summary="publish committed outbox rows to JetStream or Redis Streams (production loop)",
+        description="Move unpublished outbox rows onto the bus in id order: NATS JetStream when "
+                    "OPSGATE_BUS_URL is set (one stream per topic, $OPSGATE_JETSTREAM_PREFIX_"
+                    "<topic>, marked published on the server's acknowledgment), else Redis "
+                    "Streams at OPSGATE_REDIS_URL ($OPSGATE_STREAM_PREFIX<topic>). Rows are "
+                    "claimed with FOR UPDATE SKIP LOCKED so several relays may run at once. "
+                    "Woken by PostgreSQL LISTEN/NOTIFY, polling every $OPSGATE_RELAY_POLL_S "
+                    "seconds (default 1.0) as the floor. Without either bus the loop runs "
                     "in-process inside `opsgate serve`. SIGTERM or Ctrl-C stops it after the "
                     "batch in hand.",
         add_arguments=loop_arguments,
@@ -213,14 +277,17 @@ COMMANDS = (
     ),
     Command(
         name="consume",
-        summary="run consumers on their Redis Streams consumer groups (production loop)",
+        summary="run consumers on their JetStream or Redis Streams consumers (production loop)",
         description="Run the named consumers (default: all) in this process, each reading its "
-                    "topics' streams through a consumer group named after it (XREADGROUP, XACK "
-                    "after handling, XAUTOCLAIM of entries a dead process left pending longer "
-                    "than $OPSGATE_STREAM_CLAIM_IDLE_S). Each message takes effect once "
-                    "(inbox); a message failing $OPSGATE_CONSUMER_MAX_ATTEMPTS times becomes a "
-                    "dead letter (`opsgate outbox dead`). Needs OPSGATE_REDIS_URL. SIGTERM or "
-                    "Ctrl-C stops it after the messages in hand.",
+                    "topics' streams through a durable consumer (JetStream, OPSGATE_BUS_URL: "
+                    "acknowledged after handling, delivered again after "
+                    "$OPSGATE_JETSTREAM_ACK_WAIT_S without one) or a consumer group (Redis "
+                    "Streams, OPSGATE_REDIS_URL: XREADGROUP, XACK after handling, XAUTOCLAIM of "
+                    "entries a dead process left pending longer than "
+                    "$OPSGATE_STREAM_CLAIM_IDLE_S) named after it. Each message takes effect "
+                    "once (inbox); a message failing $OPSGATE_CONSUMER_MAX_ATTEMPTS times becomes "
+                    "a dead letter (`opsgate outbox dead`). SIGTERM or Ctrl-C stops it after the "
+                    "messages in hand.",
         add_arguments=consume_arguments,
         run=run_consume,
     ),

@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from core.cli.app import opened_app, settings_of
 from core.cli.command import Command, database_option
@@ -49,7 +49,8 @@ def run_trace(app: App, args: argparse.Namespace, out: TextIO) -> int:
 def reconcile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repair", action="store_true",
                         help="also do the safe repairs: re-publish stale outbox rows (needs "
-                             "OPSGATE_REDIS_URL), send undelivered messages again, release "
+                             "OPSGATE_BUS_URL or OPSGATE_REDIS_URL), send undelivered messages "
+                             "again, release "
                              "expired claims of calls safe to run again, drop expired session "
                              "locks")
     parser.add_argument("--outbox-bound-s", type=float, metavar="SECONDS",
@@ -62,20 +63,21 @@ def reconcile_arguments(parser: argparse.ArgumentParser) -> None:
 def run_reconcile(app: App, args: argparse.Namespace, out: TextIO) -> int:
     from core.ops.reconcile import Reconciler
 
-    bus, client = None, None
-    if args.repair and app.settings.redis_url:
-        from core.loop_processes import stream_bus, streams_client
+    bus: Any = None
+    if args.repair and app.settings.bus_kind != "in-process":
+        from core.cli.loop import connected_bus
 
-        client = streams_client(app.settings.redis_url)
-        bus = stream_bus(app.settings, client)
+        bus = connected_bus(app.settings, "reconcile")
     bound = args.outbox_bound_s or app.settings.reconcile_outbox_lag_s
     try:
         report = Reconciler(app.engine, outbox_bound_s=bound, bus=bus,
                             delivery_bound_s=app.settings.delivery_bound_s
                             ).run(repair=args.repair)
     finally:
-        if client is not None:
-            client.close()
+        if bus is not None:
+            from core.cli.loop import close_bus
+
+            close_bus(bus)
     if args.json:
         print(json.dumps(report.as_dict(), sort_keys=True, default=str), file=out)
     elif report.clean:

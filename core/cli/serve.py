@@ -105,14 +105,16 @@ def _exit_cleanly(_signum: int, _frame: object) -> None:
 
 
 def _serve_loop(app: App, disabled: bool) -> InProcessLoop | None:
-    """The in-process loop beside the API, unless disabled or Redis Streams carry the loop."""
+    """The in-process loop beside the API, unless disabled or JetStream or Redis Streams carry
+    the loop."""
     from core.loop import InProcessLoop
 
     if disabled:
         print("loop: off (--no-loop)", flush=True)
         return None
-    if app.settings.redis_url:
-        print("loop: OPSGATE_REDIS_URL is set, so cases move through `opsgate relay` and "
+    if app.settings.bus_kind != "in-process":
+        setting = "OPSGATE_BUS_URL" if app.settings.bus_url else "OPSGATE_REDIS_URL"
+        print(f"loop: {setting} is set, so cases move through `opsgate relay` and "
               "`opsgate consume` processes, not inside serve", flush=True)
         return None
     loop = InProcessLoop(app).start()

@@ -114,6 +114,19 @@ class ConsumerRunner:
         DEAD_LETTERS.labels(consumer=name, topic=envelope.topic).inc()
         return "dead"
 
+    def give_up(self, envelope: Envelope, error: str, attempts: int) -> str:
+        """Bury ``envelope`` as a dead letter without handling it (the bus delivered it too
+        often: handling it kills or freezes the consumer); "duplicate" when the inbox already
+        recorded it."""
+        name = self.consumer.name
+        with self.engine.begin() as conn:
+            if inbox.seen(conn, name, envelope.message_id):
+                return "duplicate"
+            inbox.bury(conn, name, envelope, error, attempts)
+        DEAD_LETTERS.labels(consumer=name, topic=envelope.topic).inc()
+        log.error("%s gave up on message %s: %s", name, envelope.message_id, error)
+        return "dead"
+
     def _database_lost(self) -> bool:
         """Whether the database is away (asked only after a failure)."""
         try:

@@ -16,6 +16,9 @@ class Envelope:
     topic: str
     key: str
     payload: dict[str, Any] = field(default_factory=dict)
+    publication: int = field(default=0, compare=False)
+    """Which publication of the row this is (the outbox's ``attempts`` once marked): a relay's
+    retry of the same claim repeats it, a deliberate resend (watchdog, requeue) does not."""
 
     def to_fields(self) -> dict[str, str]:
         """The Redis Streams entry for this message."""

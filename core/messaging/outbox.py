@@ -88,8 +88,8 @@ def claim(conn: Connection, now: datetime, limit: int) -> Claimed:
              .where(due(now))
              .order_by(outbox.c.id)
              .limit(limit))
-    return [(Envelope(row.id, row.topic, row.key, dict(row.payload)), row.attempts)
-            for row in conn.execute(query)]
+    return [(Envelope(row.id, row.topic, row.key, dict(row.payload), row.attempts + 1),
+             row.attempts) for row in conn.execute(query)]
 
 
 def claim_and_mark(conn: Connection, now: datetime, limit: int) -> list[Envelope]:
@@ -104,10 +104,11 @@ def claim_and_mark(conn: Connection, now: datetime, limit: int) -> list[Envelope
         update(outbox)
         .where(outbox.c.id.in_(claimable))
         .values(published_at=datetime.now(UTC), attempts=outbox.c.attempts + 1)
-        .returning(outbox.c.id, outbox.c.topic, outbox.c.key, outbox.c.payload)
+        .returning(outbox.c.id, outbox.c.topic, outbox.c.key, outbox.c.payload,
+                   outbox.c.attempts)
     )
     # RETURNING has no order: the bus gets the batch in id (commit) order.
-    return sorted((Envelope(row.id, row.topic, row.key, dict(row.payload))
+    return sorted((Envelope(row.id, row.topic, row.key, dict(row.payload), row.attempts)
                    for row in marked.all()), key=lambda envelope: envelope.message_id)
 
 

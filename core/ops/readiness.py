@@ -22,6 +22,7 @@ from core.messaging.outbox import oldest_unpublished
 
 if TYPE_CHECKING:
     from core.bootstrap import App
+    from core.settings import Settings
 
 PROBE_TIMEOUT_S = 1.0
 
@@ -33,8 +34,11 @@ def readiness(app: App, now: datetime | None = None) -> dict[str, Any]:
     database = check_database(app.engine)
     checks: dict[str, Check] = {"database": database}
     checks["redis"] = check_redis(app.settings.redis_url)
-    checks["bus"] = ({"ok": checks["redis"]["ok"], "kind": "redis-streams"}
-                     if app.settings.redis_url else {"ok": True, "kind": "in-process"})
+    if app.settings.bus_kind == "jetstream":
+        checks["bus"] = check_jetstream(app.settings, now or datetime.now(UTC))
+    else:
+        checks["bus"] = ({"ok": checks["redis"]["ok"], "kind": "redis-streams"}
+                         if app.settings.redis_url else {"ok": True, "kind": "in-process"})
     if database["ok"]:
         checks["relay_lag"] = check_relay_lag(app.engine, app.settings.ready_max_relay_lag_s,
                                               now or datetime.now(UTC))
@@ -71,6 +75,29 @@ def check_redis(url: str | None) -> Check:
     finally:
         client.close()
     return {"ok": True, "configured": True}
+
+
+def check_jetstream(settings: Settings, now: datetime) -> Check:
+    """The JetStream connection (a server answering with JetStream) and, per consumer, the
+    messages not yet delivered (``pending``), delivered and not acknowledged (``unacked``),
+    delivered again (``redelivered``) and the oldest unacknowledged one's age."""
+    from dataclasses import replace
+
+    from core.consumers import subscriptions
+    from core.errors import Unavailable
+    from core.messaging.jetstream import JetStreamBus, JetStreamConfig, JetStreamSetupError
+
+    config = replace(JetStreamConfig.of(settings), timeout_s=PROBE_TIMEOUT_S)
+    check: Check = {"kind": "jetstream", "servers": config.shown}
+    bus = JetStreamBus(config, name="opsgate-readyz")
+    try:
+        bus.connect()
+        check["consumers"] = bus.consumer_states(subscriptions(), now)
+    except (Unavailable, JetStreamSetupError) as exc:
+        return {"ok": False, **check, "error": exc.message}
+    finally:
+        bus.close()
+    return {"ok": True, **check}
 
 
 def check_relay_lag(engine: Engine, bound_s: float, now: datetime) -> Check:

@@ -1,8 +1,9 @@
 """docs/api.md's "A session with curl", run as written: the section's ``sh`` blocks, in order, by
 one bash against a real ``opsgate serve --no-loop`` with ``opsgate relay`` and ``opsgate
 consume`` on PostgreSQL (a schema of its own) and Redis Streams (a key prefix of its own), as
-production runs it. Each command's documented answer — the ``# <status>[, header: value]
-[body]`` comment under it, ``…`` standing for what varies — is compared with the one it got.
+production runs it; and once more on NATS JetStream (a ``nats-server -js`` of the test's
+own). Each command's documented answer — the ``# <status>[, header: value] [body]`` comment
+under it, ``…`` standing for what varies — is compared with the one it got.
 
 Only the server's address is the test's own (a free port for the doc's 8080). ``.venv/bin`` is
 not on PATH, as in a reader's shell. A ``curl`` function records each response's headers
@@ -24,6 +25,7 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
+from tests.support.nats_server import NatsServer
 from tests.support.peers import free_port
 from tests.support.processes import Process, clean_env
 from tests.support.servers import REDIS_URL
@@ -190,11 +192,17 @@ class Production:
         return "\n".join(f"--- {p.name}\n{p.output()[-2000:]}" for p in self.processes)
 
 
-@pytest.fixture
-def production(tmp_path: Path, pg_engine: Engine, redis_client,
+@pytest.fixture(params=["redis", pytest.param("jetstream", marks=pytest.mark.nats)])
+def production(request: pytest.FixtureRequest, tmp_path: Path, pg_engine: Engine, redis_client,
                redis_prefix: str) -> Iterator[Production]:
     port = free_port()
-    env = clean_env(
+    nats: NatsServer | None = None
+    bus: dict[str, str] = {}
+    if request.param == "jetstream":  # the bus; Redis keeps the gateway's claims
+        (tmp_path / "nats").mkdir()
+        nats = NatsServer(tmp_path / "nats").start()
+        bus = {"OPSGATE_BUS_URL": nats.url}
+    env = clean_env(**bus,
         OPSGATE_DATABASE_URL=pg_engine.url.render_as_string(hide_password=False),
         OPSGATE_REDIS_URL=REDIS_URL, OPSGATE_STREAM_PREFIX=f"{redis_prefix}stream:",
         OPSGATE_GATEWAY_KEY_PREFIX=f"{redis_prefix}gw:",
@@ -213,12 +221,15 @@ def production(tmp_path: Path, pg_engine: Engine, redis_client,
         for process in processes:
             process.start()
         processes[1].wait_for_output("messages waiting", START_DEADLINE_S)
-        processes[2].wait_for_output("on Redis streams", START_DEADLINE_S)
+        processes[2].wait_for_output("on JetStream streams" if nats else "on Redis streams",
+                                     START_DEADLINE_S)
         _healthy(world)
         yield world
     finally:
         for process in processes:
             process.close()
+        if nats is not None:
+            nats.stop()
 
 
 def _healthy(world: Production) -> None:

@@ -9,7 +9,11 @@ topics, every stream's pending list drains, every case's timeline is complete).
 
 The planner is the one consumer run inside the test (a real stream consumer in the ``planner``
 group): it proposes the plan whose step calls the counting server, whose port only the test knows.
-Bounded: 200 cases, a few kills, deadlines of a minute or two; only 127.0.0.1.
+Both runs go once on Redis Streams and once on NATS JetStream (OPSGATE_BUS_URL, a nats-server -js
+of the test's own on a free port with its own store; fewer cases there, the suite's time being
+short).
+
+Bounded: 200 cases (24 on JetStream), a few kills, deadlines of a minute or two; only 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -43,10 +47,12 @@ from core.domain.messages import Topic
 from core.loop_processes import stream_bus, streams_client
 from core.messaging import inbox
 from core.messaging.consumer import HELD, ConsumerRunner, Delivery
+from core.messaging.jetstream import JetStreamBus, JetStreamConfig, JetStreamReader
 from core.messaging.streams import StreamConsumer
 from core.settings import Settings
 from tests.support.local_http import LocalServer, Reply, Seen, local_server
 from tests.support.metrics import STAND_IN_ENV, STAND_IN_METRICS
+from tests.support.nats_server import NatsServer
 from tests.support.processes import Process, clean_env
 from tests.support.servers import REDIS_URL
 
@@ -54,6 +60,9 @@ from tests.support.servers import REDIS_URL
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.loop]
 
 CASES = 200
+CASES_ON = {"redis": CASES, "jetstream": 24}
+FREEZE_BATCHES = 5
+REDELIVERED = "delivered again (delivery 2)"
 RUN_DEADLINE_S = 120.0
 SETTLE_DEADLINE_S = 60.0
 PROCESS_CONSUMERS = ("intake", "analyst", "gatekeeper", "executor", "verifier", "notifier",
@@ -110,8 +119,13 @@ class World:
     server: LocalServer
     relay: Process
     consumers: list[Process]
+    jetstream: JetStreamBus | None = None
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
+
+    @property
+    def cases(self) -> int:
+        return CASES_ON["jetstream" if self.jetstream else "redis"]
 
     @property
     def processes(self) -> list[Process]:
@@ -122,12 +136,20 @@ class World:
             process.start()
         self.relay.wait_for_output("messages waiting")
         for process in self.consumers:
-            process.wait_for_output("on Redis streams")
+            process.wait_for_output("reader(s) each) on")
         self._start_planner()
 
     def _start_planner(self) -> None:
-        bus = stream_bus(self.app.settings, streams_client(REDIS_URL))
         runner = ConsumerRunner(self.engine, EffectPlanner(self.app, self.server.url("/effect")))
+        if self.jetstream is not None:
+            for _worker in range(2):
+                reader = JetStreamReader(self.jetstream, runner, Topic.PLAN_GENERATE,
+                                         wait_s=0.2)
+                thread = threading.Thread(target=reader.run, args=(self.stop,), daemon=True)
+                thread.start()
+                self.threads.append(thread)
+            return
+        bus = stream_bus(self.app.settings, streams_client(REDIS_URL))
         for worker in range(2):
             stream = StreamConsumer(bus, runner, block_ms=200, claim_idle_ms=2000,
                                     name=f"test-planner-{worker}")
@@ -153,10 +175,32 @@ class World:
             thread.join(5)
         for process in self.processes:
             process.close()
+        if self.jetstream is not None:
+            self.jetstream.close()
+
+
+@pytest.fixture(params=["redis", pytest.param("jetstream", marks=pytest.mark.nats)])
+def nats_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[NatsServer | None]:
+    """None on Redis Streams (the shared Redis); on JetStream a nats-server of the test's own."""
+    if request.param == "redis":
+        yield None
+        return
+    (tmp_path / "nats").mkdir()
+    with NatsServer(tmp_path / "nats") as server:
+        yield server
 
 
 @pytest.fixture
-def world(tmp_path: Path, pg_engine: Engine, redis_client, redis_prefix: str) -> Iterator[World]:
+def bus_knobs(nats_server: NatsServer | None) -> dict[str, str]:
+    """JetStream's AckWait is short, so a killed consumer's messages come back within seconds."""
+    if nats_server is None:
+        return {}
+    return {"OPSGATE_BUS_URL": nats_server.url, "OPSGATE_JETSTREAM_ACK_WAIT_S": "3"}
+
+
+@pytest.fixture
+def world(tmp_path: Path, pg_engine: Engine, redis_client, redis_prefix: str,
+          bus_knobs: dict[str, str]) -> Iterator[World]:
     with local_server({"/effect": _effect}) as server:
         url = pg_engine.url.render_as_string(hide_password=False)
         knobs = {
@@ -166,20 +210,25 @@ def world(tmp_path: Path, pg_engine: Engine, redis_client, redis_prefix: str) ->
             "OPSGATE_AUTO_APPROVE": "low_risk",
             "OPSGATE_HTTP_ALLOWLIST": json.dumps([server.base + "/"]),
             "OPSGATE_RELAY_POLL_S": "0.5", "OPSGATE_STREAM_CLAIM_IDLE_S": "2",
-            "OPSGATE_DB_POOL_SIZE": "12", **STAND_IN_ENV,
+            "OPSGATE_DB_POOL_SIZE": "12", **STAND_IN_ENV, **bus_knobs,
         }
         settings = Settings(database_url=url, redis_url=REDIS_URL,
                             stream_prefix=knobs["OPSGATE_STREAM_PREFIX"],
                             gateway_key_prefix=knobs["OPSGATE_GATEWAY_KEY_PREFIX"],
                             auto_approve="low_risk", http_allowlist=[server.base + "/"],
-                            static_metrics=STAND_IN_METRICS)
+                            static_metrics=STAND_IN_METRICS,
+                            bus_url=bus_knobs.get("OPSGATE_BUS_URL"),
+                            jetstream_ack_wait_s=float(
+                                bus_knobs.get("OPSGATE_JETSTREAM_ACK_WAIT_S", 30)))
         app = bootstrap(settings, engine=pg_engine)
+        jetstream = (JetStreamBus(JetStreamConfig.of(settings), name="e2e-planner").connect()
+                     if settings.bus_url else None)
         env = clean_env(**knobs)
         relay = Process("relay", ("relay", "--progress-s", "2"), env, tmp_path / "relay.log")
         consumers = [Process(f"consume-{n}", ("consume", *PROCESS_CONSUMERS, "--workers", "2",
                                               "--progress-s", "5"),
                              env, tmp_path / f"consume-{n}.log") for n in (1, 2)]
-        loop = World(app, pg_engine, redis_client, server, relay, consumers)
+        loop = World(app, pg_engine, redis_client, server, relay, consumers, jetstream)
         try:
             loop.start()
             yield loop
@@ -249,6 +298,9 @@ def undelivered(engine: Engine, topics_of: dict[str, tuple[str, ...]]) -> dict[s
 
 
 def pending_entries(world: World, topics_of: dict[str, tuple[str, ...]]) -> int:
+    if world.jetstream is not None:
+        states = world.jetstream.consumer_states(topics_of)
+        return sum(state["pending"] + state["unacked"] for state in states.values())
     client, prefix = world.redis, world.app.settings.stream_prefix
     total = 0
     for consumer, topics in topics_of.items():
@@ -285,7 +337,7 @@ def check_the_run(world: World, case_ids: list[UUID], *, chaos: bool) -> dict[st
     if chaos:
         assert set(counted) <= set(FINAL), counted
     else:
-        assert counted == {CaseStatus.CLOSED: CASES}, counted
+        assert counted == {CaseStatus.CLOSED: world.cases}, counted
 
     keys, by_case = requests_by_case(world.server)
     twice = {key: n for key, n in keys.items() if n > 1}
@@ -341,14 +393,14 @@ def stop_cleanly(world: World) -> None:
 
 def test_200_cases_run_their_whole_life_through_relay_and_consumer_processes(world: World):
     started = time.monotonic()
-    case_ids = world.open_cases(CASES)
+    case_ids = world.open_cases(world.cases)
     wait_until(lambda: all_final(world.engine, case_ids), RUN_DEADLINE_S,
                "for every case to end")
     elapsed = time.monotonic() - started
     summary = check_the_run(world, case_ids, chaos=False)
-    assert summary["requests"] == CASES
+    assert summary["requests"] == world.cases
     stop_cleanly(world)
-    print(f"\n{CASES} cases CLOSED in {elapsed:.1f}s; {summary}")
+    print(f"\n{world.cases} cases CLOSED in {elapsed:.1f}s; {summary}")
 
 
 @pytest.mark.chaos
@@ -375,7 +427,7 @@ def test_kill_9_of_relay_and_consumers_mid_run_keeps_every_step_exactly_once(wor
     killer = threading.Thread(target=chaos, daemon=True)
     killer.start()
     started = time.monotonic()
-    case_ids.extend(world.open_cases(CASES))
+    case_ids.extend(world.open_cases(world.cases))
     wait_until(lambda: all_final(world.engine, case_ids), RUN_DEADLINE_S,
                f"for every case to end ({seed_note}, kills {kills})")
     killer.join(15)
@@ -386,4 +438,68 @@ def test_kill_9_of_relay_and_consumers_mid_run_keeps_every_step_exactly_once(wor
     summary = check_the_run(world, case_ids, chaos=True)
     assert {"relay", "consume-1"} <= set(kills), kills
     stop_cleanly(world)
-    print(f"\n{CASES} cases ended in {elapsed:.1f}s with kills {kills} ({seed_note}); {summary}")
+    print(f"\n{world.cases} cases ended in {elapsed:.1f}s with kills {kills} ({seed_note}); "
+          f"{summary}")
+
+
+@pytest.mark.chaos
+@pytest.mark.parametrize("nats_server", ["jetstream"], indirect=True)
+def test_kill_9_of_nats_server_and_a_consumer_frozen_past_ack_wait_lose_and_repeat_nothing(
+        world: World, nats_server: NatsServer):
+    """JetStream's own faults: a consume process frozen (SIGSTOP) past AckWait while it holds
+    messages (the other process is handed them again, and says so), then thawed; nats-server
+    killed with -9 mid-run and started again on the same store (twice): every case ends, none
+    is stuck, no step runs twice."""
+    events: list[str] = []
+    case_ids: list[UUID] = []
+    frozen, other = world.consumers
+    topics_of = {consumer.name: consumer.topics for consumer in build_consumers(world.app)}
+
+    # A consume process frozen past AckWait while it holds messages: after AckWait the server
+    # hands them to the other process, which says so. A frozen process's pull requests outlive
+    # the freeze by a second at most, so it may hold nothing: then it is thawed once every case
+    # of the batch ended and nothing is unacknowledged, and frozen again for the next batch.
+    for _batch in range(FREEZE_BATCHES):
+        frozen.freeze()
+        events.append("consume-1 frozen")
+        batch = world.open_cases(4)
+        case_ids.extend(batch)
+        wait_until(lambda batch=batch: REDELIVERED in other.output() or (
+            all_final(world.engine, batch) and pending_entries(world, topics_of) == 0),
+            RUN_DEADLINE_S, f"for consume-2 to be handed consume-1's messages ({events})")
+        frozen.thaw()
+        events.append("consume-1 thawed")
+        if REDELIVERED in other.output():
+            break
+    assert REDELIVERED in other.output(), f"consume-1 never held a message when frozen: {events}"
+    events.append("its messages delivered again to consume-2")
+
+    def faults() -> None:
+        for _round in range(2):
+            if world.stop.wait(1.0) or all_final(world.engine, case_ids):
+                return
+            nats_server.kill9()
+            events.append("nats-server kill -9")
+            world.stop.wait(0.5)
+            nats_server.start()
+            events.append("nats-server restarted on its store")
+
+    started = time.monotonic()
+    opened = world.open_cases(world.cases)
+    faulter = threading.Thread(target=faults, daemon=True)
+    faulter.start()
+    case_ids.extend(opened)
+    wait_until(lambda: all_final(world.engine, case_ids), RUN_DEADLINE_S,
+               f"for every case to end (faults {events})")
+    faulter.join(30)
+    elapsed = time.monotonic() - started
+    summary = check_the_run(world, case_ids, chaos=True)
+    stuck = sum(1 for status in statuses(world.engine, case_ids).values()
+                if status not in FINAL)
+    keys, _by_case = requests_by_case(world.server)
+    duplicates = sum(n - 1 for n in keys.values() if n > 1)
+    assert stuck == 0 and duplicates == 0
+    stop_cleanly(world)
+    print(f"\nJetStream faults {events}: {len(case_ids)} cases driven, "
+          f"{sum(summary['statuses'].values())} ended in {elapsed:.1f}s, stuck {stuck}, "
+          f"duplicate side effects {duplicates}; {summary}")

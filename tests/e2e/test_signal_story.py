@@ -7,8 +7,9 @@ window → CLOSED; Alertmanager's resolution lands on the case; Prometheus scrap
 
 On SQLite (``opsgate serve`` with its in-process loop, killed with SIGKILL while verification
 waits and started again) and on PostgreSQL + Redis Streams (``serve``, ``relay`` and ``consume``
-processes; the consumer process is the one killed). And the fix that does not fix: PARKED at the
-verify block's deadline with the last reading. Bounded: deadlines of a minute or two, 127.0.0.1.
+processes; the consumer process is the one killed), and the same on NATS JetStream (a
+``nats-server -js`` of the test's own). And the fix that does not fix: PARKED at the verify
+block's deadline with the last reading. Bounded: deadlines of a minute or two, 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from core.db.database import make_engine
 from core.db.tables import case_timeline, ops_case
 from core.migrate import upgrade_engine
 from tests.support.local_http import Reply, Seen, local_server
+from tests.support.nats_server import NatsServer
 from tests.support.openai_stub import PATH as CHAT_PATH
 from tests.support.openai_stub import StubTurn, completion, tool_call
 from tests.support.peers import (
@@ -59,6 +61,7 @@ from tests.support.slack import (
     action_body,
     approval_of,
     fake_slack,
+    mention_event,
     signed,
 )
 
@@ -180,8 +183,10 @@ def _plan_messages(slack: FakeSlack) -> list[dict[str, Any]]:
 def story(tmp_path: Path, *, database_url: str, engine: Engine, fix_works: bool,
           deadline_s: int, redis_prefix: str | None,
           prometheus_server: Callable[..., Prometheus],
-          alertmanager_server: Callable[..., Alertmanager]) -> Iterator[Story]:
-    """Everything of one story started, healthy, before anything goes bad."""
+          alertmanager_server: Callable[..., Alertmanager],
+          bus_url: str | None = None) -> Iterator[Story]:
+    """Everything of one story started, healthy, before anything goes bad. ``bus_url``: the
+    processes' bus is JetStream there (Redis, when given too, keeps the gateway's claims)."""
     with ExitStack() as stack:
         service = stack.enter_context(MetricService(fix_works=fix_works))
         slack = stack.enter_context(fake_slack())
@@ -194,10 +199,10 @@ def story(tmp_path: Path, *, database_url: str, engine: Engine, fix_works: bool,
                 ScrapeJob("opsgate", [f"127.0.0.1:{port}"])]
         prometheus = prometheus_server(jobs, rules=[RULE], alertmanager=alertmanager)
         env = clean_env(**_knobs(database_url, service, prometheus, slack, model.url("/v1"),
-                                 redis_prefix))
+                                 redis_prefix, bus_url))
         serve = Process("serve", ("serve", "--port", str(port)), env, tmp_path / "serve.log")
         loop = [Process(name, args, env, tmp_path / f"{name}.log")
-                for name, args in _loop_processes(redis_prefix)]
+                for name, args in _loop_processes(redis_prefix, bus_url)]
         for process in (serve, *loop):
             stack.callback(process.close)
             process.start()
@@ -208,7 +213,8 @@ def story(tmp_path: Path, *, database_url: str, engine: Engine, fix_works: bool,
 
 
 def _knobs(database_url: str, service: MetricService, prometheus: Prometheus, slack: FakeSlack,
-           model_url: str, redis_prefix: str | None) -> dict[str, str]:
+           model_url: str, redis_prefix: str | None,
+           bus_url: str | None = None) -> dict[str, str]:
     knobs = {
         "OPSGATE_DATABASE_URL": database_url,
         "OPSGATE_PROMETHEUS_URL": prometheus.base_url,
@@ -231,11 +237,15 @@ def _knobs(database_url: str, service: MetricService, prometheus: Prometheus, sl
         knobs.update({"OPSGATE_REDIS_URL": REDIS_URL,
                       "OPSGATE_STREAM_PREFIX": f"{redis_prefix}stream:",
                       "OPSGATE_GATEWAY_KEY_PREFIX": f"{redis_prefix}gw:"})
+    if bus_url is not None:
+        # A short AckWait: the killed consumer's messages come back within seconds.
+        knobs.update({"OPSGATE_BUS_URL": bus_url, "OPSGATE_JETSTREAM_ACK_WAIT_S": "3"})
     return knobs
 
 
-def _loop_processes(redis_prefix: str | None) -> list[tuple[str, tuple[str, ...]]]:
-    if redis_prefix is None:
+def _loop_processes(redis_prefix: str | None,
+                    bus_url: str | None = None) -> list[tuple[str, tuple[str, ...]]]:
+    if redis_prefix is None and bus_url is None:
         return []  # serve runs the loop in-process
     return [("relay", ("relay",)), ("consume", ("consume", "--workers", "2"))]
 
@@ -317,13 +327,21 @@ def test_the_story_on_sqlite_closes_after_a_kill_while_verifying(
     engine.dispose()
 
 
-def test_the_story_on_postgres_and_redis_streams_closes_after_a_consumer_kill(
+@pytest.mark.parametrize("bus", ["redis", pytest.param("jetstream", marks=pytest.mark.nats)])
+def test_the_story_on_postgres_and_each_bus_closes_after_a_consumer_kill(
         tmp_path: Path, pg_engine: Engine, redis_client, redis_prefix: str,
-        prometheus_server, alertmanager_server) -> None:
+        prometheus_server, alertmanager_server, bus: str) -> None:
+    """On Redis Streams, and on JetStream (Redis keeping the gateway's claims alone)."""
     url = pg_engine.url.render_as_string(hide_password=False)
-    with story(tmp_path, database_url=url, engine=pg_engine, fix_works=True, deadline_s=60,
-               redis_prefix=redis_prefix, prometheus_server=prometheus_server,
-               alertmanager_server=alertmanager_server) as world:
+    with ExitStack() as stack:
+        bus_url = None
+        if bus == "jetstream":
+            (tmp_path / "nats").mkdir()
+            bus_url = stack.enter_context(NatsServer(tmp_path / "nats")).url
+        world = stack.enter_context(story(
+            tmp_path, database_url=url, engine=pg_engine, fix_works=True, deadline_s=60,
+            redis_prefix=redis_prefix, prometheus_server=prometheus_server,
+            alertmanager_server=alertmanager_server, bus_url=bus_url))
         case_id = run_to_the_fix(world)
         consume = next(p for p in world.loop_processes if p.name == "consume")
         kill_while_verification_waits(world, case_id, consume)
@@ -349,3 +367,33 @@ def test_a_fix_that_does_not_fix_parks_at_the_deadline_with_the_reading(
         assert len(readings) >= 2, "it kept reading until the deadline"
         assert world.status(case_id) == "PARKED"
     engine.dispose()
+
+
+@pytest.mark.nats
+def test_a_mention_in_slack_closes_its_case_on_jetstream(
+        tmp_path: Path, pg_engine: Engine, redis_client, redis_prefix: str,
+        prometheus_server, alertmanager_server) -> None:
+    """The story begun in Slack instead of by an alert, on the production shape with JetStream
+    as the bus: a signed mention opens the case in its thread, the plan message comes to the
+    thread, an approver's click runs the fix once, the case CLOSES and the thread says so."""
+    url = pg_engine.url.render_as_string(hide_password=False)
+    (tmp_path / "nats").mkdir()
+    with NatsServer(tmp_path / "nats") as nats, story(
+            tmp_path, database_url=url, engine=pg_engine, fix_works=True, deadline_s=60,
+            redis_prefix=redis_prefix, prometheus_server=prometheus_server,
+            alertmanager_server=alertmanager_server, bus_url=nats.url) as world:
+        body = mention_event("<@U0BOT> checkout p95 is over a second", event_id="EvJS1",
+                             ts="1700000000.000100")
+        said = httpx.post(f"{world.api}/slack/events", content=body, headers=signed(body),
+                          timeout=10)
+        assert said.status_code == 200, said.text
+        [case] = poll(lambda: world.cases() or None, STORY_S, "the mention opens a case")
+        world.wait_status(case["id"], "WAIT_GATE")
+        assert world.click_approve().status_code == 200  # once the plan message is there
+        [plan_post] = _plan_messages(world.slack)
+        assert plan_post.get("thread_ts") == "1700000000.000100"  # in the mention's thread
+        world.wait_status(case["id"], "CLOSED")
+        assert_one_fix(world)
+        assert_judged_after_the_window(world, case["id"])
+        poll(lambda: any("CLOSED" in text or "closed" in text for text in world.slack.texts())
+             or None, STORY_S, "the thread tells how it ended")

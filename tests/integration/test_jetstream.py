@@ -1,0 +1,285 @@
+"""The JetStream bus against a real ``nats-server -js`` of the test's own (free port, own store):
+the relay's publications and their acknowledgments, duplicates dropped, durable consumers with
+explicit acks after the inbox, in-progress acks for a slow step, the last delivery buried as a
+dead letter, a server restarted on its store, and the one-line setup errors."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, insert
+
+from core.db.tables import outbox
+from core.errors import Unavailable
+from core.messaging import inbox
+from core.messaging.consumer import ConsumerRunner, Delivery
+from core.messaging.envelope import Envelope
+from core.messaging.jetstream import (
+    JetStreamBus,
+    JetStreamConfig,
+    JetStreamReader,
+    JetStreamSetupError,
+    decode,
+)
+from core.messaging.outbox import unpublished
+from core.messaging.relay import OutboxRelay
+from tests.support.nats_server import NatsServer
+from tests.support.peers import poll
+
+pytestmark = pytest.mark.nats
+
+TOPIC = "cmd.plan.generate"
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
+    with NatsServer(tmp_path) as server:
+        yield server
+
+
+def connected(server: NatsServer, **config: object) -> JetStreamBus:
+    return JetStreamBus(JetStreamConfig((server.url,), **config)).connect()  # type: ignore[arg-type]
+
+
+class Recorder:
+    """A consumer that records what it handled; ``hold`` makes it wait inside the handler."""
+
+    name = "planner"
+    topics = (TOPIC,)
+
+    def __init__(self) -> None:
+        self.handled: list[int] = []
+        self.hold = threading.Event()
+        self.hold.set()
+        self.inside = threading.Event()
+
+    def handle(self, delivery: Delivery) -> None:
+        self.inside.set()
+        self.hold.wait(30)
+        if delivery.envelope.payload.get("poison"):
+            raise ValueError("cannot parse this payload")
+        self.handled.append(delivery.envelope.message_id)
+
+
+def write_rows(engine: Engine, count: int) -> None:
+    with engine.begin() as conn:
+        conn.execute(insert(outbox), [{"topic": TOPIC, "key": f"case-{n}", "payload": {"n": n}}
+                                      for n in range(count)])
+
+
+def stream_messages(bus: JetStreamBus) -> int:
+    info = bus._call(bus.js.stream_info(bus.config.stream(TOPIC)), 5)
+    return int(info.state.messages)
+
+
+def test_relay_marks_rows_published_on_the_servers_ack_and_a_retry_is_dropped(
+        sqlite_engine: Engine, nats_server: NatsServer):
+    bus = connected(nats_server)
+    try:
+        write_rows(sqlite_engine, 5)
+        assert OutboxRelay(sqlite_engine, bus).drain() == 5
+        assert unpublished(sqlite_engine) == 0
+        assert stream_messages(bus) == 5
+        # The relay's own retry of the same publication (a crash before its commit): dropped
+        # by the duplicate window. A resend on purpose (the next publication) goes through.
+        bus.publish([Envelope(1, TOPIC, "case-0", {"n": 0}, 1)])
+        assert stream_messages(bus) == 5
+        bus.publish([Envelope(1, TOPIC, "case-0", {"n": 0}, 2)])
+        assert stream_messages(bus) == 6
+    finally:
+        bus.close()
+
+
+def test_rows_stay_unpublished_while_the_server_is_down(sqlite_engine: Engine,
+                                                        nats_server: NatsServer):
+    bus = connected(nats_server, timeout_s=1.0)
+    try:
+        bus.ensure_streams([TOPIC])
+        nats_server.kill9()
+        write_rows(sqlite_engine, 3)
+        with pytest.raises(Unavailable):
+            OutboxRelay(sqlite_engine, bus).drain()
+        assert unpublished(sqlite_engine) == 3
+        nats_server.start()  # the same store: the stream is still there
+        poll(lambda: bus.connected, 15, "the bus to reconnect")
+        poll(lambda: _drained(sqlite_engine, bus), 15, "the relay to publish after the restart")
+        assert unpublished(sqlite_engine) == 0
+        assert stream_messages(bus) == 3
+    finally:
+        bus.close()
+
+
+def _drained(engine: Engine, bus: JetStreamBus) -> bool:
+    try:
+        OutboxRelay(engine, bus).drain()
+    except Unavailable:
+        return False
+    return True
+
+
+def test_a_reader_acknowledges_after_the_inbox_and_a_restart_keeps_the_consumer(
+        sqlite_engine: Engine, nats_server: NatsServer):
+    bus = connected(nats_server)
+    consumer = Recorder()
+    reader = JetStreamReader(bus, ConsumerRunner(sqlite_engine, consumer), TOPIC, wait_s=0.2)
+    stop = threading.Event()
+    thread = threading.Thread(target=reader.run, args=(stop,), daemon=True)
+    try:
+        write_rows(sqlite_engine, 4)
+        OutboxRelay(sqlite_engine, bus).drain()
+        thread.start()
+        poll(lambda: len(consumer.handled) == 4, 15, "four messages handled")
+        states = poll(lambda: _settled(bus), 10, "every message acknowledged")
+        assert states["planner"]["redelivered"] == 0
+        with sqlite_engine.connect() as conn:
+            assert all(inbox.seen(conn, "planner", n) for n in consumer.handled)
+
+        nats_server.restart()  # kill -9, then the same store
+        write_rows(sqlite_engine, 2)
+        poll(lambda: _drained(sqlite_engine, bus), 20, "the relay to publish after the restart")
+        poll(lambda: len(consumer.handled) == 6, 20, "the reader to go on after the restart")
+        assert sorted(consumer.handled) == sorted(set(consumer.handled))  # nothing twice
+    finally:
+        stop.set()
+        thread.join(5)
+        bus.close()
+
+
+def decode_id(msg) -> int:
+    return decode(msg.data).message_id
+
+
+def _settled(bus: JetStreamBus) -> dict[str, dict[str, object]] | None:
+    states = bus.consumer_states({"planner": [TOPIC]})
+    planner = states["planner"]
+    return states if planner["pending"] == 0 and planner["unacked"] == 0 else None
+
+
+def test_a_slow_step_says_in_progress_and_is_not_delivered_again(sqlite_engine: Engine,
+                                                                  nats_server: NatsServer):
+    bus = connected(nats_server, ack_wait_s=1.0)
+    consumer = Recorder()
+    consumer.hold.clear()
+    reader = JetStreamReader(bus, ConsumerRunner(sqlite_engine, consumer), TOPIC, wait_s=0.2)
+    other = JetStreamReader(bus, ConsumerRunner(sqlite_engine, consumer), TOPIC, wait_s=0.2)
+    stop = threading.Event()
+    threads = [threading.Thread(target=r.run, args=(stop,), daemon=True) for r in (reader, other)]
+    try:
+        write_rows(sqlite_engine, 1)
+        OutboxRelay(sqlite_engine, bus).drain()
+        for thread in threads:
+            thread.start()
+        assert consumer.inside.wait(10)
+        # Three AckWaits inside the handler: without in-progress acks the other reader would
+        # have been handed the message again by now.
+        stop.wait(3.0)
+        assert bus.consumer_states({"planner": [TOPIC]})["planner"]["redelivered"] == 0
+        consumer.hold.set()
+        poll(lambda: _settled(bus), 10, "the message acknowledged")
+        assert len(consumer.handled) == 1
+    finally:
+        consumer.hold.set()
+        stop.set()
+        for thread in threads:
+            thread.join(5)
+        bus.close()
+
+
+def test_the_last_delivery_is_buried_as_a_dead_letter_and_others_go_on(sqlite_engine: Engine,
+                                                                        nats_server: NatsServer):
+    bus = connected(nats_server, ack_wait_s=1.0, max_deliver=3)
+    try:
+        write_rows(sqlite_engine, 2)
+        OutboxRelay(sqlite_engine, bus).drain()
+        subscription = bus.subscribe("planner", TOPIC)
+        consumer = Recorder()
+        reader = JetStreamReader(bus, ConsumerRunner(sqlite_engine, consumer), TOPIC, wait_s=0.5)
+        # A consumer that dies on message 1 each time (fetched, never acknowledged), while
+        # message 2 is handled at once.
+        first = poll(lambda: bus.fetch(subscription, 10, 1.0), 10, "the first deliveries")
+        assert [decode_id(msg) for msg in first] == [1, 2]
+        reader.handle(first[1:])
+        again = poll(lambda: bus.fetch(subscription, 10, 1.0), 10, "message 1 again")
+        assert [(decode_id(msg), msg.metadata.num_delivered) for msg in again] == [(1, 2)]
+        last = poll(lambda: bus.fetch(subscription, 10, 1.0), 10, "message 1's last delivery")
+        assert [(decode_id(msg), msg.metadata.num_delivered) for msg in last] == [(1, 3)]
+        reader.handle(last)
+        poll(lambda: _settled(bus), 10, "every message settled")
+        letters = inbox.dead_letters(sqlite_engine)
+        assert [(row["consumer"], row["message_id"]) for row in letters] == [("planner", 1)]
+        assert "delivered 3 times by JetStream" in letters[0]["error"]
+        assert consumer.handled == [2]
+    finally:
+        bus.close()
+
+
+def test_no_jetstream_and_a_stream_that_disagrees_are_one_line_each(tmp_path: Path,
+                                                                    nats_server: NatsServer):
+    (tmp_path / "plain").mkdir()
+    with NatsServer(tmp_path / "plain", jetstream=False) as plain, \
+            pytest.raises(JetStreamSetupError) as no_js:
+        connected(plain)
+    assert str(no_js.value).startswith(f"NATS at {plain.url} has no JetStream: start nats-server")
+    bus = connected(nats_server)
+    bus.ensure_streams([TOPIC])
+    bus.close()
+    three = connected(nats_server, replicas=3)
+    try:
+        with pytest.raises(JetStreamSetupError) as wrong:
+            three.ensure_streams([TOPIC])
+    finally:
+        three.close()
+    assert "\n" not in str(wrong.value)
+    assert "has 1 replica(s) (OPSGATE_JETSTREAM_REPLICAS is 3)" in str(wrong.value)
+
+
+def test_readyz_reports_the_connection_and_each_consumers_counts(nats_server: NatsServer):
+    from datetime import UTC, datetime
+
+    from core.ops.readiness import check_jetstream
+    from core.settings import Settings
+
+    settings = Settings(_env_file=None, bus_url=nats_server.url)
+    bus = connected(nats_server)
+    try:
+        bus.ensure_consumers({"planner": [TOPIC]})
+        bus.publish([Envelope(7, TOPIC, "case-7", {}, 1)])
+        held = bus.fetch(bus.subscribe("planner", TOPIC), 1, 2.0)
+        assert len(held) == 1
+        check = check_jetstream(settings, datetime.now(UTC))
+        assert check["ok"] is True and check["kind"] == "jetstream"
+        planner = check["consumers"]["planner"]
+        assert planner["unacked"] == 1 and planner["pending"] == 0
+        assert planner["oldest_unacked_s"] >= 0
+    finally:
+        bus.close()
+    nats_server.kill9()
+    down = check_jetstream(settings, datetime.now(UTC))
+    assert down["ok"] is False
+    assert down["error"].startswith(f"NATS at {nats_server.url} is not reachable")
+
+
+def test_a_stream_whose_max_age_and_duplicate_window_disagree_is_one_line(
+        nats_server: NatsServer):
+    bus = connected(nats_server)
+    bus.ensure_streams([TOPIC])  # a week, two minutes: the defaults
+    bus.close()
+    other = connected(nats_server, max_age_s=3600.0, duplicate_window_s=30.0)
+    try:
+        with pytest.raises(JetStreamSetupError) as wrong:
+            other.ensure_streams([TOPIC])
+    finally:
+        other.close()
+    assert str(wrong.value) == (
+        "JetStream stream opsgate_cmd_plan_generate has max age 604800 s "
+        "(OPSGATE_JETSTREAM_MAX_AGE_S is 3600); duplicate window 120 s "
+        "(OPSGATE_JETSTREAM_DUPLICATE_WINDOW_S is 30): change the stream (`nats stream edit "
+        "opsgate_cmd_plan_generate`, or remove it while it is empty) or the settings")
+    same = connected(nats_server)
+    try:
+        same.ensure_streams([TOPIC])  # the settings it was made with: no complaint
+    finally:
+        same.close()
