@@ -46,9 +46,9 @@ def test_the_production_loop_refuses_to_start_without_redis(tmp_path, subcommand
     result = opsgate(tmp_path, subcommand)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        f"opsgate: error: {subcommand} needs OPSGATE_REDIS_URL (Redis Streams carry the "
-        "messages between processes); without Redis the loop runs in-process inside "
-        "`opsgate serve`"]
+        f"opsgate: error: {subcommand} needs OPSGATE_BUS_URL (NATS JetStream) or "
+        "OPSGATE_REDIS_URL (Redis Streams) to carry the messages between processes; without "
+        "either the loop runs in-process inside `opsgate serve`"]
 
 
 def test_relay_refuses_an_unreachable_redis(tmp_path):

@@ -283,3 +283,31 @@ def test_a_stream_whose_max_age_and_duplicate_window_disagree_is_one_line(
         same.ensure_streams([TOPIC])  # the settings it was made with: no complaint
     finally:
         same.close()
+
+
+def test_a_message_held_by_a_frozen_reader_goes_to_another_after_ack_wait_and_counts_once(
+        sqlite_engine: Engine, nats_server: NatsServer):
+    """A frozen consume process holds a message and says nothing (no ack, no in-progress):
+    here that reader is a bare fetch never answered. After AckWait the server hands the
+    message to the other reader of the same durable consumer, which handles it once."""
+    bus = connected(nats_server, ack_wait_s=1.0)
+    consumer = Recorder()
+    stop = threading.Event()
+    reader = JetStreamReader(bus, ConsumerRunner(sqlite_engine, consumer), TOPIC, wait_s=0.2)
+    thread = threading.Thread(target=reader.run, args=(stop,), daemon=True)
+    try:
+        frozen = bus.subscribe("planner", TOPIC)
+        write_rows(sqlite_engine, 1)
+        OutboxRelay(sqlite_engine, bus).drain()
+        held = poll(lambda: bus.fetch(frozen, 1, 0.5) or None, 10, "the frozen reader's fetch")
+        assert [m.metadata.num_delivered for m in held] == [1]
+        thread.start()
+        poll(lambda: len(consumer.handled) == 1, 15, "the other reader to be handed it")
+        poll(lambda: _settled(bus), 10, "the message acknowledged")
+        assert consumer.handled == [decode_id(held[0])]
+        with sqlite_engine.connect() as conn:
+            assert inbox.seen(conn, "planner", consumer.handled[0])
+    finally:
+        stop.set()
+        thread.join(5)
+        bus.close()
