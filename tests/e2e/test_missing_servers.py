@@ -1,6 +1,6 @@
 """A server the tests need and cannot reach fails the run, locally as in CI: ``make services``
 exits non-zero when it cannot start one, and a test on an unreachable PostgreSQL or Redis fails
-(a skip only when the developer asks for it with ``OPSGATE_TEST_SKIP_MISSING=1``)."""
+(never a skip)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def run_make_services(**variables: str) -> subprocess.CompletedProcess[str]:
 def run_pytest(test_id: str, **env: str) -> subprocess.CompletedProcess[str]:
     """One test in a child pytest, outside CI, with the given environment."""
     child_env = {name: value for name, value in os.environ.items()
-                 if name not in ("CI", "OPSGATE_TEST_SKIP_MISSING")
+                 if name != "CI"
                  and not name.startswith("PYTEST_")}
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
@@ -70,8 +70,3 @@ def test_an_unreachable_server_fails_the_test_outside_ci(test_id: str, variable:
     assert "1 error" in failed.stdout or "1 failed" in failed.stdout, failed.stdout
     assert f"{server} is not reachable" in failed.stdout
     assert "skipped" not in failed.stdout
-
-    skipped = run_pytest(test_id, OPSGATE_TEST_SKIP_MISSING="1", **{variable: unreachable})
-    assert skipped.returncode == 0, skipped.stdout
-    assert "1 skipped" in skipped.stdout
-    assert "OPSGATE_TEST_SKIP_MISSING is set" in skipped.stdout
