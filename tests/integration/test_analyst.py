@@ -16,8 +16,6 @@ from uuid import UUID
 import httpx
 from sqlalchemy import func, select
 
-from core.analysis.catalog import MetricSpec
-from core.analysis.sources import RecordedSource
 from core.analysis.store import case_findings
 from core.analysis.tables import evidence_link
 from core.clock import utcnow
@@ -102,16 +100,6 @@ def test_without_a_metric_source_the_case_plans_at_once(engine):
     assert done["reason"] == NO_ANALYST
 
 
-class CountingSource(RecordedSource):
-    def __init__(self, folder: Path) -> None:
-        super().__init__(folder)
-        self.reads: list[str] = []
-
-    def read(self, spec: MetricSpec, incident_at):  # type: ignore[no-untyped-def]
-        self.reads.append(spec.name)
-        return super().read(spec, incident_at)
-
-
 class CrashingOnce:
     """The case service, except that the first transition fails as if the process died."""
 
@@ -129,16 +117,18 @@ class CrashingOnce:
         return self._cases.transition(*args, **kwargs)
 
 
-def test_a_redelivery_after_a_crash_reuses_the_first_reading_and_writes_once(engine):
-    app = make_app(engine)
-    source = CountingSource(SERIES / "error_spike")
-    analyst = Analyst(app, source=source)
+def test_a_redelivery_after_a_crash_reuses_the_first_reading_and_writes_once(
+        engine, prometheus_server):
+    prometheus = spiked_prometheus(prometheus_server)
+    app = make_app(engine, prometheus_url=prometheus.base_url)
+    analyst = Analyst(app)
     analyst.cases = CrashingOnce(app.cases)  # type: ignore[assignment]
-    case_id = analyzing_case(app, "HighErrorRate on checkout")
+    case_id = case_opened_at_the_spike(app, "HighErrorRate on checkout")
     assert analyse(app, case_id, analyst) == "done"  # the runner retried after the crash
 
     assert analyst.cases.crashed and status(app, case_id) == CaseStatus.PLANNING
-    assert source.reads == ["http_5xx_ratio"]
+    [read] = prometheus.queries()  # the server's own query log: http_5xx_ratio, read once
+    assert read["query"].startswith('sum(rate(http_requests_total{code=~"5.."}')
     assert len(notes(app, case_id, "analysis_findings")) == 1
     assert len(findings_events(engine, case_id)) == 1
     assert evidence_rows(engine, case_id) == 1
