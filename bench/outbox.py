@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import redis
 from sqlalchemy import Engine, insert
@@ -70,8 +70,29 @@ def fresh_prefix(client: redis.Redis) -> Iterator[str]:
 # -- the reader both contenders share ----------------------------------------------------------
 
 
+class Running:
+    """What both readers share: read on a thread of their own while the caller measures."""
+
+    stop: threading.Event
+    expect: int
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+    @contextmanager
+    def running(self, expect: int = 0) -> Iterator[Self]:
+        self.expect = expect
+        thread = threading.Thread(target=self.run, daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self.stop.set()
+            thread.join(10)
+
+
 @dataclass
-class Reader:
+class Reader(Running):
     """XREADGROUP + XACK on one stream, noting when each message arrived."""
 
     client: redis.Redis
@@ -98,16 +119,6 @@ class Reader:
             if self.expect and len(self.arrived) >= self.expect:
                 self.done.set()
 
-    @contextmanager
-    def running(self, expect: int = 0) -> Iterator[Reader]:
-        self.expect = expect
-        thread = threading.Thread(target=self.run, daemon=True)
-        thread.start()
-        try:
-            yield self
-        finally:
-            self.stop.set()
-            thread.join(10)
 
 
 def fields(message_id: int) -> dict[str, str]:
@@ -246,7 +257,7 @@ def jetstream(url: str) -> Iterator[JetStreamBus]:
 
 
 @dataclass
-class JetStreamReaderBench:
+class JetStreamReaderBench(Running):
     """A durable pull consumer on one topic's stream: fetch, note, acknowledge each."""
 
     bus: JetStreamBus
@@ -269,16 +280,6 @@ class JetStreamReaderBench:
             if self.expect and len(self.arrived) >= self.expect:
                 self.done.set()
 
-    @contextmanager
-    def running(self, expect: int = 0) -> Iterator[JetStreamReaderBench]:
-        self.expect = expect
-        thread = threading.Thread(target=self.run, daemon=True)
-        thread.start()
-        try:
-            yield self
-        finally:
-            self.stop.set()
-            thread.join(10)
 
 
 def envelope(message_id: int, topic: str) -> Envelope:
