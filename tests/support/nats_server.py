@@ -6,28 +6,25 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
-import subprocess
 from pathlib import Path
-from types import TracebackType
 
-from tests.support.peers import free_port, poll
+from tests.support.own_server import OwnServer
+from tests.support.peers import poll
 from tests.support.servers import missing
 
 NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
 
 
-class NatsServer:
+class NatsServer(OwnServer):
     """``with NatsServer(tmp_path) as server:`` then ``server.url``."""
 
+    log_name = "nats-server.log"
+
     def __init__(self, workdir: Path, *, jetstream: bool = True) -> None:
-        self.workdir = workdir
+        super().__init__(workdir)
         self.store = workdir / "jetstream"
-        self.port = free_port()
         self.jetstream = jetstream
-        self.restarts = 0
-        self._popen: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -39,24 +36,9 @@ class NatsServer:
         args = [NATS_SERVER, "-a", "127.0.0.1", "-p", str(self.port)]
         if self.jetstream:
             args += ["-js", "-sd", str(self.store)]
-        log = (self.workdir / "nats-server.log").open("ab")
-        self._popen = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        log.close()
+        self._launch(args)
         poll(self._answers, 15, f"nats-server on port {self.port}", 0.05)
         return self
-
-    def kill9(self) -> None:
-        """SIGKILL: no flush, no goodbye; the store keeps what the server had synced."""
-        if self._popen is not None and self._popen.poll() is None:
-            self._popen.send_signal(signal.SIGKILL)
-            self._popen.wait(10)
-        self._popen = None
-
-    def stop(self) -> None:
-        if self._popen is not None and self._popen.poll() is None:
-            self._popen.terminate()
-            self._popen.wait(10)
-        self._popen = None
 
     def restart(self) -> None:
         """kill -9, then start again on the same port and store."""
@@ -65,17 +47,9 @@ class NatsServer:
         self.restarts += 1
 
     def _answers(self) -> bool:
-        assert self._popen is not None and self._popen.poll() is None, \
-            f"nats-server exited: {(self.workdir / 'nats-server.log').read_text()[-2000:]}"
+        assert self._running(), f"nats-server exited: {self.log_tail()}"
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=1) as conn:
                 return conn.recv(4).startswith(b"INFO")
         except OSError:
             return False
-
-    def __enter__(self) -> NatsServer:
-        return self.start()
-
-    def __exit__(self, _type: type[BaseException] | None, _exc: BaseException | None,
-                 _tb: TracebackType | None) -> None:
-        self.stop()
