@@ -1,0 +1,39 @@
+"""What a first Alertmanager notification costs the database: the transactions committed from
+the webhook's arrival to its reply (the case opened, its opening note and evidence)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, event
+
+from core.bootstrap import App
+from core.ops.alerts import AlertIntake, Notification
+from tests.support.alerts import alert, alerts_app, notification
+
+
+@pytest.fixture
+def app(engine: Engine) -> Iterator[App]:
+    made = alerts_app(engine)
+    yield made
+    made.close()
+
+
+def commits_during(engine: Engine, work: Any) -> int:
+    counted: list[object] = []
+    listener = lambda conn: counted.append(conn)  # noqa: E731
+    event.listen(engine, "commit", listener)
+    try:
+        work()
+    finally:
+        event.remove(engine, "commit", listener)
+    return len(counted)
+
+
+def test_a_first_notification_commits_four_transactions(app: App, engine: Engine) -> None:
+    note = Notification.model_validate(notification("ProbeFailure", [
+        alert("ProbeFailure", "a"), alert("ProbeFailure", "b")]))
+    intake = AlertIntake(app.engine, app.cases)
+    assert commits_during(engine, lambda: intake.receive(note)) == 4
