@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from core.ops.alert_text import shortened
+from core.alerts.text import shortened
 
 _TOKEN = re.compile(r"<([^<>\n]*)>")
 _URL_ENDS = {"|": "%7C", "<": "%3C", ">": "%3E", " ": "%20", "\n": "%0A", "\t": "%09"}

@@ -1,7 +1,7 @@
 """``POST /alerts/alertmanager``: Prometheus Alertmanager's webhook (version 4), authenticated by
 ``Authorization: Bearer $OPSGATE_ALERT_TOKEN`` (refused while the token is unset). An alert group
 has at most one open case; new and resolved alerts become notes on it, and a group that fires
-after its case CLOSED opens its next case (``core.ops.alerts``).
+after its case CLOSED opens its next case (``core.alerts``).
 
 Alertmanager never retries a 4xx, so a notification is refused with one only when sending it
 again could never help: a wrong token, a body that is not JSON or not the webhook's shape, or one
@@ -22,13 +22,14 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials
 from starlette.exceptions import HTTPException
 
+from core.alerts.intake import AlertIntake
+from core.alerts.model import Notification
 from core.api.deps import opsgate
 from core.api.headers import bearer
 from core.api.limits import Allowance
 from core.api.replies import send_data
 from core.errors import PayloadTooLarge, Unauthorized, Unavailable
 from core.metrics import ALERT_REFUSALS
-from core.ops.alerts import AlertIntake, Notification
 
 PATH = "/alerts/alertmanager"
 # The bound of one notification (docs/operations.md): a group of 10,000 alerts with 1.6 KB

@@ -1,2 +1,2 @@
-"""Operating opsgate: readiness, alert intake, tracing a correlation id, reconciliation and
+"""Operating opsgate: readiness, tracing a correlation id, reconciliation and
 postmortem export. Each module reads the core's tables; none changes the FSM's rules."""

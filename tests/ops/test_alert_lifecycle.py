@@ -17,6 +17,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, select
 
+from core.alerts.intake import AlertIntake
+from core.alerts.model import Notification
 from core.analysis.tables import evidence_link
 from core.bootstrap import App
 from core.consumers.notifier import Notifier, render
@@ -24,7 +26,6 @@ from core.db.tables import alert_seen, case_timeline, ops_case, outbox
 from core.domain.fsm import CaseStatus
 from core.domain.messages import Topic
 from core.loop import InProcessLoop
-from core.ops.alerts import AlertIntake, Notification
 from tests.support.alerts import alert, alerts_app, notification, post
 from tests.support.cases import PATH_TO, command, key
 

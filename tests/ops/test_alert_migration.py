@@ -7,10 +7,10 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, insert, select
 
+from core.alerts.model import group_digest
 from core.api import create_api
 from core.db.tables import alert_group, alert_seen, case_timeline
 from core.migrate import current_revision, head_revision, upgrade_engine
-from core.ops.alerts import group_digest
 from tests.support.alerts import alert, alerts_app, notification, post
 from tests.support.cases import open_case
 from tests.support.migrations import downgrade

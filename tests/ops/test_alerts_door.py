@@ -15,6 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, select
 
+from core.alerts.model import ANNOTATION_MAX, LABEL_MAX, SAID_MAX, TITLE_MAX
 from core.analysis.tables import evidence_link
 from core.api import create_api
 from core.api.alerts import ALERT_BODY_BYTES, MAX_ALERTS
@@ -22,7 +23,6 @@ from core.api.limits import MAX_BODY_BYTES
 from core.bootstrap import App
 from core.db.database import make_engine
 from core.db.tables import case_timeline, ops_case
-from core.ops.alerts import ANNOTATION_MAX, LABEL_MAX, SAID_MAX, TITLE_MAX
 from tests.support.alerts import AUTH, alert, alerts_app, notification, refusals, refused_since
 from tests.support.chaos_proxy import CALM, ChaosProxy, Faults
 

@@ -1,11 +1,11 @@
-"""``core.ops.alert_text``: what PostgreSQL refuses is replaced, and text over its budget is cut
+"""``core.alerts.text``: what PostgreSQL refuses is replaced, and text over its budget is cut
 at a word (or a character), never inside one, with a marker."""
 
 from __future__ import annotations
 
 import pytest
 
-from core.ops.alert_text import REPLACEMENT, cut, shortened, storable
+from core.alerts.text import REPLACEMENT, cut, shortened, storable
 
 
 def test_nul_and_lone_surrogates_become_the_replacement_character():

@@ -6,8 +6,8 @@ What a notification changes is settled in one transaction (``record_notification
 group row locked (``SELECT … FOR UPDATE`` on PostgreSQL; SQLite serialises writers): an alert
 not seen before joins the group's current case, or, when that case is CLOSED, opens the next
 recurrence. The intake then writes the cases and notes the rows call for; each note marks its
-rows in its own transaction (``mark_noted``), so a row still unmarked is work a later delivery
-finishes.
+rows (``mark_noted``), and an opening note names its case (``record_case``), in the note's own
+transaction, so a row still unmarked is work a later delivery finishes.
 """
 
 from __future__ import annotations
@@ -21,29 +21,13 @@ from sqlalchemy import Connection, Engine, and_, bindparam, func, insert, or_, s
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from core.analysis.tables import evidence_link
+from core.alerts.model import Sighting
 from core.db.database import transaction
 from core.db.tables import alert_group, alert_seen, ops_case
 from core.domain.fsm import CaseStatus
 
 OPENED, NEW, RESOLVED = "opened", "new", "resolved"  # alert_seen.role
 Identity = tuple[str, str]  # fingerprint, startsAt
-
-
-@dataclass(frozen=True)
-class Sighting:
-    """One alert of a notification: its identity, state and what the evidence keeps of it
-    (``labels``, ``annotations``, ``url``)."""
-
-    fingerprint: str
-    starts_at: str
-    firing: bool
-    ends_at: str | None
-    alert: dict[str, Any]
-
-    @property
-    def identity(self) -> Identity:
-        return self.fingerprint, self.starts_at
 
 
 @dataclass(frozen=True)
@@ -114,19 +98,19 @@ def record_notification(engine: Engine, claim: Mapping[str, Any],
                             [row for key, row in deciding.known.items() if key in touched])
 
 
-def record_case(engine: Engine, digest: str, recurrence: int, case_id: UUID) -> None:
-    """The case of a recurrence is open: the group and its alerts of that recurrence name it."""
-    with transaction(engine, "the alert groups") as conn:
-        conn.execute(update(alert_group)
-                     .where(alert_group.c.group_key_hash == digest,
-                            alert_group.c.recurrence == recurrence,
-                            alert_group.c.case_id.is_(None))
-                     .values(case_id=case_id))
-        conn.execute(update(alert_seen)
-                     .where(alert_seen.c.group_key_hash == digest,
-                            alert_seen.c.recurrence == recurrence,
-                            alert_seen.c.case_id.is_(None))
-                     .values(case_id=case_id))
+def record_case(conn: Connection, digest: str, recurrence: int, case_id: UUID) -> None:
+    """In the opening note's transaction: the group and its alerts of that recurrence name the
+    case opened for it."""
+    conn.execute(update(alert_group)
+                 .where(alert_group.c.group_key_hash == digest,
+                        alert_group.c.recurrence == recurrence,
+                        alert_group.c.case_id.is_(None))
+                 .values(case_id=case_id))
+    conn.execute(update(alert_seen)
+                 .where(alert_seen.c.group_key_hash == digest,
+                        alert_seen.c.recurrence == recurrence,
+                        alert_seen.c.case_id.is_(None))
+                 .values(case_id=case_id))
 
 
 def mark_noted(conn: Connection, digest: str, rows: Iterable[Seen], *, resolved: bool) -> None:
@@ -135,17 +119,6 @@ def mark_noted(conn: Connection, digest: str, rows: Iterable[Seen], *, resolved:
     marks = [_key(digest, row) for row in rows]
     if marks:
         conn.execute(_ALERT_ROW.values({column: func.now()}), marks)
-
-
-def write_evidence(conn: Connection, case_id: UUID, items: Sequence[Mapping[str, Any]]) -> None:
-    """In the note's transaction: one ``evidence_link`` row (kind ``alert``) per item
-    (``metric``, ``summary``, ``url``, ``data``), at the case's current version."""
-    version = conn.execute(select(ops_case.c.version).where(ops_case.c.id == case_id)
-                           ).scalar_one()
-    conn.execute(insert(evidence_link), [
-        {"case_id": case_id, "case_version": version, "kind": "alert",
-         "metric": str(item["metric"])[:200], "summary": str(item["summary"]),
-         "url": item.get("url") or None, "data": dict(item["data"])} for item in items])
 
 
 # One alert's row, for statements run once per many rows (``_key`` gives the parameters).
