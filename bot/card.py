@@ -19,10 +19,10 @@ from typing import Any
 from bot.blocks import Block, Message, section, short_id, who
 from core.alerts.text import shortened
 from core.chat import PINNED_EVENT
+from core.consumers.notifier_text import alert_text
 from core.domain.messages import StepResultPayload, TransitionPayload
 from core.domain.views import CaseView, ProposedPlan, TimelineEntry
 from core.mrkdwn import escape, link, shown
-from core.ops.alert_render import alert_text
 
 CARD_BLOCK = "case_card"
 """The ``block_id`` of the card's first block; the card's other blocks start with it too."""

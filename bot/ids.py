@@ -27,8 +27,8 @@ class Action(StrEnum):
 
 
 FINDING_LINK = "finding_link_"
-"""The start of the ``action_id`` of a finding's ``Query`` button (``core.analysis.render``): a
-link button, acknowledged and otherwise ignored."""
+"""The start of the ``action_id`` of a finding's ``Query`` button, on findings messages of earlier
+releases (none is posted now): a link button, acknowledged and otherwise ignored."""
 
 
 class View(StrEnum):

@@ -13,8 +13,8 @@ from contextlib import suppress
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from core.analysis.render import findings_text
 from core.chat import Blocks, ChatSink, RecordingSink, can_post, deliverable
+from core.consumers.notifier_text import alert_text, findings_text
 from core.domain.messages import (
     ApprovalRecordedPayload,
     AwaitingApprovalPayload,
@@ -28,7 +28,6 @@ from core.domain.messages import (
 from core.gateway import ToolCall, session_of
 from core.messaging.consumer import Delivery, release_held
 from core.mrkdwn import escape
-from core.ops.alert_render import alert_text
 
 if TYPE_CHECKING:
     from core.bootstrap import App
@@ -129,8 +128,8 @@ _RENDERERS: dict[str, Callable[[Payload], str | None]] = {
     Topic.PLAN_EXPIRED: _expired,
     Topic.EXEC_STEP_RESULT: _step,
     Topic.VERIFY_WAITING: _verify_waiting,
-    Topic.ANALYSIS_FINDINGS: findings_text,  # the analyst's findings (core/analysis/render.py)
-    Topic.ALERT_NOTED: alert_text,  # Alertmanager's alerts on the case (core/ops/alert_render.py)
+    Topic.ANALYSIS_FINDINGS: findings_text,  # the analyst's findings (notifier_text)
+    Topic.ALERT_NOTED: alert_text,  # Alertmanager's alerts on the case (notifier_text)
 }
 
 

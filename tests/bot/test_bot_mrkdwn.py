@@ -25,14 +25,13 @@ from bot.blocks import (
 from bot.card import CaseState, card_message, catchup_message, outcome_post, unknown_outcome_post
 from bot.cases import title_of
 from bot.failures import failure_text
-from core.analysis.render import findings_blocks, findings_text
 from core.consumers.notifier import render
+from core.consumers.notifier_text import alert_text, findings_text
 from core.domain.messages import Topic
 from core.domain.policy import ApprovalPolicy
 from core.domain.views import CaseView, ProposedPlan, TimelineEntry
 from core.errors import InvalidRequest
 from core.mrkdwn import escape, from_slack, link, shown
-from core.ops.alert_render import alert_text
 from tests.support.cases import PLAN
 from tests.support.hostile import EVIL_NAME, EVIL_SUMMARY, hostile, mrkdwn_texts, slack_tokens
 
@@ -167,7 +166,6 @@ def rendered(title: str, said: str, upto: int, verdict: str) -> Iterator[str]:
                   Topic.EXEC_STEP_RESULT, Topic.VERIFY_WAITING, Topic.ANALYSIS_FINDINGS):
         yield from texts(render(topic, note))
     yield findings_text(note)
-    yield from mrkdwn_texts(findings_blocks(note))
     for entry in story(said)[1:5]:
         yield from texts(alert_text({"event": entry["event"], **entry["meta"]["context"]}))
 

@@ -7,8 +7,8 @@ import pytest
 
 from core.alerts.model import without_credentials
 from core.consumers.notifier import Notifier, render
+from core.consumers.notifier_text import alert_text
 from core.domain.messages import Topic
-from core.ops.alert_render import alert_text
 
 GRAPH = "http://prom.example.org:9090/graph?g0.expr=up&g0.tab=1"
 ALERT = {"alertname": "checkout_p95", "summary": "p95 above 2s on web-1", "url": GRAPH}

@@ -1,9 +1,9 @@
-"""How the findings fact reads in a case thread: text for every chat sink, Block Kit for Slack."""
+"""How the findings fact reads in a case thread: the notifier's text for every chat sink."""
 
 from __future__ import annotations
 
-from core.analysis.render import findings_blocks, findings_text
 from core.consumers.notifier import render
+from core.consumers.notifier_text import findings_text
 from core.domain.messages import Topic
 
 PAYLOAD = {
@@ -30,14 +30,3 @@ def test_no_finding_says_so():
     quiet = {"checked": ["latency_p95_ms"], "findings": []}
     assert findings_text(quiet) == "Analysis: no significant change in latency_p95_ms"
 
-
-def test_the_blocks_link_each_finding_to_its_query():
-    header, finding, context = findings_blocks(PAYLOAD)
-    assert header["text"]["text"].startswith("*Analysis: 1 finding(s)")
-    assert finding["accessory"]["url"] == "http://prometheus:9090/graph?g0.expr=x"
-    assert [e["text"] for e in context["elements"]] == [
-        "Similar: checkout slow after deploy (resolved by Roll back checkout)",
-        "Runbook: Latency after a deploy"]
-    recorded = {**PAYLOAD, "findings": [{**PAYLOAD["findings"][0], "link": "file:///x.json"}],
-                "similar_cases": [], "runbooks": []}
-    assert [b.get("accessory") for b in findings_blocks(recorded)] == [None, None]
