@@ -33,8 +33,9 @@ from langgraph.graph.state import CompiledStateGraph
 from agent import metrics
 from agent.evidence import evidence_messages
 from agent.prompts import system_prompt
+from agent.replies import ToolReply
 from agent.state import AgentState
-from agent.tools import CaseTools, ToolReply
+from agent.tools import CaseTools
 from agent.usage import model_name
 from core.errors import InternalError
 

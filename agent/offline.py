@@ -82,7 +82,7 @@ class OfflinePlannerModel(BaseChatModel):
             return AIMessage(content="I can only work inside a case thread.")
         if not results:
             return self._calls(turn, [("get_case", {"case_id": case_id}),
-                                      ("search_runbooks", {"query": request[:300]})])
+                                      ("runbooks", {"query": request[:300]})])
         case = results.get("get_case", {})
         title = str(case.get("title", ""))
         if "propose_plan" in results:
@@ -126,14 +126,14 @@ class OfflinePlannerModel(BaseChatModel):
         """The catalog template the incident's words pick; when none does, the first one the
         best-matching runbook names."""
         chosen = choose_template(incident)
-        found = results.get("search_runbooks", {}).get("runbooks") or []
+        found = results.get("runbooks", {}).get("runbooks") or []
         named = [t for book in found[:1] for t in book.get("templates", [])
                  if t in template_names()]
         return named[0] if chosen == DEFAULT_TEMPLATE and named else chosen
 
     @staticmethod
     def _runbook(results: dict[str, dict[str, Any]]) -> str | None:
-        found = results.get("search_runbooks", {}).get("runbooks") or []
+        found = results.get("runbooks", {}).get("runbooks") or []
         return str(found[0]["title"]) if found else None
 
     def _findings(self, title: str, results: dict[str, dict[str, Any]],

@@ -23,8 +23,9 @@ from agent.evidence import case_evidence
 from agent.graph import ModelUnavailable, RunUsage, build_graph
 from agent.mcp_tools import McpToolbox, toolbox_from_settings
 from agent.models import chat_model
+from agent.replies import LostLock
 from agent.state import usage_of
-from agent.tools import CaseTools, LostLock
+from agent.tools import CaseTools
 from agent.usage import model_name
 from core.errors import NotFound, Unavailable
 from core.gateway import SessionRun, session_of

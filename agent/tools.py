@@ -9,10 +9,8 @@ lock is refused before anything runs (``LostLock`` stops it).
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -20,25 +18,14 @@ from pydantic import ValidationError
 
 from agent import metrics
 from agent.mcp_tools import McpToolbox, Offered
-from agent.tool_specs import (
-    ARGS,
-    GetCase,
-    GetTimeline,
-    ListCases,
-    OpenCaseArgs,
-    PostUpdate,
-    ProposePlan,
-    RecordFindings,
-    SearchRunbooks,
-    tool_specs,
-)
+from agent.replies import LostLock, ToolReply, reply_data
+from agent.tool_specs import OFFERED, tool_specs
 from core.chat import ChatNotConfigured
 from core.domain.commands import Fence, NoteCase, OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
-from core.domain.plans import plan_hash, plan_problems
-from core.errors import InternalError, NotFound, OpsgateError, StaleFence, Unavailable
+from core.domain.plans import plan_problems
+from core.errors import NotFound, StaleFence
 from core.gateway import (
-    BusinessRefusal,
     CallResult,
     CallStatus,
     SessionRun,
@@ -46,12 +33,35 @@ from core.gateway import (
     canonical_json,
     session_of,
 )
-from core.gateway.keys import normalized, short_digest, text_key
+from core.gateway.keys import short_digest, text_key
 from core.library.runbooks import find_runbooks, runbooks_folder
 from core.mcp.remote import RemoteUnavailable
 from core.mrkdwn import escape
-from core.service import Reply
 from core.strict_json import non_finite_problems
+from core.tools.args import (
+    CaseRef,
+    FindingsArgs,
+    ListArgs,
+    NoteArgs,
+    OpenCaseArgs,
+    ProposePlanArgs,
+    RunbookArgs,
+    TimelineArgs,
+    case_id_of,
+)
+from core.tools.catalogue import (
+    ADD_NOTE,
+    CASE_TIMELINE,
+    GET_CASE,
+    LIST_CASES,
+    OPEN_CASE,
+    PROPOSE_PLAN,
+    RECORD_FINDINGS,
+    RUNBOOKS,
+    IntentKey,
+    route,
+    routes,
+)
 
 if TYPE_CHECKING:
     from core.bootstrap import App
@@ -59,42 +69,8 @@ if TYPE_CHECKING:
 ACTOR = "agent"
 IN_PROGRESS_WAIT_S = 5.0
 TIMELINE_LIMIT = 30
+LIST_LIMIT = 20
 REFUSED_TOOLS = ("execute_plan", "approve_plan", "run_plan", "gate_approved")
-
-
-class LostLock(InternalError):
-    """The run's session lock or fence is no longer the latest: it must stop writing."""
-
-    code = "lost_lock"
-
-
-@dataclass(frozen=True)
-class ToolReply:
-    """What the model is told about one tool call."""
-
-    ok: bool
-    content: str
-    invalid_plan: bool = False
-
-    @classmethod
-    def of(cls, ok: bool, body: Mapping[str, Any], **flags: bool) -> ToolReply:
-        return cls(ok, json.dumps(body, default=str, sort_keys=True), **flags)
-
-
-def _reply_data(reply: Reply) -> Any:
-    """A case-service reply's data; a business refusal raises ``BusinessRefusal`` (stored and
-    replayed by the gateway), a stale fence ``LostLock``, an outage ``Unavailable``."""
-    if reply.ok:
-        return reply.data()
-    try:
-        reply.data()
-    except OpsgateError as error:
-        if isinstance(error, StaleFence):
-            raise LostLock(error.message) from error
-        if isinstance(error, Unavailable):
-            raise
-        raise BusinessRefusal(error.message, code=error.code, **error.details) from error
-    raise AssertionError("unreachable")
 
 
 class CaseTools:
@@ -133,8 +109,8 @@ class CaseTools:
         """Answer one tool call; ``LostLock`` and outages propagate (the run stops)."""
         reply = self._dispatch(name, args)
         status = "ok" if reply.ok else "error"
-        known = name in ARGS or name in self._mcp_offered
-        label = name if name in ARGS else "mcp" if known else "unknown"
+        known = name in OFFERED or name in self._mcp_offered
+        label = name if name in OFFERED else "mcp" if known else "unknown"
         metrics.TOOL_CALLS.labels(tool=label, status=status).inc()
         self.stats.update(["tool_calls"] + ([] if reply.ok else ["tool_errors"])
                           + ([] if known else ["unknown_tools"])
@@ -145,7 +121,7 @@ class CaseTools:
     def _dispatch(self, name: str, args: Any) -> ToolReply:
         if name in self._mcp_offered:
             return self._mcp_read(self._mcp_offered[name], args)
-        if name not in ARGS:
+        if name not in OFFERED:
             return self.refuse_unknown(name, args)
         if not isinstance(args, Mapping):
             return ToolReply.of(False, {"error": "arguments must be a JSON object"})
@@ -155,20 +131,19 @@ class CaseTools:
                                         "allow; nothing ran", "problems": unreadable[:20]},
                                 invalid_plan=name == "propose_plan")
         try:
-            parsed = ARGS[name].model_validate(dict(args))
+            parsed = OFFERED[name].parse(args)
         except ValidationError as exc:
             problems = [f"{'.'.join(map(str, e['loc'])) or 'args'}: {e['msg']}"
                         for e in exc.errors(include_url=False)]
             return ToolReply.of(False, {"error": "invalid arguments", "problems": problems})
-        handler: Callable[[Any], ToolReply] = getattr(self, f"_{name}")
         try:
-            return handler(parsed)
+            return ROUTES[name].run(self, parsed)
         except NotFound as missing:
             return ToolReply.of(False, {"error": missing.message})
 
     def malformed(self, name: str | None, raw_args: str | None, error: str | None) -> ToolReply:
         """A tool call whose arguments were not valid JSON: nothing ran."""
-        metrics.TOOL_CALLS.labels(tool=name if name in ARGS else "unknown",
+        metrics.TOOL_CALLS.labels(tool=name if name in OFFERED else "unknown",
                                   status="malformed").inc()
         self.stats.update(["tool_calls", "tool_errors", "malformed_calls"])
         return ToolReply.of(False, {"error": "the arguments are not valid JSON; nothing ran",
@@ -179,7 +154,7 @@ class CaseTools:
         """A tool that does not exist: refused, and recorded on the case once per intent when
         it asked to execute or approve (the gate is for humans)."""
         body: dict[str, Any] = {"error": f"there is no tool {name!r}; nothing ran",
-                                "tools": sorted(ARGS) + sorted(self._mcp_offered)}
+                                "tools": sorted(OFFERED) + sorted(self._mcp_offered)}
         if self.mcp is not None and self.mcp.plan_only(name):
             body["error"] = (f"{name!r} changes things outside opsgate: it runs only as a step "
                              "of an approved plan (action mcp.call with server, tool and "
@@ -201,20 +176,21 @@ class CaseTools:
 
     # -- read-only ------------------------------------------------------------------------
 
-    def _get_case(self, args: GetCase) -> ToolReply:
-        return ToolReply.of(True, self.cases.get_case(self._uuid(args.case_id)))
+    def _get_case(self, args: CaseRef) -> ToolReply:
+        return ToolReply.of(True, self.cases.get_case(case_id_of(args.case_id)))
 
-    def _list_cases(self, args: ListCases) -> ToolReply:
-        return ToolReply.of(True, {"cases": self.cases.list_cases(args.status, limit=20)})
+    def _list_cases(self, args: ListArgs) -> ToolReply:
+        limit = min(args.limit, LIST_LIMIT)
+        return ToolReply.of(True, {"cases": self.cases.list_cases(args.status, limit=limit)})
 
-    def _get_timeline(self, args: GetTimeline) -> ToolReply:
-        rows = self.cases.timeline(self._uuid(args.case_id))[-TIMELINE_LIMIT:]
+    def _case_timeline(self, args: TimelineArgs) -> ToolReply:
+        rows = self.cases.timeline(case_id_of(args.case_id))[-min(args.limit, TIMELINE_LIMIT):]
         slim = [{"event": r["event"], "actor": r["actor"], "reason": r["reason"],
                  "to": (r["meta"] or {}).get("to"), "at": r["created_at"]} for r in rows]
         return ToolReply.of(True, {"timeline": slim})
 
-    def _search_runbooks(self, args: SearchRunbooks) -> ToolReply:
-        hits = find_runbooks(self.runbooks, args.query)
+    def _runbooks(self, args: RunbookArgs) -> ToolReply:
+        hits = find_runbooks(self.runbooks, args.query, limit=args.limit)
         # the model gets the runbook's name, not where this server keeps the file
         return ToolReply.of(True, {"runbooks": [{k: v for k, v in hit.items() if k != "path"}
                                                 for hit in hits]})
@@ -251,6 +227,8 @@ class CaseTools:
     # -- side-effecting -------------------------------------------------------------------
 
     def _open_case(self, args: OpenCaseArgs) -> ToolReply:
+        named = OPEN_CASE.intent_of(args, self.cases)
+        # The agent's key: a business key is one case anywhere, a title one case per session.
         key = (f"open_case:{args.business_key}" if args.business_key
                else f"open_case:{self.session_id}:{text_key(args.title)}")
         actor = self.requester or ACTOR
@@ -258,17 +236,15 @@ class CaseTools:
         def run(_: Mapping[str, Any]) -> Any:
             cmd = OpenCase(title=args.title, actor=actor, severity=args.severity,
                            correlation_id=self.correlation_id)
-            return _reply_data(self.cases.open_case(cmd, f"agent:{key}"))
+            return reply_data(self.cases.open_case(cmd, f"agent:{key}"))
 
-        intent = {"title": normalized(args.title), "severity": args.severity,
-                  "business_key": args.business_key}
-        return self._through_gateway("open_case", intent, key, run)
+        return self._through_gateway("open_case", IntentKey(key, named.fingerprint), run)
 
-    def _record_findings(self, args: RecordFindings) -> ToolReply:
+    def _record_findings(self, args: FindingsArgs) -> ToolReply:
         case_id = self._own_case(args.case_id)
         if case_id is None:
             return self._not_this_case(args.case_id)
-        key = f"findings:{case_id}:{text_key(args.summary)}"
+        named = RECORD_FINDINGS.intent_of(args, self.cases)
 
         def run(_: Mapping[str, Any]) -> Any:
             case = self.cases.get_case(case_id)
@@ -277,15 +253,14 @@ class CaseTools:
                                      reason=args.summary[:500], fence=self.fence,
                                      meta={"findings": args.summary},
                                      correlation_id=self.correlation_id)
-                return _reply_data(self.cases.transition(cmd, f"agent:{key}"))
+                return reply_data(self.cases.transition(cmd, f"agent:{named.key}"))
             note = NoteCase(case_id, "findings", ACTOR, reason=args.summary[:500],
                             meta={"findings": args.summary}, correlation_id=self.correlation_id)
-            return _reply_data(self.cases.note(note, f"agent:{key}"))
+            return reply_data(self.cases.note(note, f"agent:{named.key}"))
 
-        intent = {"case_id": str(case_id), "summary": normalized(args.summary)}
-        return self._through_gateway("record_findings", intent, key, run)
+        return self._through_gateway("record_findings", named, run)
 
-    def _propose_plan(self, args: ProposePlan) -> ToolReply:
+    def _propose_plan(self, args: ProposePlanArgs) -> ToolReply:
         case_id = self._own_case(args.case_id)
         if case_id is None:
             return self._not_this_case(args.case_id)
@@ -294,37 +269,35 @@ class CaseTools:
             return ToolReply.of(False, {"error": "the plan fails the ChangePlan schema; nothing "
                                         "was proposed; fix every problem and propose again",
                                         "problems": problems[:20]}, invalid_plan=True)
-        digest_ = plan_hash(args.plan)
-        key = f"plan:{case_id}:round{self.cases.planning_round(case_id)}:{digest_}"
+        named = PROPOSE_PLAN.intent_of(args, self.cases)
 
         def run(_: Mapping[str, Any]) -> Any:
             cmd = TransitionCase(case_id, CaseEvent.PLAN_READY, actor=ACTOR, plan=args.plan,
                                  reason=f"plan proposed by the agent: {args.plan['title']}",
                                  meta={"source": ACTOR}, fence=self.fence,
                                  requester=self.requester, correlation_id=self.correlation_id)
-            data = _reply_data(self.cases.transition(cmd, f"agent:{key}"))
-            return {"case": data, "plan_hash": digest_,
+            data = reply_data(self.cases.transition(cmd, f"agent:{named.key}"))
+            return {"case": data, "plan_hash": named.fingerprint["plan_hash"],
                     "next": "waiting at the gate for a human approval"}
 
-        intent = {"case_id": str(case_id), "plan_hash": digest_}
-        return self._through_gateway("propose_plan", intent, key, run)
+        return self._through_gateway("propose_plan", named, run)
 
-    def _post_update(self, args: PostUpdate) -> ToolReply:
+    def _add_note(self, args: NoteArgs) -> ToolReply:
         case_id = self._own_case(args.case_id)
         if case_id is None:
             return self._not_this_case(args.case_id)
-        key = f"update:{case_id}:{text_key(args.text)}"
+        named = ADD_NOTE.intent_of(args, self.cases)
+        key = f"update:{case_id}:{text_key(args.text)}"  # the agent's, kept for its ledger rows
 
         def run(_: Mapping[str, Any]) -> Any:
             # The timeline first: a failed post is retried, the note replays by its own key.
             note = NoteCase(case_id, "agent_update", ACTOR, reason=args.text,
                             correlation_id=self.correlation_id)
-            _reply_data(self.cases.note(note, f"agent:{key}"))
+            reply_data(self.cases.note(note, f"agent:{key}"))
             return {"posted": self.app.chat.post(str(case_id), escape(args.text))}
 
-        intent = {"case_id": str(case_id), "text": normalized(args.text)}
-        try:
-            return self._through_gateway("post_update", intent, key, run)
+        try:  # ledgered as "post_update", the tool's name before the catalogue
+            return self._through_gateway("post_update", IntentKey(key, named.fingerprint), run)
         except ChatNotConfigured as held:  # nothing recorded as posted; the note stands
             return ToolReply.of(False, {"error": f"{held.message}; the update is on the "
                                         "case's timeline"})
@@ -339,7 +312,7 @@ class CaseTools:
         def run(_: Mapping[str, Any]) -> Any:
             cmd = NoteCase(self.case_id, event, ACTOR, reason=reason, meta=meta,
                            correlation_id=self.correlation_id)
-            data = _reply_data(self.cases.note(cmd, f"agent:{key}"))
+            data = reply_data(self.cases.note(cmd, f"agent:{key}"))
             if post:
                 self.app.chat.post(str(self.case_id), escape(reason))
             return {"note": data.get("note")}
@@ -350,12 +323,13 @@ class CaseTools:
 
     # -- plumbing -------------------------------------------------------------------------
 
-    def _through_gateway(self, tool: str, intent: dict[str, Any], key: str,
+    def _through_gateway(self, tool: str, named: IntentKey,
                          run: Callable[[Mapping[str, Any]], Any]) -> ToolReply:
-        """``intent``: the normalized arguments the gateway fingerprints, so a repeat worded
-        with other spacing or case replays while a changed intent under the same key is
-        refused (``idempotency_key_reused``)."""
-        call = ToolCall(tool, intent, ACTOR, self.session_id, business_key=key)
+        """``tool``: the ledger's name of the call; ``named.fingerprint``: the normalized
+        arguments the gateway fingerprints, so a repeat worded with other spacing or case
+        replays while a changed intent under the same key is refused
+        (``idempotency_key_reused``)."""
+        call = ToolCall(tool, named.fingerprint, ACTOR, self.session_id, business_key=named.key)
         result = self._run(call, run)
         if result.status is CallStatus.IN_PROGRESS:
             return ToolReply.of(False, {"error": "the same call is still running elsewhere; "
@@ -393,10 +367,11 @@ class CaseTools:
         return ToolReply.of(False, {"error": f"this conversation may change only case "
                                     f"{self.case_id}, not {raw!r}; nothing ran"})
 
-    @staticmethod
-    def _uuid(raw: str) -> UUID:
-        try:
-            return UUID(raw)
-        except ValueError:
-            raise NotFound(f"{raw!r} is not a case id") from None
 
+# The typed handler of each tool the agent offers (``agent.tool_specs.OFFERED``).
+ROUTES = routes(route(GET_CASE, CaseTools._get_case), route(LIST_CASES, CaseTools._list_cases),
+                route(CASE_TIMELINE, CaseTools._case_timeline),
+                route(RUNBOOKS, CaseTools._runbooks), route(OPEN_CASE, CaseTools._open_case),
+                route(RECORD_FINDINGS, CaseTools._record_findings),
+                route(PROPOSE_PLAN, CaseTools._propose_plan), route(ADD_NOTE, CaseTools._add_note))
+assert set(ROUTES) == set(OFFERED), "every offered tool needs its handler"

@@ -40,7 +40,7 @@ carries a stable ``code``; the REST API alone maps them to HTTP statuses (``core
         ├── RedirectRefused       (core.outbound.http) a redirect we may not follow
         ├── WorkersDied           (core.messaging.supervisor) every worker thread died
         ├── ModelUnavailable      (agent.graph) the model could not answer
-        └── LostLock              (agent.tools) the run's session lock or fence is not the latest
+        └── LostLock              (agent.replies) the run's session lock or fence is not the latest
 
 Third-party exceptions are translated at the boundary (``raise Unavailable(...) from exc``).
 """

@@ -55,7 +55,7 @@ def contestant(name: str | None, base_url: str | None = None) -> tuple[str, Fact
 def scripted(kind: str, scenario: Scenario, case_id: UUID) -> ScriptedChatModel:
     """The scripted model ``kind`` answering ``scenario`` on case ``case_id``."""
     case = str(case_id)
-    look = _calls(0, [("get_case", {"case_id": case}), ("get_timeline", {"case_id": case})])
+    look = _calls(0, [("get_case", {"case_id": case}), ("case_timeline", {"case_id": case})])
     turns: list[Any] = [look, *TURNS[kind](scenario, case)]
     model = ScriptedChatModel(turns=turns)
     model.model_name = f"scripted:{kind}"

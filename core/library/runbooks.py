@@ -1,5 +1,5 @@
 """Runbooks: the folder (``OPSGATE_RUNBOOKS_DIR``, resolved one way for every reader) and the one
-runbook ranking, used by the agent's ``search_runbooks``, the MCP ``runbooks`` tool and the
+runbook ranking, used by the ``runbooks`` case tool (the agent's and the MCP server's) and the
 librarian's recall alike.
 
 The ranking is deliberately simple (the words a query shares with a runbook, its title's words

@@ -26,10 +26,12 @@ from core.bootstrap import App
 from core.domain.plans import plan_problems
 from core.errors import KeyReuse, NotFound, Unavailable
 from core.gateway import BusinessRefusal, CallResult, CallStatus, ToolCall, call_key
-from core.mcp.schemas import OUTPUTS, ProposePlanArgs, input_schema
-from core.mcp.tools import BY_NAME, TOOLS, CaseTool, CaseTools
+from core.mcp.schemas import OUTPUTS
+from core.mcp.tools import CaseTools
 from core.principals import Principal
 from core.strict_json import non_finite_problems
+from core.tools.args import Args, ProposePlanArgs, input_schema
+from core.tools.catalogue import BY_NAME, TOOLS, CaseTool
 
 KEY_META = "idempotencyKey"
 KEY_MAX_LENGTH = 200
@@ -70,7 +72,7 @@ class CaseToolServer:
             return failed("invalid_arguments", "the arguments hold numbers JSON does not "
                           "allow; nothing ran", {"problems": problems[:20]})
         try:
-            args = tool.args.model_validate(dict(arguments))
+            args = tool.parse(arguments)
         except ValidationError as exc:
             return failed("invalid_arguments", "invalid arguments; nothing ran",
                           {"problems": [f"{'.'.join(map(str, e['loc'])) or 'arguments'}: "
@@ -78,7 +80,7 @@ class CaseToolServer:
         try:
             self.tools.in_scope(principal, args)
             if not tool.writes:
-                return succeeded(self.tools.read(name, principal, args))
+                return succeeded(self.tools.read(tool, principal, args))
             return self._write(principal, tool, args, caller_key)
         except BusinessRefusal as no:
             return failed(no.code, no.message, no.details)
@@ -89,7 +91,7 @@ class CaseToolServer:
 
     # -- writes ---------------------------------------------------------------------------
 
-    def _write(self, principal: Principal, tool: CaseTool, args: Any,
+    def _write(self, principal: Principal, tool: CaseTool[Any], args: Args,
                caller_key: Any) -> types.CallToolResult:
         if caller_key is not None and not _usable_key(caller_key):
             return failed("invalid_idempotency_key", f"_meta.{KEY_META} must be 1.."
@@ -98,7 +100,7 @@ class CaseToolServer:
             return failed("invalid_plan", "the plan fails the ChangePlan schema; nothing was "
                           "proposed; fix every problem and propose again",
                           {"problems": problems[:20]})
-        intent = self.tools.intent(tool.name, principal, args)
+        intent = self.tools.intent(tool, principal, args)
         scope = f"mcp:{principal.name}"
         business_key = (f"{scope}:key:{caller_key}" if caller_key is not None
                         else f"{scope}:{intent.key}")
@@ -181,7 +183,7 @@ def build_server(app: App, principal_of: PrincipalOf,
                   instructions=INSTRUCTIONS, on_list_tools=list_tools, on_call_tool=call_tool)
 
 
-def _listing(tool: CaseTool) -> types.Tool:
+def _listing(tool: CaseTool[Any]) -> types.Tool:
     if tool.writes:
         hints = types.ToolAnnotations(title=tool.title, read_only_hint=False,
                                       destructive_hint=False, idempotent_hint=True,
@@ -194,7 +196,7 @@ def _listing(tool: CaseTool) -> types.Tool:
                       annotations=hints)
 
 
-def _may(principal: Principal, tool: CaseTool) -> bool:
+def _may(principal: Principal, tool: CaseTool[Any]) -> bool:
     return principal.may("operator") if tool.writes else principal.may("reader")
 
 

@@ -1,11 +1,10 @@
-"""The case tools opsgate offers over MCP and what each does on the case service.
+"""What each case tool of the catalogue (``core.tools``) does over MCP, on the case service.
 
 Read tools answer from the case service and the library, within the principal's scope: a
 principal scoped to channels sees, and writes to, only those channels' cases; any other case is
-``NotFound`` as an unknown one. A write tool is read as an ``Intent``:
-its business key (what makes two calls one intent), the normalized arguments the gateway
-fingerprints, and the write itself, which ``core.mcp.server`` runs through the gateway. No tool
-approves, rejects or executes a plan: a proposed plan waits at the gate for people.
+``NotFound`` as an unknown one. A write tool is read as an ``Intent``: the catalogue's business
+key and fingerprint, and the write itself, which ``core.mcp.server`` runs through the gateway.
+No tool approves, rejects or executes a plan: a proposed plan waits at the gate for people.
 """
 
 from __future__ import annotations
@@ -20,12 +19,13 @@ from core.bootstrap import App
 from core.domain.commands import NoteCase, OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.plans import plan_hash
-from core.errors import NotFound, OpsgateError, Unavailable
+from core.errors import OpsgateError, Unavailable
 from core.gateway import BusinessRefusal
-from core.gateway.keys import normalized, text_key
 from core.library import Library
 from core.library.runbooks import find_runbooks, runbooks_folder
-from core.mcp.schemas import (
+from core.principals import Principal
+from core.service import Reply
+from core.tools.args import (
     Args,
     CaseRef,
     FindingsArgs,
@@ -36,44 +36,25 @@ from core.mcp.schemas import (
     RunbookArgs,
     SimilarArgs,
     TimelineArgs,
+    case_id_of,
 )
-from core.principals import Principal
-from core.service import Reply
-
-
-@dataclass(frozen=True)
-class CaseTool:
-    """One tool as listed: read tools are for every principal, write tools for operators."""
-
-    name: str
-    title: str
-    description: str
-    args: type[Args]
-    writes: bool
-
-
-TOOLS: tuple[CaseTool, ...] = (
-    CaseTool("get_case", "Read a case", "One case: title, severity, status, version, the plan "
-             "it last got and the analyst's findings.", CaseRef, writes=False),
-    CaseTool("case_timeline", "Read a case's timeline", "The newest rows of a case's timeline "
-             "(every move, refusal and note), oldest first.", TimelineArgs, writes=False),
-    CaseTool("list_cases", "List cases", "Recent cases, newest first, optionally only those in "
-             "one status.", ListArgs, writes=False),
-    CaseTool("similar_cases", "Find similar past cases", "Closed cases most like a text or a "
-             "case, with the plan that resolved each.", SimilarArgs, writes=False),
-    CaseTool("runbooks", "Search runbooks", "The team's runbooks most relevant to a query, "
-             "with an excerpt of each.", RunbookArgs, writes=False),
-    CaseTool("open_case", "Open an incident case", "Open a case in NEW, once per business key "
-             "(else per title): a repeat returns the first case.", OpenCaseArgs, writes=True),
-    CaseTool("add_note", "Add a note to a case", "Record a note on a case's timeline, once per "
-             "text; the case does not move.", NoteArgs, writes=True),
-    CaseTool("record_findings", "Record findings", "Record what the investigation found; a case "
-             "still ANALYZING moves on to PLANNING.", FindingsArgs, writes=True),
-    CaseTool("propose_plan", "Propose a change plan", "Propose a ChangePlan for a case in "
-             "PLANNING: it is schema-checked, then waits at the gate until people approve or "
-             "reject it. No tool approves or executes a plan.", ProposePlanArgs, writes=True),
+from core.tools.catalogue import (
+    ADD_NOTE,
+    CASE_TIMELINE,
+    GET_CASE,
+    LIST_CASES,
+    OPEN_CASE,
+    PROPOSE_PLAN,
+    RECORD_FINDINGS,
+    RUNBOOKS,
+    SIMILAR_CASES,
+    CaseTool,
+    IntentKey,
+    route,
+    routes,
 )
-BY_NAME = {tool.name: tool for tool in TOOLS}
+
+Write = Callable[[str], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -83,7 +64,7 @@ class Intent:
 
     key: str
     fingerprint: dict[str, Any]
-    run: Callable[[str], dict[str, Any]]
+    run: Write
 
 
 def reply_data(reply: Reply) -> Any:
@@ -97,13 +78,6 @@ def reply_data(reply: Reply) -> Any:
         raise BusinessRefusal(error.message, code=error.code, **error.details) from error
 
 
-def case_id_of(raw: str) -> UUID:
-    try:
-        return UUID(raw)
-    except ValueError:
-        raise NotFound(f"{raw!r} is not a case id") from None
-
-
 class CaseTools:
     """The tools over one wired app: reads answer at once, writes are ``Intent``s."""
 
@@ -111,6 +85,15 @@ class CaseTools:
         self.app = app
         self.cases = app.cases
         self.library = library or Library(app.engine)
+        self._reads = routes(route(GET_CASE, self._get_case),
+                             route(CASE_TIMELINE, self._case_timeline),
+                             route(LIST_CASES, self._list_cases),
+                             route(SIMILAR_CASES, self._similar_cases),
+                             route(RUNBOOKS, self._runbooks))
+        self._writes = routes(route(OPEN_CASE, self._open_case),
+                              route(ADD_NOTE, self._add_note),
+                              route(RECORD_FINDINGS, self._record_findings),
+                              route(PROPOSE_PLAN, self._propose_plan))
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -121,9 +104,8 @@ class CaseTools:
         if raw is not None and principal.channels is not None:
             self.cases.get_case(case_id_of(str(raw)), channels=principal.channels)
 
-    def read(self, name: str, principal: Principal, args: Args) -> dict[str, Any]:
-        reader: Callable[[Principal, Any], dict[str, Any]] = getattr(self, f"_{name}")
-        return reader(principal, args)
+    def read(self, tool: CaseTool[Any], principal: Principal, args: Args) -> dict[str, Any]:
+        return self._reads[tool.name].run(principal, args)
 
     def _get_case(self, principal: Principal, args: CaseRef) -> dict[str, Any]:
         case_id = case_id_of(args.case_id)
@@ -167,23 +149,20 @@ class CaseTools:
 
     # -- writes ---------------------------------------------------------------------------
 
-    def intent(self, name: str, principal: Principal, args: Args) -> Intent:
-        planner: Callable[[Principal, Any], Intent] = getattr(self, f"_{name}")
-        return planner(principal, args)
+    def intent(self, tool: CaseTool[Any], principal: Principal, args: Args) -> Intent:
+        """The write ``args`` ask for: the catalogue's key and fingerprint, and the write."""
+        named: IntentKey = tool.intent_of(args, self.cases)
+        return Intent(named.key, named.fingerprint, self._writes[tool.name].run(principal, args))
 
-    def _open_case(self, principal: Principal, args: OpenCaseArgs) -> Intent:
-        key = (f"business:{args.business_key}" if args.business_key
-               else f"title:{text_key(args.title)}")
-
+    def _open_case(self, principal: Principal, args: OpenCaseArgs) -> Write:
         def run(service_key: str) -> dict[str, Any]:
             cmd = OpenCase(title=args.title, actor=principal.actor, severity=args.severity,
                            attribution=attribution(principal))
             return {"case": reply_data(self.cases.open_case(cmd, service_key))}
 
-        return Intent(key, {"title": normalized(args.title), "severity": args.severity,
-                            "business_key": args.business_key}, run)
+        return run
 
-    def _add_note(self, principal: Principal, args: NoteArgs) -> Intent:
+    def _add_note(self, principal: Principal, args: NoteArgs) -> Write:
         case_id = case_id_of(args.case_id)
 
         def run(service_key: str) -> dict[str, Any]:
@@ -192,10 +171,9 @@ class CaseTools:
             data = reply_data(self.cases.note(note, service_key))
             return {"case": _case_only(data), "note": data.get("note", "note")}
 
-        return Intent(f"note:{case_id}:{text_key(args.text)}",
-                      {"case_id": str(case_id), "text": normalized(args.text)}, run)
+        return run
 
-    def _record_findings(self, principal: Principal, args: FindingsArgs) -> Intent:
+    def _record_findings(self, principal: Principal, args: FindingsArgs) -> Write:
         case_id = case_id_of(args.case_id)
 
         def run(service_key: str) -> dict[str, Any]:
@@ -208,10 +186,9 @@ class CaseTools:
                             meta={"findings": args.summary, **attribution(principal)})
             return {"case": _case_only(reply_data(self.cases.note(note, service_key)))}
 
-        return Intent(f"findings:{case_id}:{text_key(args.summary)}",
-                      {"case_id": str(case_id), "summary": normalized(args.summary)}, run)
+        return run
 
-    def _propose_plan(self, principal: Principal, args: ProposePlanArgs) -> Intent:
+    def _propose_plan(self, principal: Principal, args: ProposePlanArgs) -> Write:
         case_id = case_id_of(args.case_id)
         digest_ = plan_hash(args.plan)
 
@@ -225,8 +202,7 @@ class CaseTools:
             return {"case": _case_only(data), "plan_hash": digest_,
                     "next": "waiting at the gate for people to approve or reject it"}
 
-        key = f"plan:{case_id}:round{self.cases.planning_round(case_id)}:{digest_}"
-        return Intent(key, {"case_id": str(case_id), "plan_hash": digest_}, run)
+        return run
 
 
 def attribution(principal: Principal) -> dict[str, str]:

@@ -79,11 +79,11 @@ def test_the_same_intent_with_new_ids_on_a_later_turn_replays(sqlite_engine: Eng
     update = {"case_id": str(case_id), "text": "Rolling back checkout."}
     model = ScriptedChatModel(turns=[
         ai(call("propose_plan", "a-1", case_id=str(case_id), plan=NOOP),
-           call("post_update", "a-2", **update)),
+           call("add_note", "a-2", **update)),
         ai(content="done"),
         # the next turn: the model repeats itself with fresh ids (and other whitespace)
         ai(call("propose_plan", "b-1", case_id=str(case_id), plan=NOOP),
-           call("post_update", "b-2", case_id=str(case_id), text="rolling back   checkout.")),
+           call("add_note", "b-2", case_id=str(case_id), text="rolling back   checkout.")),
         ai(content="done again"),
     ])
     assistant = make_agent(app, model)
@@ -102,15 +102,15 @@ def test_parallel_calls_are_each_answered_in_order(sqlite_engine: Engine) -> Non
     app = agent_app(sqlite_engine)
     case_id = case_at(app, CaseStatus.PLANNING)
     model = ScriptedChatModel(turns=[
-        ai(call("get_case", case_id=str(case_id)), call("get_timeline", case_id=str(case_id)),
-           call("search_runbooks", query="latency after deploy"), call("list_cases")),
+        ai(call("get_case", case_id=str(case_id)), call("case_timeline", case_id=str(case_id)),
+           call("runbooks", query="latency after deploy"), call("list_cases")),
         ai(content="looked"),
     ])
 
     make_agent(app, model).converse(case_id, "look around", user="U1", correlation_id="c")
 
     answers = tool_answers(model)
-    assert [a["name"] for a in answers] == ["get_case", "get_timeline", "search_runbooks",
+    assert [a["name"] for a in answers] == ["get_case", "case_timeline", "runbooks",
                                             "list_cases"]
     assert all(a["outcome"] == "success" for a in answers)
     assert answers[0]["case_id"] == str(case_id)
@@ -122,7 +122,7 @@ def test_malformed_json_arguments_are_answered_and_run_nothing(sqlite_engine: En
     case_id = case_at(app, CaseStatus.PLANNING)
     rows = timeline_count(sqlite_engine, case_id)
     model = ScriptedChatModel(turns=[
-        ai(call("post_update", case_id=str(case_id), text=42),  # the wrong type
+        ai(call("add_note", case_id=str(case_id), text=42),  # the wrong type
            bad=[{"name": "propose_plan", "args": '{"case_id": "' + str(case_id) + '", "plan": {',
                  "id": "bad-1", "error": "JSONDecodeError"}]),
         ai(content="sorry"),
@@ -215,7 +215,7 @@ def test_nan_and_infinity_in_tool_arguments_are_refused_and_run_nothing(
                            "params": {"argv": ["restart-service"]}}]}
     model = ScriptedChatModel(turns=[
         ai(call("propose_plan", case_id=str(case_id), plan=nan_plan),
-           call("post_update", case_id=str(case_id), text="x", extra=float("inf"))),
+           call("add_note", case_id=str(case_id), text="x", extra=float("inf"))),
         ai(content="done"),
     ])
     make_agent(app, model).converse(case_id, "plan", user="U1", correlation_id="c")
@@ -258,7 +258,7 @@ def test_side_effects_on_another_case_are_refused(sqlite_engine: Engine) -> None
     other = case_at(app, CaseStatus.PLANNING)
     model = ScriptedChatModel(turns=[
         ai(call("propose_plan", case_id=str(other), plan=NOOP),
-           call("post_update", case_id=str(uuid4()), text="hi")),
+           call("add_note", case_id=str(uuid4()), text="hi")),
         ai(content="no"),
     ])
 

@@ -51,7 +51,7 @@ def test_tool_calls_from_the_stub_run_once_despite_a_retried_timeout(engine: Eng
             StubTurn(tool_calls=(propose,)),  # the client's retry of the same request
             StubTurn(tool_calls=(  # the model repeats the intent with a new id, and posts
                 tool_call("call_b", "propose_plan", case_id=str(case_id), plan=NOOP),
-                tool_call("call_c", "post_update", case_id=str(case_id), text="Plan proposed.")),
+                tool_call("call_c", "add_note", case_id=str(case_id), text="Plan proposed.")),
                 prompt_tokens=300),
             StubTurn(content="Proposed; a human must approve it.", prompt_tokens=400),
         ])
@@ -65,8 +65,8 @@ def test_tool_calls_from_the_stub_run_once_despite_a_retried_timeout(engine: Eng
     first_request = stub.requests[0]
     assert first_request["model"] == "stub-model"
     assert {t["function"]["name"] for t in first_request["tools"]} == {
-        "get_case", "list_cases", "get_timeline", "search_runbooks", "open_case",
-        "record_findings", "propose_plan", "post_update"}
+        "get_case", "list_cases", "case_timeline", "runbooks", "open_case",
+        "record_findings", "propose_plan", "add_note"}
     tool_turn = [m for m in stub.requests[3]["messages"] if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in tool_turn] == ["call_a", "call_b", "call_c"]
     assert '"replayed"' in tool_turn[1]["content"]

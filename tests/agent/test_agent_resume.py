@@ -11,8 +11,9 @@ import pytest
 from sqlalchemy import Engine
 
 from agent.planner import AgentPlanner
+from agent.replies import ToolReply
 from agent.scripted import ScriptedChatModel
-from agent.tools import CaseTools, ToolReply
+from agent.tools import CaseTools
 from core.bootstrap import App
 from core.domain.fsm import CaseStatus
 from core.domain.plan_templates import load_template
@@ -42,7 +43,7 @@ def crash_after(side_effects: int) -> type[CaseTools]:
 
         def call(self, name: str, args: Any) -> ToolReply:
             reply = super().call(name, args)
-            if name in ("post_update", "propose_plan"):
+            if name in ("add_note", "propose_plan"):
                 CrashingTools.ran += 1
                 if CrashingTools.ran == side_effects:
                     raise Crash(f"killed after {name}")
@@ -53,7 +54,7 @@ def crash_after(side_effects: int) -> type[CaseTools]:
 
 def script(case_id: UUID) -> ScriptedChatModel:
     return ScriptedChatModel(turns=[
-        ai(call("post_update", "t-1", case_id=str(case_id), text="Planning a no-op watch."),
+        ai(call("add_note", "t-1", case_id=str(case_id), text="Planning a no-op watch."),
            call("propose_plan", "t-2", case_id=str(case_id), plan=NOOP)),
         ai(content="proposed"),
     ])

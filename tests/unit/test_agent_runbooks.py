@@ -1,4 +1,4 @@
-"""The one runbook ranking (``find_runbooks``, the agent's ``search_runbooks``) over the runbooks
+"""The one runbook ranking (``find_runbooks``, the agent's ``runbooks``) over the runbooks
 shipped in docs/runbooks/, and the tool specs the model is given (exactly the issue's eight
 tools, none that executes or approves)."""
 
@@ -49,7 +49,7 @@ def test_nothing_matches_nothing_and_a_missing_folder_is_empty(tmp_path: Path) -
 
 def test_the_model_gets_exactly_the_eight_tools() -> None:
     names = [spec["function"]["name"] for spec in tool_specs()]
-    assert names == ["get_case", "list_cases", "get_timeline", "search_runbooks", "open_case",
-                     "record_findings", "propose_plan", "post_update"]
+    assert names == ["get_case", "list_cases", "case_timeline", "runbooks", "open_case",
+                     "record_findings", "propose_plan", "add_note"]
     plan = tool_specs()[6]["function"]["parameters"]["properties"]["plan"]
     assert "steps" in plan["properties"] and "$schema" not in plan

@@ -1,0 +1,48 @@
+"""What the model is told about one tool call (``ToolReply``), and how a case-service reply
+becomes a result, a business refusal or the end of the run (``LostLock``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from core.errors import InternalError, OpsgateError, StaleFence, Unavailable
+from core.gateway import BusinessRefusal
+from core.service import Reply
+
+
+class LostLock(InternalError):
+    """The run's session lock or fence is no longer the latest: it must stop writing."""
+
+    code = "lost_lock"
+
+
+@dataclass(frozen=True)
+class ToolReply:
+    """What the model is told about one tool call."""
+
+    ok: bool
+    content: str
+    invalid_plan: bool = False
+
+    @classmethod
+    def of(cls, ok: bool, body: Mapping[str, Any], **flags: bool) -> ToolReply:
+        return cls(ok, json.dumps(body, default=str, sort_keys=True), **flags)
+
+
+def reply_data(reply: Reply) -> Any:
+    """A case-service reply's data; a business refusal raises ``BusinessRefusal`` (stored and
+    replayed by the gateway), a stale fence ``LostLock``, an outage ``Unavailable``."""
+    if reply.ok:
+        return reply.data()
+    try:
+        reply.data()
+    except OpsgateError as error:
+        if isinstance(error, StaleFence):
+            raise LostLock(error.message) from error
+        if isinstance(error, Unavailable):
+            raise
+        raise BusinessRefusal(error.message, code=error.code, **error.details) from error
+    raise AssertionError("unreachable")
