@@ -29,7 +29,6 @@ from core.consumers.executor import (
 )
 from core.consumers.gatekeeper import awaiting_approval
 from core.consumers.runs import PlanRun, current_run
-from core.consumers.steps import Step, StepResult, StepRunner, step_lease_s
 from core.consumers.verifier import Reading, Verifier
 from core.db import case_store as store
 from core.db.database import connection
@@ -43,6 +42,7 @@ from core.gate import approval_state
 from core.gateway import CallStatus, ToolCall, session_of
 from core.service import CaseService, Reply, ReplyOutcome
 from core.steps.adapters import adapters_from_settings
+from core.steps.runner import Step, StepResult, StepRunner, step_lease_s
 
 if TYPE_CHECKING:
     from core.bootstrap import App

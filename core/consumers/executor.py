@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from core.consumers.runs import PlanRun, current_run
-from core.consumers.steps import Step, StepResult, StepRunner
 from core.domain.commands import Attribution, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import CommandPayload, Topic, payload_as
@@ -21,6 +20,7 @@ from core.errors import InvalidPlan
 from core.messaging.consumer import Delivery
 from core.service import CaseService, Reply
 from core.steps.adapters import adapters_from_settings
+from core.steps.runner import Step, StepResult, StepRunner
 
 if TYPE_CHECKING:
     from core.bootstrap import App

@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, example, find, given, settings
 
 from core.consumers.executor import Executed, execute
 from core.consumers.runs import PlanRun
-from core.consumers.steps import Attempt, Step, StepResult, step_lease_s
 from core.domain.fsm import CaseEvent
 from core.domain.plans import ROLLBACK_RETRY, ROLLBACK_TIMEOUT_S, parsed_or_none, plan_hash
 from core.domain.policy import ApprovalPolicy
+from core.steps.runner import Attempt, Step, StepResult, step_lease_s
 from tests.support.plan_shapes import plan_shapes
 
 NOOP = {"action": "noop", "params": {"note": "undo"}}
