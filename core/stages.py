@@ -42,7 +42,7 @@ from core.gate import approval_state
 from core.gateway import CallStatus, ToolCall, session_of
 from core.service import CaseService, Reply, ReplyOutcome
 from core.steps.adapters import adapters_from_settings
-from core.steps.runner import Step, StepResult, StepRunner, step_lease_s
+from core.steps.runner import StepResult, StepRunner, step_lease_s
 
 if TYPE_CHECKING:
     from core.bootstrap import App
@@ -222,7 +222,7 @@ class Stages:
         return self._executed(run, caller, runner.ran, done, succeeded=succeeded,
                               total=len(steps))
 
-    def _executed(self, run: PlanRun, caller: Caller, ran: list[tuple[Step, StepResult]],
+    def _executed(self, run: PlanRun, caller: Caller, ran: list[tuple[PlanStep, StepResult]],
                   done: Executed | None, *, succeeded: int, total: int) -> Reply:
         """The answer: the case as the run left it, each step this request ran, and the move."""
         moved = None if done is None else finish(self.cases, run, done,
@@ -238,7 +238,7 @@ class Stages:
                                                 "reason": done.reason},
         })
 
-    def _next_step(self, run: PlanRun, steps: list[Step]) -> Step | None:
+    def _next_step(self, run: PlanRun, steps: list[PlanStep]) -> PlanStep | None:
         """The first step of the run not yet noted a success (by anyone: the executor consumer
         too); None when every step has succeeded."""
         succeeded = {context["step"] for context in _notes(self.cases, run, "step_result")
@@ -281,9 +281,9 @@ class _Recording:
 
     def __init__(self, runner: StepRunner) -> None:
         self.runner = runner
-        self.ran: list[tuple[Step, StepResult]] = []
+        self.ran: list[tuple[PlanStep, StepResult]] = []
 
-    def run(self, run: PlanRun, step: Step) -> StepResult:
+    def run(self, run: PlanRun, step: PlanStep) -> StepResult:
         result = self.runner.run(run, step)
         self.ran.append((step, result))
         return result
@@ -320,7 +320,7 @@ def _notes(cases: CaseService, run: PlanRun, event: str) -> list[Mapping[str, An
     return found
 
 
-def _step_view(step: Step, result: StepResult) -> dict[str, Any]:
+def _step_view(step: PlanStep, result: StepResult) -> dict[str, Any]:
     view: dict[str, Any] = {"phase": step.phase, "index": step.index, "action": step.action,
                             "ok": result.ok, "attempts": result.attempts,
                             "summary": result.describe(step)}

@@ -15,12 +15,12 @@ from core.consumers.runs import PlanRun, current_run
 from core.domain.commands import Attribution, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import CommandPayload, Topic, payload_as
-from core.domain.plans import ParsedPlan, parse_plan
+from core.domain.plans import ParsedPlan, PlanStep, parse_plan
 from core.errors import InvalidPlan
 from core.messaging.consumer import Delivery
 from core.service import CaseService, Reply
 from core.steps.adapters import adapters_from_settings
-from core.steps.runner import Step, StepResult, StepRunner
+from core.steps.runner import StepResult, StepRunner
 
 if TYPE_CHECKING:
     from core.bootstrap import App
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 class RunsSteps(Protocol):
     """Runs one step with its retries (``StepRunner``; tests record instead)."""
 
-    def run(self, run: PlanRun, step: Step) -> StepResult: ...
+    def run(self, run: PlanRun, step: PlanStep) -> StepResult: ...
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def execute(run: PlanRun, runner: RunsSteps) -> Executed:
     return all_done(len(steps))
 
 
-def run_step(run: PlanRun, plan: ParsedPlan, step: Step, runner: RunsSteps) -> Executed | None:
+def run_step(run: PlanRun, plan: ParsedPlan, step: PlanStep, runner: RunsSteps) -> Executed | None:
     """Run one step of the plan with its retries: None when it succeeded; when it failed for
     good, the plan's rollback runs and the outcome is ``exec_failed``."""
     result = runner.run(run, step)
@@ -140,10 +140,10 @@ def approved_plan(run: PlanRun) -> tuple[ParsedPlan | None, str]:
         return None, f"the approved plan is invalid ({problems}); nothing ran"
 
 
-def plan_steps(plan: ParsedPlan) -> list[Step]:
-    return [Step.of("step", n, step) for n, step in enumerate(plan.steps)]
+def plan_steps(plan: ParsedPlan) -> list[PlanStep]:
+    return list(plan.steps)
 
 
-def rollback_steps(plan: ParsedPlan) -> list[Step]:
+def rollback_steps(plan: ParsedPlan) -> list[PlanStep]:
     """The plan's rollback steps (defaults already filled in by the parser)."""
-    return [Step.of("rollback", n, step) for n, step in enumerate(plan.rollback)]
+    return list(plan.rollback)

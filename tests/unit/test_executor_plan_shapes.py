@@ -14,9 +14,15 @@ from hypothesis import HealthCheck, example, find, given, settings
 from core.consumers.executor import Executed, execute
 from core.consumers.runs import PlanRun
 from core.domain.fsm import CaseEvent
-from core.domain.plans import ROLLBACK_RETRY, ROLLBACK_TIMEOUT_S, parsed_or_none, plan_hash
+from core.domain.plans import (
+    ROLLBACK_RETRY,
+    ROLLBACK_TIMEOUT_S,
+    PlanStep,
+    parsed_or_none,
+    plan_hash,
+)
 from core.domain.policy import ApprovalPolicy
-from core.steps.runner import Attempt, Step, StepResult, step_lease_s
+from core.steps.runner import Attempt, StepResult, step_lease_s
 from tests.support.plan_shapes import plan_shapes
 
 NOOP = {"action": "noop", "params": {"note": "undo"}}
@@ -30,9 +36,9 @@ class RecordingRunner:
 
     def __init__(self, fail_steps: bool) -> None:
         self.fail_steps = fail_steps
-        self.ran: list[Step] = []
+        self.ran: list[PlanStep] = []
 
-    def run(self, run: PlanRun, step: Step) -> StepResult:
+    def run(self, run: PlanRun, step: PlanStep) -> StepResult:
         self.ran.append(step)
         ok = step.phase == "rollback" or not self.fail_steps
         return StepResult(ok, 1, Attempt(ok, "recorded"))
@@ -42,10 +48,10 @@ def run_of(plan: Any) -> PlanRun:
     return PlanRun("executor", uuid4(), 4, plan_hash(plan), plan)
 
 
-def everything_the_executor_would_run(plan: Any) -> list[Step]:
+def everything_the_executor_would_run(plan: Any) -> list[PlanStep]:
     """Each step the executor hands on: all plan steps when they succeed, and the rollback
     steps after a failing first step."""
-    ran: list[Step] = []
+    ran: list[PlanStep] = []
     for fail_steps in (False, True):
         runner = RecordingRunner(fail_steps)
         execute(run_of(plan), runner)
