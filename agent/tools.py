@@ -41,7 +41,7 @@ from core.gateway import (
     BusinessRefusal,
     CallResult,
     CallStatus,
-    SessionRun,
+    SessionLease,
     ToolCall,
     canonical_json,
     session_of,
@@ -100,7 +100,7 @@ def _reply_data(reply: Reply) -> Any:
 class CaseTools:
     """The tools of one run on one case, holding that run's lock and fence."""
 
-    def __init__(self, app: App, case_id: UUID, lock: SessionRun, *, requester: str | None,
+    def __init__(self, app: App, case_id: UUID, lock: SessionLease, *, requester: str | None,
                  correlation_id: str | None, mcp: McpToolbox | None = None) -> None:
         self.app = app
         self.cases = app.cases

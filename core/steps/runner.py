@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core.consumers.runs import PlanRun
+from core.consumers.runs import CommandRun
 from core.domain.commands import NoteCase
 from core.domain.messages import StepResultFacts, Topic
 from core.domain.plans import PlanStep
@@ -69,7 +69,8 @@ class StepResult:
 
 
 class StepRunner:
-    """Runs steps of a plan run through the gateway and notes each attempt."""
+    """Runs one plan step with its retries for a command run: each attempt through the gateway,
+    each noted on the case."""
 
     def __init__(self, gateway: Gateway, cases: CaseService, adapters: Mapping[str, Adapter],
                  lease_s: float) -> None:
@@ -78,7 +79,7 @@ class StepRunner:
         self.adapters = adapters
         self.lease_s = lease_s
 
-    def run(self, run: PlanRun, step: PlanStep) -> StepResult:
+    def run(self, run: CommandRun, step: PlanStep) -> StepResult:
         """Attempts until one succeeds, one is refused, or ``1 + step.retry`` have failed."""
         attempt = Attempt(False, "never ran")
         number = 0
@@ -91,7 +92,7 @@ class StepRunner:
 
     # -- one attempt ----------------------------------------------------------------------
 
-    def _attempt(self, run: PlanRun, step: PlanStep, number: int) -> Attempt:
+    def _attempt(self, run: CommandRun, step: PlanStep, number: int) -> Attempt:
         part = str(step.index) if step.phase == "step" else f"rollback:{step.index}"
         # The case version is part of the key: after resume, re-planning and a new approval the
         # same plan runs again for real instead of replaying the earlier run's results.
@@ -104,7 +105,7 @@ class StepRunner:
                                   idempotent=step.action == "noop")
         return _attempt_from(result, step)
 
-    def _executor(self, run: PlanRun, step: PlanStep, number: int,
+    def _executor(self, run: CommandRun, step: PlanStep, number: int,
                   business_key: str) -> Callable[[Mapping[str, Any]], Any]:
         def execute(params: Mapping[str, Any]) -> dict[str, Any]:
             adapter = self.adapters.get(step.action)
@@ -125,7 +126,7 @@ class StepRunner:
             return {**outcome.as_dict(), "duration_s": round(time.monotonic() - started, 3)}
         return execute
 
-    def _note(self, run: PlanRun, step: PlanStep, number: int, attempt: Attempt) -> None:
+    def _note(self, run: CommandRun, step: PlanStep, number: int, attempt: Attempt) -> None:
         event = "step_result" if step.phase == "step" else "rollback_result"
         meta: StepResultFacts = {
             "phase": step.phase, "step": step.index, "attempt": number,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, example, find, given, settings
 
 from core.consumers.executor import Executed, execute
-from core.consumers.runs import PlanRun
+from core.consumers.runs import CommandRun
 from core.domain.fsm import CaseEvent
 from core.domain.plans import (
     ROLLBACK_RETRY,
@@ -38,14 +38,14 @@ class RecordingRunner:
         self.fail_steps = fail_steps
         self.ran: list[PlanStep] = []
 
-    def run(self, run: PlanRun, step: PlanStep) -> StepResult:
+    def run(self, run: CommandRun, step: PlanStep) -> StepResult:
         self.ran.append(step)
         ok = step.phase == "rollback" or not self.fail_steps
         return StepResult(ok, 1, Attempt(ok, "recorded"))
 
 
-def run_of(plan: Any) -> PlanRun:
-    return PlanRun("executor", uuid4(), 4, plan_hash(plan), plan)
+def run_of(plan: Any) -> CommandRun:
+    return CommandRun("executor", uuid4(), 4, plan_hash(plan), plan)
 
 
 def everything_the_executor_would_run(plan: Any) -> list[PlanStep]:
@@ -155,7 +155,7 @@ def test_all_steps_succeeding_is_exec_done() -> None:
 
 def test_a_plan_that_is_not_stored_runs_nothing() -> None:
     runner = RecordingRunner(fail_steps=False)
-    done = execute(PlanRun("executor", uuid4(), 4, "abc", None), runner)
+    done = execute(CommandRun("executor", uuid4(), 4, "abc", None), runner)
     assert runner.ran == [] and done.meta == {"ran": 0} and "not stored" in done.reason
 
 
