@@ -28,7 +28,7 @@ from agent.state import usage_of
 from agent.tools import CaseTools
 from agent.usage import model_name
 from core.errors import NotFound, Unavailable
-from core.gateway import SessionRun, session_of
+from core.gateway import SessionLease, session_of
 
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
@@ -120,7 +120,7 @@ class Agent:
             self._release(lock)
         return self._counted(trigger, TurnResult(result.reply, result.outcome, usage.as_dict()))
 
-    def _lock_case(self, case_id: UUID) -> SessionRun | TurnResult:
+    def _lock_case(self, case_id: UUID) -> SessionLease | TurnResult:
         """The case's session lock, or why the turn cannot run: no such case, the store is
         down, or another turn holds the lock."""
         locks = self.app.gateway.locks
@@ -202,7 +202,7 @@ class Agent:
         except (LostLock, Unavailable) as exc:
             log.warning("agent: usage of case %s not noted: %s", tools.case_id, exc)
 
-    def _release(self, lock: SessionRun) -> None:
+    def _release(self, lock: SessionLease) -> None:
         locks = self.app.gateway.locks
         try:
             if locks is not None:

@@ -28,7 +28,7 @@ from core.errors import NotFound, StaleFence
 from core.gateway import (
     CallResult,
     CallStatus,
-    SessionRun,
+    SessionLease,
     ToolCall,
     canonical_json,
     session_of,
@@ -76,7 +76,7 @@ REFUSED_TOOLS = ("execute_plan", "approve_plan", "run_plan", "gate_approved")
 class CaseTools:
     """The tools of one run on one case, holding that run's lock and fence."""
 
-    def __init__(self, app: App, case_id: UUID, lock: SessionRun, *, requester: str | None,
+    def __init__(self, app: App, case_id: UUID, lock: SessionLease, *, requester: str | None,
                  correlation_id: str | None, mcp: McpToolbox | None = None) -> None:
         self.app = app
         self.cases = app.cases

@@ -29,7 +29,7 @@ from bot.agent import Agent, configured_agent
 from bot.cases import SlackCases
 from bot.failures import report
 from bot.listeners import actions, commands, events
-from bot.store import SlackStore
+from bot.slack_store import SlackStore
 from core.bootstrap import App
 from core.metrics import SLACK_ACK_SECONDS
 from core.settings import Settings

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from bot.card import CaseState, card_message, latest_plan_hash
-from bot.store import Card, CardStore
+from bot.card_store import Card, CardStore
 from core.chat import ChatSink, deliverable
 from core.errors import InternalError
 from core.gateway import ToolCall, ToolCallFailed, session_of

@@ -23,7 +23,7 @@ from bot.agent import Agent
 from bot.blocks import short_id, who
 from bot.card import CaseState
 from bot.card_keeper import CardKeeper
-from bot.store import ApprovalRef, SlackStore
+from bot.slack_store import ApprovalRef, SlackStore
 from core.bootstrap import App
 from core.domain.commands import ApprovePlan, ChatThread, OpenCase, RejectPlan
 from core.domain.fsm import CaseStatus

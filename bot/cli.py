@@ -27,7 +27,7 @@ def slack_chat(app: App) -> ChatSink:
     is held (none is recorded as sent) until a process with Slack delivers it."""
     from bot.app import slack_configured, web_client
     from bot.sink import SlackChatSink
-    from bot.store import SlackStore
+    from bot.slack_store import SlackStore
     from core.chat import HeldChat
     from core.ops.readiness import NO_SLACK
 

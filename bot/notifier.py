@@ -22,7 +22,7 @@ from bot.blocks import PlanDecisionView, plan_message
 from bot.card import outcome_post, unknown_outcome_post
 from bot.card_keeper import CardKeeper
 from bot.ids import Action
-from bot.store import SlackStore
+from bot.slack_store import SlackStore
 from core.chat import Blocks, deliverable
 from core.consumers.notifier import Notifier, Payload
 from core.domain.messages import StepResultPayload, Topic, TransitionPayload, payload_as

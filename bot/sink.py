@@ -13,7 +13,7 @@ from uuid import UUID
 
 from slack_sdk import WebClient
 
-from bot.store import SlackStore
+from bot.slack_store import SlackStore
 from core.chat import Blocks
 
 log = logging.getLogger(__name__)

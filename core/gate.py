@@ -20,7 +20,8 @@ from sqlalchemy import Connection
 from core.clock import Clock
 from core.db import case_store as store
 from core.domain.fsm import CaseStatus
-from core.domain.policy import Approval, ApprovalPolicy, Pending, Refused, Satisfied, Verdict
+from core.domain.policy import Approval, ApprovalPolicy, Pending, Satisfied, Verdict
+from core.domain.refusal import Refused
 from core.domain.views import ApprovalDecision, ApprovalState, GateVerdict
 from core.errors import (
     ApprovalRefused,

@@ -38,7 +38,6 @@ from core.domain.fsm import (
     Accepted,
     CaseEvent,
     CaseStatus,
-    Refused,
     decide,
 )
 from core.domain.messages import (
@@ -53,8 +52,8 @@ from core.domain.messages import (
 )
 from core.domain.plans import canonical_json, plan_hash, plan_problems
 from core.domain.policy import ApprovalPolicy, Satisfied
-from core.domain.policy import Refused as PolicyRefused
 from core.domain.promql import QueryBounds
+from core.domain.refusal import Refused
 from core.domain.verify import NO_METRICS_SOURCE, parse_verify, query_problems
 from core.domain.views import ApprovalState, CaseView, ProposedPlan, TimelineEntry
 from core.errors import (
@@ -647,7 +646,7 @@ class CaseService:
         plan = self._gate_plan(conn, case, cmd, "plan_approval")
         ruling = self.gate.approval(conn, plan, cmd.approver)
         verdict, digest = ruling.verdict, ruling.plan_hash
-        if isinstance(verdict, PolicyRefused):
+        if isinstance(verdict, Refused):
             raise _Refusal(ApprovalRefused(verdict.reason, approver=cmd.approver),
                            self._gate_row(case, "plan_approval", cmd.approver, verdict.reason,
                                           cmd.correlation_id, outcome="refused",

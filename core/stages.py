@@ -28,8 +28,7 @@ from core.consumers.executor import (
     run_step,
 )
 from core.consumers.gatekeeper import awaiting_approval
-from core.consumers.runs import PlanRun, current_run
-from core.consumers.steps import Step, StepResult, StepRunner, step_lease_s
+from core.consumers.runs import CommandRun, current_run
 from core.consumers.verifier import Reading, Verifier
 from core.db import case_store as store
 from core.db.database import connection
@@ -43,6 +42,7 @@ from core.gate import approval_state
 from core.gateway import CallStatus, ToolCall, session_of
 from core.service import CaseService, Reply, ReplyOutcome
 from core.steps.adapters import adapters_from_settings
+from core.steps.runner import StepResult, StepRunner, step_lease_s
 
 if TYPE_CHECKING:
     from core.bootstrap import App
@@ -139,7 +139,7 @@ class Stages:
         return _unkept(result.result, replayed=result.status is CallStatus.REPLAYED)
 
     def _run(self, case_id: UUID, caller: Caller, expected: CaseStatus,
-             endpoint: str) -> PlanRun | Reply:
+             endpoint: str) -> CommandRun | Reply:
         """The caller's run of the case's current version, or ``IllegalTransition`` when the
         case is not in ``expected``."""
         case = self.cases.get_case(case_id)
@@ -176,7 +176,7 @@ class Stages:
                    "expires_at": note.meta.get("expires_at")}
         return Reply.of_data({**case, "plan_hash": run.plan_hash, "approval": pending})
 
-    def _pending(self, run: PlanRun, waiting: str) -> dict[str, Any]:
+    def _pending(self, run: CommandRun, waiting: str) -> dict[str, Any]:
         """What the gate still needs: the verdict on the yeses so far, who may give the rest,
         why the plan does not approve itself, and where people approve."""
         assert run.plan is not None
@@ -222,7 +222,7 @@ class Stages:
         return self._executed(run, caller, runner.ran, done, succeeded=succeeded,
                               total=len(steps))
 
-    def _executed(self, run: PlanRun, caller: Caller, ran: list[tuple[Step, StepResult]],
+    def _executed(self, run: CommandRun, caller: Caller, ran: list[tuple[PlanStep, StepResult]],
                   done: Executed | None, *, succeeded: int, total: int) -> Reply:
         """The answer: the case as the run left it, each step this request ran, and the move."""
         moved = None if done is None else finish(self.cases, run, done,
@@ -238,7 +238,7 @@ class Stages:
                                                 "reason": done.reason},
         })
 
-    def _next_step(self, run: PlanRun, steps: list[Step]) -> Step | None:
+    def _next_step(self, run: CommandRun, steps: list[PlanStep]) -> PlanStep | None:
         """The first step of the run not yet noted a success (by anyone: the executor consumer
         too); None when every step has succeeded."""
         succeeded = {context["step"] for context in _notes(self.cases, run, "step_result")
@@ -281,9 +281,9 @@ class _Recording:
 
     def __init__(self, runner: StepRunner) -> None:
         self.runner = runner
-        self.ran: list[tuple[Step, StepResult]] = []
+        self.ran: list[tuple[PlanStep, StepResult]] = []
 
-    def run(self, run: PlanRun, step: Step) -> StepResult:
+    def run(self, run: CommandRun, step: PlanStep) -> StepResult:
         result = self.runner.run(run, step)
         self.ran.append((step, result))
         return result
@@ -309,7 +309,7 @@ def _unkept(kept: Mapping[str, Any], *, replayed: bool) -> Reply:
     return Reply(ReplyOutcome.WAITING if waits else ReplyOutcome.DONE, body, replayed=replayed)
 
 
-def _notes(cases: CaseService, run: PlanRun, event: str) -> list[Mapping[str, Any]]:
+def _notes(cases: CaseService, run: CommandRun, event: str) -> list[Mapping[str, Any]]:
     """What the notes ``event`` of this run (case version and plan) recorded."""
     found = []
     for row in cases.timeline(run.case_id):
@@ -320,7 +320,7 @@ def _notes(cases: CaseService, run: PlanRun, event: str) -> list[Mapping[str, An
     return found
 
 
-def _step_view(step: Step, result: StepResult) -> dict[str, Any]:
+def _step_view(step: PlanStep, result: StepResult) -> dict[str, Any]:
     view: dict[str, Any] = {"phase": step.phase, "index": step.index, "action": step.action,
                             "ok": result.ok, "attempts": result.attempts,
                             "summary": result.describe(step)}

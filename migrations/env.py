@@ -15,7 +15,7 @@ from sqlalchemy import Connection
 # Imported for their tables, which join core.db.tables.metadata.
 import core.analysis.tables
 import core.library.tables  # noqa: F401
-from bot.store import metadata as slack_metadata
+from bot.tables import metadata as slack_metadata
 from core.db.database import make_engine
 from core.db.tables import metadata
 from core.settings import load_settings

@@ -22,7 +22,7 @@ from core.analysis.catalog import catalog, metrics_for
 from core.analysis.findings import find, summary_line
 from core.analysis.sources import SeriesSource, for_case, series_source
 from core.analysis.store import write_findings
-from core.consumers.runs import PlanRun, current_run, move_case
+from core.consumers.runs import CommandRun, current_run, move_case
 from core.domain.commands import NoteCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import CommandPayload, Evidence, FindingsFacts, Topic, payload_as
@@ -77,7 +77,7 @@ class Analyst:
                              expected_version=run.version)
         move_case(self.cases, run, cmd, delivery.inbox_entry)
 
-    def _gather(self, run: PlanRun) -> FindingsFacts:
+    def _gather(self, run: CommandRun) -> FindingsFacts:
         """The findings and the recall, computed once per case version (the gateway stores the
         first result; a redelivery replays it)."""
         specs = metrics_for(str(run.case["title"]), self.specs)
@@ -120,7 +120,7 @@ class Analyst:
         recall = self.library.recall(title, exclude=UUID(str(args["case_id"])))
         return {**found, "source": source, **recall}
 
-    def _note(self, run: PlanRun, evidence: FindingsFacts, reason: str,
+    def _note(self, run: CommandRun, evidence: FindingsFacts, reason: str,
               correlation_id: str | None) -> None:
         findings = list(evidence["findings"])
 

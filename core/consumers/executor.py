@@ -11,16 +11,16 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from core.consumers.runs import PlanRun, current_run
-from core.consumers.steps import Step, StepResult, StepRunner
+from core.consumers.runs import CommandRun, current_run
 from core.domain.commands import Attribution, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import CommandPayload, Topic, payload_as
-from core.domain.plans import ParsedPlan, parse_plan
+from core.domain.plans import ParsedPlan, PlanStep, parse_plan
 from core.errors import InvalidPlan
 from core.messaging.consumer import Delivery
 from core.service import CaseService, Reply
 from core.steps.adapters import adapters_from_settings
+from core.steps.runner import StepResult, StepRunner
 
 if TYPE_CHECKING:
     from core.bootstrap import App
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 class RunsSteps(Protocol):
     """Runs one step with its retries (``StepRunner``; tests record instead)."""
 
-    def run(self, run: PlanRun, step: Step) -> StepResult: ...
+    def run(self, run: CommandRun, step: PlanStep) -> StepResult: ...
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class Executor:
             return
         self._finish(run, delivery, execute(run, self.steps))
 
-    def _finish(self, run: PlanRun, delivery: Delivery, done: Executed) -> None:
+    def _finish(self, run: CommandRun, delivery: Delivery, done: Executed) -> None:
         reply = finish(self.app.cases, run, done, inbox_entry=delivery.inbox_entry)
         if reply.moved_on:
             # Another delivery of this command finished first and moved the case on.
@@ -71,7 +71,7 @@ class Executor:
         reply.data()  # anything else unexpected raises: the runner retries, then buries
 
 
-def execute(run: PlanRun, runner: RunsSteps) -> Executed:
+def execute(run: CommandRun, runner: RunsSteps) -> Executed:
     """Run the approved plan's steps in order; at the first that fails for good, its rollback.
     Only the parsed plan's steps ever reach ``runner``."""
     plan, problem = approved_plan(run)
@@ -85,7 +85,8 @@ def execute(run: PlanRun, runner: RunsSteps) -> Executed:
     return all_done(len(steps))
 
 
-def run_step(run: PlanRun, plan: ParsedPlan, step: Step, runner: RunsSteps) -> Executed | None:
+def run_step(run: CommandRun, plan: ParsedPlan, step: PlanStep,
+             runner: RunsSteps) -> Executed | None:
     """Run one step of the plan with its retries: None when it succeeded; when it failed for
     good, the plan's rollback runs and the outcome is ``exec_failed``."""
     result = runner.run(run, step)
@@ -105,7 +106,7 @@ def all_done(steps: int) -> Executed:
                     else "the step succeeded", {"steps": steps})
 
 
-def finish(cases: CaseService, run: PlanRun, done: Executed, *,
+def finish(cases: CaseService, run: CommandRun, done: Executed, *,
            inbox_entry: tuple[str, int] | None = None,
            attribution: Attribution | None = None) -> Reply:
     """Move the case with what running its plan came to, as the run's actor, once per run (a
@@ -116,7 +117,7 @@ def finish(cases: CaseService, run: PlanRun, done: Executed, *,
     return cases.transition(cmd, f"{run.key}:{done.event}", inbox_entry=inbox_entry)
 
 
-def roll_back(run: PlanRun, plan: ParsedPlan, runner: RunsSteps) -> str:
+def roll_back(run: CommandRun, plan: ParsedPlan, runner: RunsSteps) -> str:
     """Run the plan's rollback steps in order, stopping at the first that fails (a later undo
     may assume an earlier one worked); says what happened, for the park reason."""
     steps = rollback_steps(plan)
@@ -129,7 +130,7 @@ def roll_back(run: PlanRun, plan: ParsedPlan, runner: RunsSteps) -> str:
     return "rolled back" if len(steps) == 1 else f"rolled back ({len(steps)} steps)"
 
 
-def approved_plan(run: PlanRun) -> tuple[ParsedPlan | None, str]:
+def approved_plan(run: CommandRun) -> tuple[ParsedPlan | None, str]:
     """The approved plan as parsed, or why nothing may run."""
     if run.plan is None:
         return None, f"the approved plan {run.plan_hash} is not stored; nothing ran"
@@ -140,10 +141,10 @@ def approved_plan(run: PlanRun) -> tuple[ParsedPlan | None, str]:
         return None, f"the approved plan is invalid ({problems}); nothing ran"
 
 
-def plan_steps(plan: ParsedPlan) -> list[Step]:
-    return [Step.of("step", n, step) for n, step in enumerate(plan.steps)]
+def plan_steps(plan: ParsedPlan) -> list[PlanStep]:
+    return list(plan.steps)
 
 
-def rollback_steps(plan: ParsedPlan) -> list[Step]:
+def rollback_steps(plan: ParsedPlan) -> list[PlanStep]:
     """The plan's rollback steps (defaults already filled in by the parser)."""
-    return [Step.of("rollback", n, step) for n, step in enumerate(plan.rollback)]
+    return list(plan.rollback)

@@ -15,7 +15,7 @@ import logging
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from core.consumers.runs import PlanRun, current_run
+from core.consumers.runs import CommandRun, current_run
 from core.db.case_store import as_utc
 from core.domain.commands import ApprovePlan, NoteCase, Scheduled, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
@@ -74,7 +74,7 @@ class Gatekeeper:
         else:
             self._wait(run, delivery, payload.get("correlation_id"))
 
-    def _approve(self, run: PlanRun, delivery: Delivery, correlation_id: str | None) -> None:
+    def _approve(self, run: CommandRun, delivery: Delivery, correlation_id: str | None) -> None:
         assert run.plan_hash is not None
         cmd = ApprovePlan(run.case_id, run.plan_hash, AUTO_APPROVER,
                           correlation_id=correlation_id, expected_version=run.version)
@@ -84,11 +84,11 @@ class Gatekeeper:
             return
         reply.data()
 
-    def _wait(self, run: PlanRun, delivery: Delivery, correlation_id: str | None) -> None:
+    def _wait(self, run: CommandRun, delivery: Delivery, correlation_id: str | None) -> None:
         note = awaiting_approval(self.cases, self.policy, run, correlation_id)
         self.cases.note(note, run.key, inbox_entry=delivery.inbox_entry).data()
 
-    def _expire(self, run: PlanRun, delivery: Delivery) -> None:
+    def _expire(self, run: CommandRun, delivery: Delivery) -> None:
         check = payload_as(CommandPayload, delivery.envelope.payload)
         if run.plan is None or run.plan_hash != check.get("plan_hash"):
             log.warning("gatekeeper: case %s waits on no stored plan %s; no expiry",
@@ -97,7 +97,7 @@ class Gatekeeper:
         expire(self.cases, run, check.get("correlation_id"), delivery.inbox_entry)
 
 
-def awaiting_approval(cases: CaseService, policy: ApprovalPolicy, run: PlanRun,
+def awaiting_approval(cases: CaseService, policy: ApprovalPolicy, run: CommandRun,
                       correlation_id: str | None) -> NoteCase:
     """The note that the run's plan waits for people: who may approve it and how many must,
     made as the run's actor; it schedules the plan's expiry check (``expiry_check``)."""
@@ -115,20 +115,20 @@ def awaiting_approval(cases: CaseService, policy: ApprovalPolicy, run: PlanRun,
                     schedule=check)
 
 
-def expires_at(policy: ApprovalPolicy, run: PlanRun) -> datetime:
+def expires_at(policy: ApprovalPolicy, run: CommandRun) -> datetime:
     """When the approval of the run's plan expires: the policy's TTL after the case reached the
     gate (its ``updated_at``: notes do not move it)."""
     return policy.approval_expires_at(as_utc(datetime.fromisoformat(str(run.case["updated_at"]))))
 
 
-def expiry_check(policy: ApprovalPolicy, run: PlanRun) -> Scheduled:
+def expiry_check(policy: ApprovalPolicy, run: CommandRun) -> Scheduled:
     """The command that expires the run's plan if it still waits when its approval expires."""
     due = expires_at(policy, run)
     return Scheduled(Topic.GATE_EXPIRE, {"plan_hash": run.plan_hash,
                                          "expires_at": due.isoformat()}, due)
 
 
-def expire(cases: CaseService, run: PlanRun, correlation_id: str | None,
+def expire(cases: CaseService, run: CommandRun, correlation_id: str | None,
            inbox_entry: tuple[str, int] | None = None) -> Reply | None:
     """The run's plan expires, as the run's actor: the case parks (``gate_expired``). A check
     that comes before the plan's time (delivered early, or OPSGATE_APPROVAL_TTL_S raised since

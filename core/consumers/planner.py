@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from core.consumers.runs import PlanRun, current_run, move_case
+from core.consumers.runs import CommandRun, current_run, move_case
 from core.domain.commands import NoteCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import CommandPayload, Topic, payload_as
@@ -102,7 +102,7 @@ class Planner:
             return
         self._propose(run, proposal, correlation_id, delivery)
 
-    def _proposal(self, run: PlanRun) -> Proposal:
+    def _proposal(self, run: CommandRun) -> Proposal:
         """The learned plan when the library has a valid one for the case's title, else the
         catalog template the title picks."""
         template = choose_template(run.case["title"])
@@ -115,7 +115,7 @@ class Planner:
         return Proposal(template, plan, f"template {template} chosen from the case title",
                         {"template": template})
 
-    def _propose(self, run: PlanRun, proposal: Proposal, correlation_id: str | None,
+    def _propose(self, run: CommandRun, proposal: Proposal, correlation_id: str | None,
                  delivery: Delivery) -> None:
         """``plan_ready`` with the plan, on behalf of the human who opened the case."""
         cmd = TransitionCase(run.case_id, CaseEvent.PLAN_READY, actor=self.name,

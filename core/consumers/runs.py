@@ -20,9 +20,10 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class PlanRun:
-    """One command's work on one case version: every key its effects use derives from it, so a
-    redelivery, or another message for the same case version, replays instead of repeating."""
+class CommandRun:
+    """One consumer's run of one ``cmd.*`` command on one case version, with the plan it names.
+    Every key its effects use derives from it, so a redelivery, or another message for the same
+    case version, replays instead of repeating."""
 
     consumer: str
     case_id: UUID
@@ -43,7 +44,7 @@ class PlanRun:
 
 
 def current_run(cases: CaseService, consumer: str, payload: CommandPayload,
-                expected: CaseStatus, *, with_plan: bool = True) -> PlanRun | None:
+                expected: CaseStatus, *, with_plan: bool = True) -> CommandRun | None:
     """The run the command asks for, or None when it is stale: the case is gone, not in
     ``expected`` or no longer at the payload's version (someone moved it on). Consumers that
     never use the plan pass ``with_plan=False`` and save its read."""
@@ -60,11 +61,11 @@ def current_run(cases: CaseService, consumer: str, payload: CommandPayload,
     digest = None if payload.get("plan_hash") is None else str(payload["plan_hash"])
     found = cases.proposed_plan(case_id, digest) if with_plan else None
     if found is None:
-        return PlanRun(consumer, case_id, version, digest, None, case)
-    return PlanRun(consumer, case_id, version, str(found["plan_hash"]), found["plan"], case)
+        return CommandRun(consumer, case_id, version, digest, None, case)
+    return CommandRun(consumer, case_id, version, str(found["plan_hash"]), found["plan"], case)
 
 
-def move_case(cases: CaseService, run: PlanRun, cmd: TransitionCase,
+def move_case(cases: CaseService, run: CommandRun, cmd: TransitionCase,
               inbox_entry: tuple[str, int]) -> None:
     """Move the case by ``cmd`` under the run's key, marking the delivery in the same
     transaction. A case that moved on first is logged, not retried; any other refusal raises."""

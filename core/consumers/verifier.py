@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
-from core.consumers.runs import PlanRun, current_run
+from core.consumers.runs import CommandRun, current_run
 from core.db.case_store import as_utc
 from core.domain.commands import NoteCase, Scheduled, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
@@ -122,7 +122,7 @@ class Verifier:
         number = int(payload.get("reading", 1))
         self.take(run, number, delivery.inbox_entry, timeouts=int(payload.get("timeouts", 0)))
 
-    def take(self, run: PlanRun, number: int,
+    def take(self, run: CommandRun, number: int,
              inbox_entry: tuple[str, int] | None = None, *, timeouts: int = 0) -> Reading:
         """Reading ``number`` of the run's verification and what it leads to (see the module
         docstring), noted and moved as the run's actor; ``timeouts``: the readings in a row
@@ -142,7 +142,7 @@ class Verifier:
 
     # -- the verification -----------------------------------------------------------------
 
-    def _watch(self, run: PlanRun) -> Watch | str:
+    def _watch(self, run: CommandRun) -> Watch | str:
         """The verification the run asks for, or why the block can never be judged."""
         if run.plan is None:
             return f"cannot verify: the plan {run.plan_hash} is not stored"
@@ -162,7 +162,7 @@ class Verifier:
                      since + timedelta(seconds=block.window_s * self.scale),
                      scope=str(run.case["tenant"]))
 
-    def _read(self, run: PlanRun, watch: Watch, number: int) -> Observation:
+    def _read(self, run: CommandRun, watch: Watch, number: int) -> Observation:
         """Reading ``number``, taken once through the gateway: metrics move, so a redelivery
         must reuse the reading its note shows rather than take a new one."""
         assert run.plan is not None
@@ -202,7 +202,7 @@ class Verifier:
 
     # -- what a reading leads to ----------------------------------------------------------
 
-    def _wait(self, run: PlanRun, inbox_entry: tuple[str, int] | None, watch: Watch,
+    def _wait(self, run: CommandRun, inbox_entry: tuple[str, int] | None, watch: Watch,
               number: int, observation: Observation, timeouts: int = 0) -> Reading:
         """Note the reading and schedule the next, in one transaction with the inbox mark."""
         at = _at(observation)
@@ -234,7 +234,7 @@ class Verifier:
         longest = max(self.poll, timedelta(seconds=MAX_BACKOFF_S))
         return min(self.poll * (1 << min(timeouts, 32)), longest)
 
-    def _conclude(self, run: PlanRun, inbox_entry: tuple[str, int] | None, number: int,
+    def _conclude(self, run: CommandRun, inbox_entry: tuple[str, int] | None, number: int,
                   observation: Observation, reason: str, watch: Watch | None) -> Reading:
         meta: VerifyReading = {**observation, "plan_hash": run.plan_hash, "reading": number}
         self.app.cases.note(NoteCase(run.case_id, "verify_result", run.consumer, reason=reason,
@@ -246,7 +246,7 @@ class Verifier:
                            stand_in=bool(observation.get("stand_in")))
         return Reading(number, meta, reason, event, moved, watch)
 
-    def _move(self, run: PlanRun, inbox_entry: tuple[str, int] | None, number: int,
+    def _move(self, run: CommandRun, inbox_entry: tuple[str, int] | None, number: int,
               event: CaseEvent, reason: str, *, stand_in: bool = False) -> Reply | None:
         meta = {"plan_hash": run.plan_hash, "reading": number}
         cmd = TransitionCase(run.case_id, event, actor=run.consumer, reason=reason,
@@ -261,7 +261,7 @@ class Verifier:
         return reply
 
     @staticmethod
-    def _key(run: PlanRun, number: int) -> str:
+    def _key(run: CommandRun, number: int) -> str:
         return f"{run.key}:{run.plan_hash}:reading:{number}"
 
 

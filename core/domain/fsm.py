@@ -1,14 +1,16 @@
 """The case state machine: which event moves a case from which status to which, decided purely.
 
 ``decide(status, event)`` is total: every (status, event) pair gives either an ``Accepted`` move
-or a ``Refused`` value, never an exception. Guards that need data (the plan, the approvals) are
-run by the service after a move is accepted here.
+or a ``MoveRefused`` value (a ``Refused``), never an exception. Guards that need data (the plan,
+the approvals) are run by the service after a move is accepted here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+
+from core.domain.refusal import Refused
 
 
 class CaseStatus(StrEnum):
@@ -70,20 +72,23 @@ class Accepted:
 
 
 @dataclass(frozen=True)
-class Refused:
+class MoveRefused(Refused):
     """The FSM has no move for ``event`` from ``source``; ``allowed`` lists what it would take."""
 
     source: CaseStatus
     event: CaseEvent
     allowed: tuple[CaseEvent, ...]
 
-    @property
-    def reason(self) -> str:
-        options = ", ".join(self.allowed) or "none: the case is closed"
-        return f"{self.event} is not allowed from {self.source} (allowed: {options})"
+    @classmethod
+    def of(cls, source: CaseStatus, event: CaseEvent) -> MoveRefused:
+        """The refusal of ``event`` from ``source``, saying which events would be allowed."""
+        allowed = allowed_events(source)
+        options = ", ".join(allowed) or "none: the case is closed"
+        reason = f"{event} is not allowed from {source} (allowed: {options})"
+        return cls(reason, source, event, allowed)
 
 
-Decision = Accepted | Refused
+Decision = Accepted | MoveRefused
 
 
 def allowed_events(status: CaseStatus) -> tuple[CaseEvent, ...]:
@@ -95,7 +100,7 @@ def decide(status: CaseStatus, event: CaseEvent) -> Decision:
     """Decide, without I/O, whether ``event`` may move a case in ``status`` and where to."""
     target = TRANSITIONS.get((status, event))
     if target is None:
-        return Refused(status, event, allowed_events(status))
+        return MoveRefused.of(status, event)
     return Accepted(status, event, target)
 
 
@@ -108,7 +113,7 @@ def fold(events: list[CaseEvent]) -> CaseStatus:
     status = INITIAL_STATUS
     for event in events:
         decision = decide(status, event)
-        if isinstance(decision, Refused):
+        if isinstance(decision, MoveRefused):
             raise ValueError(decision.reason)
         status = decision.target
     return status

@@ -21,7 +21,7 @@ from decimal import Decimal
 from enum import StrEnum
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as SchemaError
@@ -49,14 +49,28 @@ class StepAction(StrEnum):
     MCP_CALL = "mcp.call"  # a tool of an external MCP server (core.steps.adapters.mcp_call)
 
 
+Phase = Literal["step", "rollback"]
+"""Which list of the plan a step stands in: its ``steps``, or its ``rollback``."""
+
+
 @dataclass(frozen=True)
 class PlanStep:
-    """One step as it runs: a rollback step without ``timeout_s``/``retry`` has the defaults."""
+    """One step of a plan, where it stands in it (``phase``, ``index``) and how it runs: the one
+    step type (the parser reads it, the plan message shows it, the executor runs it). A rollback
+    step without ``timeout_s``/``retry`` has the defaults."""
 
+    phase: Phase
+    index: int
     action: StepAction
     params: Mapping[str, Any]
     timeout_s: int
     retry: int
+
+    @property
+    def label(self) -> str:
+        """The step in words, e.g. "step 2 (script.exec)" or "rollback step 1 (noop)"."""
+        what = "step" if self.phase == "step" else "rollback step"
+        return f"{what} {self.index + 1} ({self.action})"
 
 
 @dataclass(frozen=True)
@@ -191,8 +205,9 @@ def _build(plan: Mapping[str, Any]) -> ParsedPlan:
     return ParsedPlan(
         title=str(plan["title"]),
         risk=float(risk) if risk is not None else UNSTATED_RISK,
-        steps=tuple(_step(raw) for raw in plan["steps"]),
-        rollback=tuple(_step(raw, rollback=True) for raw in _rollback_list(plan["rollback"])),
+        steps=tuple(_step("step", n, raw) for n, raw in enumerate(plan["steps"])),
+        rollback=tuple(_step("rollback", n, raw)
+                       for n, raw in enumerate(_rollback_list(plan["rollback"]))),
         verify=copy.deepcopy(dict(plan["verify"])),
         digest=plan_hash(plan),
     )
@@ -203,8 +218,11 @@ def _rollback_list(block: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return list(block["steps"]) if "steps" in block else [block]
 
 
-def _step(raw: Mapping[str, Any], *, rollback: bool = False) -> PlanStep:
+def _step(phase: Phase, index: int, raw: Mapping[str, Any]) -> PlanStep:
+    rollback = phase == "rollback"
     return PlanStep(
+        phase=phase,
+        index=index,
         action=StepAction(raw["action"]),
         params=copy.deepcopy(dict(raw.get("params") or {})),
         timeout_s=int(raw.get("timeout_s", ROLLBACK_TIMEOUT_S if rollback else 0)),

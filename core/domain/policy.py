@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from core.domain.plans import UNSTATED_RISK, ParsedPlan, parsed_or_none
+from core.domain.refusal import Refused
 
 AutoApprove = Literal["off", "noop_only", "low_risk"]
 AUTO_APPROVE_MODES: tuple[AutoApprove, ...] = ("off", "noop_only", "low_risk")
@@ -61,14 +62,6 @@ class Pending:
     needs: int
     reason: str
     approvers: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Refused:
-    """An approval that must not count (not an approver, the requester, an ineligible
-    automatic approval): nothing about it may be recorded as a yes."""
-
-    reason: str
 
 
 Verdict = Satisfied | Pending | Refused

@@ -37,8 +37,8 @@ from core.gateway.redis_store import Claim, RedisClaimStore
 from core.gateway.registry import SideEffect, side_effect
 from core.gateway.session_lock import (
     RedisSessionLock,
+    SessionLease,
     SessionLock,
-    SessionRun,
     SqlSessionLock,
     holding,
 )
@@ -56,8 +56,8 @@ __all__ = [
     "LedgerState",
     "RedisClaimStore",
     "RedisSessionLock",
+    "SessionLease",
     "SessionLock",
-    "SessionRun",
     "SideEffect",
     "SqlSessionLock",
     "ToolCall",

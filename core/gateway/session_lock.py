@@ -42,8 +42,9 @@ return 0
 
 
 @dataclass(frozen=True)
-class SessionRun:
-    """A held session lock: its owner token and the fence token its writes must carry."""
+class SessionLease:
+    """A held session lock (a lease until released or expired): its owner token and the fence
+    token its writes must carry."""
 
     session_id: str
     owner: str
@@ -51,15 +52,15 @@ class SessionRun:
 
 
 class SessionLock(Protocol):
-    def acquire(self, session_id: str, *, wait_s: float = 0.0) -> SessionRun | None: ...
+    def acquire(self, session_id: str, *, wait_s: float = 0.0) -> SessionLease | None: ...
 
-    def renew(self, run: SessionRun) -> bool: ...
+    def renew(self, run: SessionLease) -> bool: ...
 
-    def release(self, run: SessionRun) -> bool: ...
+    def release(self, run: SessionLease) -> bool: ...
 
 
 @contextmanager
-def holding(locks: SessionLock, session_id: str, *, wait_s: float = 0.0) -> Iterator[SessionRun]:
+def holding(locks: SessionLock, session_id: str, *, wait_s: float = 0.0) -> Iterator[SessionLease]:
     """Hold the session's lock for a ``with`` block; Unavailable if it stays taken."""
     run = locks.acquire(session_id, wait_s=wait_s)
     if run is None:
@@ -71,7 +72,7 @@ def holding(locks: SessionLock, session_id: str, *, wait_s: float = 0.0) -> Iter
         locks.release(run)
 
 
-def _poll(try_once: Callable[[], SessionRun | None], wait_s: float) -> SessionRun | None:
+def _poll(try_once: Callable[[], SessionLease | None], wait_s: float) -> SessionLease | None:
     deadline = time.monotonic() + wait_s
     while True:
         run = try_once()
@@ -92,10 +93,10 @@ class RedisSessionLock:
         self._release = LuaScript(_RELEASE)
         self._renew = LuaScript(_RENEW)
 
-    def acquire(self, session_id: str, *, wait_s: float = 0.0) -> SessionRun | None:
+    def acquire(self, session_id: str, *, wait_s: float = 0.0) -> SessionLease | None:
         return _poll(lambda: self._try(session_id), wait_s)
 
-    def _try(self, session_id: str) -> SessionRun | None:
+    def _try(self, session_id: str) -> SessionLease | None:
         owner = uuid.uuid4().hex
         try:
             taken = self.client.set(self.prefix + session_id, owner, nx=True, px=self.lease_ms)
@@ -107,15 +108,15 @@ class RedisSessionLock:
             with transaction(self.engine, "the session lock") as conn:
                 token = case_store.issue_fence(conn, session_id)
         except Exception:
-            self.release(SessionRun(session_id, owner, Fence(session_id, 0)))
+            self.release(SessionLease(session_id, owner, Fence(session_id, 0)))
             raise
-        return SessionRun(session_id, owner, Fence(session_id, token))
+        return SessionLease(session_id, owner, Fence(session_id, token))
 
-    def renew(self, run: SessionRun) -> bool:
+    def renew(self, run: SessionLease) -> bool:
         return bool(self._renew(self.client, [self.prefix + run.session_id],
                                 [run.owner, self.lease_ms]))
 
-    def release(self, run: SessionRun) -> bool:
+    def release(self, run: SessionLease) -> bool:
         return bool(self._release(self.client, [self.prefix + run.session_id], [run.owner]))
 
 
@@ -127,15 +128,15 @@ class SqlSessionLock:
         self.lease = timedelta(seconds=lease_s)
         self.clock = clock
 
-    def acquire(self, session_id: str, *, wait_s: float = 0.0) -> SessionRun | None:
+    def acquire(self, session_id: str, *, wait_s: float = 0.0) -> SessionLease | None:
         return _poll(lambda: self._try(session_id), wait_s)
 
-    def _try(self, session_id: str) -> SessionRun | None:
+    def _try(self, session_id: str) -> SessionLease | None:
         owner, now = uuid.uuid4().hex, self.clock()
         with transaction(self.engine, "the session lock") as conn:
             if not self._take(conn, session_id, owner, now):
                 return None
-            return SessionRun(session_id, owner,
+            return SessionLease(session_id, owner,
                               Fence(session_id, case_store.issue_fence(conn, session_id)))
 
     def _take(self, conn: Connection, session_id: str, owner: str, now: datetime) -> bool:
@@ -155,7 +156,7 @@ class SqlSessionLock:
         )
         return conn.execute(expired).rowcount == 1
 
-    def renew(self, run: SessionRun) -> bool:
+    def renew(self, run: SessionLease) -> bool:
         statement = (
             update(lock_table)
             .where(lock_table.c.session_id == run.session_id, lock_table.c.owner == run.owner)
@@ -164,7 +165,7 @@ class SqlSessionLock:
         with transaction(self.engine, "the session lock") as conn:
             return conn.execute(statement).rowcount == 1
 
-    def release(self, run: SessionRun) -> bool:
+    def release(self, run: SessionLease) -> bool:
         statement = delete(lock_table).where(lock_table.c.session_id == run.session_id,
                                              lock_table.c.owner == run.owner)
         with transaction(self.engine, "the session lock") as conn:

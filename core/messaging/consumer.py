@@ -60,7 +60,7 @@ class Consumer(Protocol):
 
 
 class ConsumerRunner:
-    """Delivers envelopes to one consumer with inbox dedup, retries and dead letters."""
+    """Runs one consumer on delivered envelopes: inbox dedup, bounded retries, dead letters."""
 
     def __init__(self, engine: Engine, consumer: Consumer, *, max_attempts: int = 4,
                  backoff_s: float = 0.05, sleep: Callable[[float], None] = time.sleep) -> None:

@@ -16,7 +16,6 @@ from typing import Any
 from sqlalchemy import Connection, Engine, delete, func, select, update
 
 from core.clock import Clock
-from core.consumers.steps import step_named_by
 from core.db.case_store import as_utc
 from core.db.database import transaction
 from core.db.tables import case_timeline, ops_case, session_lock, tool_call_ledger
@@ -29,6 +28,7 @@ from core.messaging.bus import Bus
 from core.messaging.consumer import HELD
 from core.messaging.delivery import Subscribers, look, send_again, subscribers
 from core.messaging.relay import OutboxRelay
+from core.steps.runner import step_named_by
 
 SAFE_TO_RUN_AGAIN = frozenset({"step.noop", "verify.evaluate"})
 """Tools whose executors the gateway runs as idempotent: a second run changes nothing."""

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine, func, insert, select
 
-from bot.store import slack_event
+from bot.tables import slack_event
 from core.db.tables import ops_case
 from tests.support.slack import ScriptedAgent, mention_event, running_bot
 

@@ -7,7 +7,8 @@ import uuid
 
 from sqlalchemy import Engine
 
-from bot.store import CardStore, SlackStore
+from bot.card_store import CardStore
+from bot.slack_store import SlackStore
 from tests.support.clock import Clock
 
 

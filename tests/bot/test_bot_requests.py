@@ -13,7 +13,7 @@ from sqlalchemy import Engine, func, select
 
 from bot.app import refuse_non_finite_numbers
 from bot.ids import Action
-from bot.store import slack_event
+from bot.tables import slack_event
 from core.db.tables import ops_case
 from tests.support.slack import (
     FORM,

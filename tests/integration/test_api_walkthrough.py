@@ -19,10 +19,10 @@ from sqlalchemy import Engine
 
 from core.api import create_api
 from core.bootstrap import App
-from core.consumers.steps import StepRunner
 from core.db.tables import case_timeline, outbox
 from core.domain.plans import plan_hash
 from core.stages import Stages
+from core.steps.runner import StepRunner
 from tests.support.api import assert_error, bearer, data, new_key, rows
 from tests.support.cases import APPROVERS
 from tests.support.clock import Clock

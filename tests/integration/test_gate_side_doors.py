@@ -22,7 +22,6 @@ from core.api.statuses import reply_status
 from core.bootstrap import App, bootstrap
 from core.consumers.executor import Executor
 from core.consumers.gatekeeper import Gatekeeper
-from core.consumers.steps import StepRunner
 from core.db.tables import case_timeline, plan_proposed
 from core.domain.commands import ApprovePlan
 from core.domain.fsm import CaseEvent, CaseStatus
@@ -32,6 +31,7 @@ from core.messaging.consumer import Delivery
 from core.messaging.envelope import Envelope
 from core.settings import Settings
 from core.steps.adapters import StepContext, StepOutcome
+from core.steps.runner import StepRunner
 from tests.support.cases import APPROVERS, PLAN, command, key, open_case
 from tests.support.metrics import STAND_IN_METRICS
 from tests.support.plan_runs import envelope_of

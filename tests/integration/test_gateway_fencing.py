@@ -27,8 +27,8 @@ from core.gateway import (
     LedgerState,
     RedisClaimStore,
     RedisSessionLock,
+    SessionLease,
     SessionLock,
-    SessionRun,
     SqlSessionLock,
     ToolCall,
     args_hash,
@@ -270,7 +270,7 @@ def test_only_the_owner_renews_or_releases_and_holding_frees_the_lock(leased: Le
         assert locks.renew(run) is True
         leased.lapse(0.6)
         assert locks.acquire(session) is None  # renewed at 0.6 s: still held at 1.2 s
-        impostor = SessionRun(session, "someone-else", run.fence)
+        impostor = SessionLease(session, "someone-else", run.fence)
         assert locks.renew(impostor) is False
         assert locks.release(impostor) is False
         with pytest.raises(Unavailable), holding(locks, session):

@@ -442,7 +442,7 @@ class Stack:
         return [post for post in self.slack.posts() if approval_of(post) is not None]
 
     def case_of_thread(self, thread_ts: str) -> UUID | None:
-        from bot.store import SlackStore
+        from bot.slack_store import SlackStore
 
         return SlackStore(self.app.engine).case_of_thread(TEAM, CHANNEL, thread_ts)
 

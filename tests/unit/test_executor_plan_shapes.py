@@ -12,11 +12,17 @@ import pytest
 from hypothesis import HealthCheck, example, find, given, settings
 
 from core.consumers.executor import Executed, execute
-from core.consumers.runs import PlanRun
-from core.consumers.steps import Attempt, Step, StepResult, step_lease_s
+from core.consumers.runs import CommandRun
 from core.domain.fsm import CaseEvent
-from core.domain.plans import ROLLBACK_RETRY, ROLLBACK_TIMEOUT_S, parsed_or_none, plan_hash
+from core.domain.plans import (
+    ROLLBACK_RETRY,
+    ROLLBACK_TIMEOUT_S,
+    PlanStep,
+    parsed_or_none,
+    plan_hash,
+)
 from core.domain.policy import ApprovalPolicy
+from core.steps.runner import Attempt, StepResult, step_lease_s
 from tests.support.plan_shapes import plan_shapes
 
 NOOP = {"action": "noop", "params": {"note": "undo"}}
@@ -30,22 +36,22 @@ class RecordingRunner:
 
     def __init__(self, fail_steps: bool) -> None:
         self.fail_steps = fail_steps
-        self.ran: list[Step] = []
+        self.ran: list[PlanStep] = []
 
-    def run(self, run: PlanRun, step: Step) -> StepResult:
+    def run(self, run: CommandRun, step: PlanStep) -> StepResult:
         self.ran.append(step)
         ok = step.phase == "rollback" or not self.fail_steps
         return StepResult(ok, 1, Attempt(ok, "recorded"))
 
 
-def run_of(plan: Any) -> PlanRun:
-    return PlanRun("executor", uuid4(), 4, plan_hash(plan), plan)
+def run_of(plan: Any) -> CommandRun:
+    return CommandRun("executor", uuid4(), 4, plan_hash(plan), plan)
 
 
-def everything_the_executor_would_run(plan: Any) -> list[Step]:
+def everything_the_executor_would_run(plan: Any) -> list[PlanStep]:
     """Each step the executor hands on: all plan steps when they succeed, and the rollback
     steps after a failing first step."""
-    ran: list[Step] = []
+    ran: list[PlanStep] = []
     for fail_steps in (False, True):
         runner = RecordingRunner(fail_steps)
         execute(run_of(plan), runner)
@@ -149,7 +155,7 @@ def test_all_steps_succeeding_is_exec_done() -> None:
 
 def test_a_plan_that_is_not_stored_runs_nothing() -> None:
     runner = RecordingRunner(fail_steps=False)
-    done = execute(PlanRun("executor", uuid4(), 4, "abc", None), runner)
+    done = execute(CommandRun("executor", uuid4(), 4, "abc", None), runner)
     assert runner.ran == [] and done.meta == {"ran": 0} and "not stored" in done.reason
 
 

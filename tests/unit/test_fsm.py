@@ -11,11 +11,11 @@ from core.domain.fsm import (
     Accepted,
     CaseEvent,
     CaseStatus,
-    Refused,
     allowed_events,
     decide,
     fold,
 )
+from core.domain.refusal import Refused
 
 S, E = CaseStatus, CaseEvent
 

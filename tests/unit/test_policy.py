@@ -17,11 +17,11 @@ from core.domain.policy import (
     Approval,
     ApprovalPolicy,
     Pending,
-    Refused,
     Satisfied,
     noop_only,
     plan_risk,
 )
+from core.domain.refusal import Refused
 from core.settings import Settings
 
 

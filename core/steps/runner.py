@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core.consumers.runs import PlanRun
+from core.consumers.runs import CommandRun
 from core.domain.commands import NoteCase
 from core.domain.messages import StepResultFacts, Topic
 from core.domain.plans import PlanStep
@@ -32,28 +32,6 @@ def step_lease_s(timeout_s: float, configured_s: float) -> float:
     exchange), so the lease allows twice the timeout, plus a margin, and never less than the
     configured lease."""
     return max(configured_s, timeout_s + max(timeout_s, LEASE_MARGIN_S))
-
-
-@dataclass(frozen=True)
-class Step:
-    """A step as the executor runs it; ``phase`` is "step" or "rollback"."""
-
-    phase: str
-    index: int
-    action: str
-    params: Mapping[str, Any]
-    timeout_s: float
-    retry: int
-
-    @classmethod
-    def of(cls, phase: str, index: int, step: PlanStep) -> Step:
-        """The parsed plan's step as the executor runs it (a copy of its params)."""
-        return cls(phase, index, str(step.action), dict(step.params), step.timeout_s, step.retry)
-
-    @property
-    def label(self) -> str:
-        what = "step" if self.phase == "step" else "rollback step"
-        return f"{what} {self.index + 1} ({self.action})"
 
 
 @dataclass(frozen=True)
@@ -79,7 +57,7 @@ class StepResult:
     attempts: int
     last: Attempt
 
-    def describe(self, step: Step) -> str:
+    def describe(self, step: PlanStep) -> str:
         if self.ok:
             return f"{step.label} succeeded"
         if self.last.refused in UNKNOWN_OUTCOMES:
@@ -91,7 +69,8 @@ class StepResult:
 
 
 class StepRunner:
-    """Runs steps of a plan run through the gateway and notes each attempt."""
+    """Runs one plan step with its retries for a command run: each attempt through the gateway,
+    each noted on the case."""
 
     def __init__(self, gateway: Gateway, cases: CaseService, adapters: Mapping[str, Adapter],
                  lease_s: float) -> None:
@@ -100,7 +79,7 @@ class StepRunner:
         self.adapters = adapters
         self.lease_s = lease_s
 
-    def run(self, run: PlanRun, step: Step) -> StepResult:
+    def run(self, run: CommandRun, step: PlanStep) -> StepResult:
         """Attempts until one succeeds, one is refused, or ``1 + step.retry`` have failed."""
         attempt = Attempt(False, "never ran")
         number = 0
@@ -113,7 +92,7 @@ class StepRunner:
 
     # -- one attempt ----------------------------------------------------------------------
 
-    def _attempt(self, run: PlanRun, step: Step, number: int) -> Attempt:
+    def _attempt(self, run: CommandRun, step: PlanStep, number: int) -> Attempt:
         part = str(step.index) if step.phase == "step" else f"rollback:{step.index}"
         # The case version is part of the key: after resume, re-planning and a new approval the
         # same plan runs again for real instead of replaying the earlier run's results.
@@ -126,13 +105,13 @@ class StepRunner:
                                   idempotent=step.action == "noop")
         return _attempt_from(result, step)
 
-    def _executor(self, run: PlanRun, step: Step, number: int,
+    def _executor(self, run: CommandRun, step: PlanStep, number: int,
                   business_key: str) -> Callable[[Mapping[str, Any]], Any]:
         def execute(params: Mapping[str, Any]) -> dict[str, Any]:
             adapter = self.adapters.get(step.action)
             if adapter is None:
                 raise BusinessRefusal(f"{step.action}: no adapter is configured",
-                                      code=StepRefused.code, action=step.action)
+                                      code=StepRefused.code, action=str(step.action))
             ctx = StepContext(str(run.case_id), run.plan_hash or "", step.index, number,
                               downstream_key(business_key), step.timeout_s)
             started = time.monotonic()
@@ -147,11 +126,11 @@ class StepRunner:
             return {**outcome.as_dict(), "duration_s": round(time.monotonic() - started, 3)}
         return execute
 
-    def _note(self, run: PlanRun, step: Step, number: int, attempt: Attempt) -> None:
+    def _note(self, run: CommandRun, step: PlanStep, number: int, attempt: Attempt) -> None:
         event = "step_result" if step.phase == "step" else "rollback_result"
         meta: StepResultFacts = {
             "phase": step.phase, "step": step.index, "attempt": number,
-            "attempts_allowed": step.retry + 1, "action": step.action, "ok": attempt.ok,
+            "attempts_allowed": step.retry + 1, "action": str(step.action), "ok": attempt.ok,
             "duration_s": attempt.duration_s,
             "output": truncate(attempt.output, NOTE_OUTPUT_LIMIT) if attempt.output else "",
             "plan_hash": run.plan_hash,
@@ -194,7 +173,7 @@ UNKNOWN_OUTCOMES = ("unknown_outcome", "needs_reconciliation")
 """Refusals after which nobody knows whether the step took effect: a person checks its target."""
 
 
-def unknown_outcome_summary(code: str, step: Step, returned: Any) -> str:
+def unknown_outcome_summary(code: str, step: PlanStep, returned: Any) -> str:
     """Why the step's outcome is unknown and which target to check, in words; ``returned``
     is what a run that outlived its lease reported (untrusted: shown as what it said)."""
     target = step_target(step.action, step.params)
@@ -207,7 +186,7 @@ def unknown_outcome_summary(code: str, step: Step, returned: Any) -> str:
             f"its result being stored")
 
 
-def _attempt_from(result: CallResult, step: Step) -> Attempt:
+def _attempt_from(result: CallResult, step: PlanStep) -> Attempt:
     if result.status is CallStatus.IN_PROGRESS:
         # Another worker still runs this very attempt after we waited a whole lease: transient,
         # the consumer runner retries the message later.
