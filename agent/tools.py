@@ -13,7 +13,7 @@ import json
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
 from pydantic import ValidationError
@@ -32,6 +32,7 @@ from agent.tool_specs import (
     SearchRunbooks,
     tool_specs,
 )
+from core.cases.replies import Reply
 from core.chat import ChatNotConfigured
 from core.domain.commands import Fence, NoteCase, OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
@@ -50,7 +51,6 @@ from core.gateway.keys import normalized, short_digest, text_key
 from core.library.runbooks import find_runbooks, runbooks_folder
 from core.mcp.remote import RemoteUnavailable
 from core.mrkdwn import escape
-from core.service import Reply
 from core.strict_json import non_finite_problems
 
 if TYPE_CHECKING:
@@ -61,6 +61,8 @@ IN_PROGRESS_WAIT_S = 5.0
 TIMELINE_LIMIT = 30
 REFUSED_TOOLS = ("execute_plan", "approve_plan", "run_plan", "gate_approved")
 
+
+T = TypeVar("T")
 
 class LostLock(InternalError):
     """The run's session lock or fence is no longer the latest: it must stop writing."""
@@ -81,7 +83,7 @@ class ToolReply:
         return cls(ok, json.dumps(body, default=str, sort_keys=True), **flags)
 
 
-def _reply_data(reply: Reply) -> Any:
+def _reply_data(reply: Reply[T]) -> T:
     """A case-service reply's data; a business refusal raises ``BusinessRefusal`` (stored and
     replayed by the gateway), a stale fence ``LostLock``, an outage ``Unavailable``."""
     if reply.ok:

@@ -11,15 +11,17 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from core.cases.replies import Reply
+from core.cases.service import CaseService
 from core.consumers.runs import PlanRun, current_run
 from core.consumers.steps import Step, StepResult, StepRunner
 from core.domain.commands import Attribution, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import CommandPayload, Topic, payload_as
 from core.domain.plans import ParsedPlan, parse_plan
+from core.domain.views import MovedCase
 from core.errors import InvalidPlan
 from core.messaging.consumer import Delivery
-from core.service import CaseService, Reply
 from core.steps.adapters import adapters_from_settings
 
 if TYPE_CHECKING:
@@ -107,7 +109,7 @@ def all_done(steps: int) -> Executed:
 
 def finish(cases: CaseService, run: PlanRun, done: Executed, *,
            inbox_entry: tuple[str, int] | None = None,
-           attribution: Attribution | None = None) -> Reply:
+           attribution: Attribution | None = None) -> Reply[MovedCase]:
     """Move the case with what running its plan came to, as the run's actor, once per run (a
     repeat replays the move; a move made first by another is ``moved_on``)."""
     cmd = TransitionCase(run.case_id, done.event, actor=run.consumer, reason=done.reason,

@@ -21,11 +21,13 @@ from core.domain.commands import ApprovePlan, NoteCase, Scheduled, TransitionCas
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import AwaitingApprovalFacts, CommandPayload, Topic, payload_as
 from core.domain.policy import AUTO_APPROVER, NO_APPROVERS, ApprovalPolicy, PlanLike, plan_risk
+from core.domain.views import MovedCase
 from core.messaging.consumer import Delivery
 
 if TYPE_CHECKING:
     from core.bootstrap import App
-    from core.service import CaseService, Reply
+    from core.cases.replies import Reply
+    from core.cases.service import CaseService
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +131,7 @@ def expiry_check(policy: ApprovalPolicy, run: PlanRun) -> Scheduled:
 
 
 def expire(cases: CaseService, run: PlanRun, correlation_id: str | None,
-           inbox_entry: tuple[str, int] | None = None) -> Reply | None:
+           inbox_entry: tuple[str, int] | None = None) -> Reply[MovedCase] | None:
     """The run's plan expires, as the run's actor: the case parks (``gate_expired``). A check
     that comes before the plan's time (delivered early, or OPSGATE_APPROVAL_TTL_S raised since
     it was scheduled) schedules itself again for that time. Returns the move's reply; None

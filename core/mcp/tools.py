@@ -10,13 +10,14 @@ approves, rejects or executes a plan: a proposed plan waits at the gate for peop
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from core.analysis.store import case_findings
 from core.bootstrap import App
+from core.cases.replies import Reply
 from core.domain.commands import NoteCase, OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.plans import plan_hash
@@ -38,8 +39,8 @@ from core.mcp.schemas import (
     TimelineArgs,
 )
 from core.principals import Principal
-from core.service import Reply
 
+T = TypeVar("T")
 
 @dataclass(frozen=True)
 class CaseTool:
@@ -86,7 +87,7 @@ class Intent:
     run: Callable[[str], dict[str, Any]]
 
 
-def reply_data(reply: Reply) -> Any:
+def reply_data(reply: Reply[T]) -> T:
     """A case-service reply's data; a refusal raises ``BusinessRefusal`` (stored and replayed
     by the gateway), an outage ``Unavailable`` (nothing stored: the caller may retry)."""
     try:
@@ -234,7 +235,7 @@ def attribution(principal: Principal) -> dict[str, str]:
     return {**principal.attribution(), "via": "mcp"}
 
 
-def _case_only(data: dict[str, Any]) -> dict[str, Any]:
+def _case_only(data: Mapping[str, object]) -> dict[str, object]:
     """A case-service reply's case, without the extras a move or note adds."""
     keys = ("case_id", "tenant", "title", "severity", "status", "version", "created_at",
             "updated_at")

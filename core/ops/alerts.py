@@ -32,6 +32,7 @@ from uuid import UUID
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from sqlalchemy import Connection, Engine
 
+from core.cases.service import CaseService
 from core.domain.commands import NoteCase, OpenCase
 from core.domain.messages import (
     AlertGroupFacts,
@@ -44,7 +45,6 @@ from core.domain.messages import (
 from core.ops import alert_store
 from core.ops.alert_store import OPENED, GroupOutcome, Seen, Sighting
 from core.ops.alert_text import cut, shortened, storable
-from core.service import CaseService
 from core.tracing import current
 
 log = logging.getLogger(__name__)

@@ -13,6 +13,8 @@ import pytest
 from sqlalchemy import Engine, select
 
 from core.api.statuses import reply_status
+from core.cases.replies import Reply
+from core.cases.service import CaseService
 from core.db.tables import case_timeline, outbox, plan_approved
 from core.domain.commands import ApprovePlan, RejectPlan, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
@@ -20,7 +22,6 @@ from core.domain.messages import Topic
 from core.domain.plans import plan_hash
 from core.domain.policy import AUTO_APPROVER, ApprovalPolicy
 from core.errors import NotFound
-from core.service import CaseService, Reply
 from tests.support.cases import (
     APPROVERS,
     PLAN,
