@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 from uuid import UUID, uuid4
 
 from sqlalchemy import Connection
@@ -20,6 +20,16 @@ from core.errors import GuardFailed, StalePlan
 
 Row = Mapping[Any, Any]
 GateState = Literal["pending", "approved", "rejected", "expired", "refused"]
+
+
+class DecisionRow(TypedDict):
+    """One ``plan_approved`` row: a decision on one proposal of a plan."""
+
+    id: UUID
+    case_id: UUID
+    plan_id: UUID
+    plan_hash: str
+    decision: ApprovalDecision
 
 
 @dataclass(frozen=True)
@@ -135,14 +145,14 @@ def expiry_of(decisions: Sequence[ApprovalDecision]) -> str | None:
 
 
 def decision_row(plan: Row, approver: str, kind: DecisionKind, at: datetime,
-                 reason: str | None = None) -> dict[str, Any]:
+                 reason: str | None = None) -> DecisionRow:
     """The ``plan_approved`` row of one approver's decision on one proposal (or of its expiry,
     recorded under the gatekeeper)."""
     decision: ApprovalDecision = {"approver": approver, "at": at.isoformat(), "verdict": kind}
     if reason is not None:
         decision["reason"] = reason
     return {"id": uuid4(), "case_id": plan["case_id"], "plan_id": plan["id"],
-            "plan_hash": plan["plan_hash"], "decision": decision}
+            "plan_hash": str(plan["plan_hash"]), "decision": decision}
 
 
 def approval_state(verdict: Verdict, *, recorded: bool) -> ApprovalState:

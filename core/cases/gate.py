@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID, uuid4
 
 from sqlalchemy import Connection
 
 from core.cases import handlers
 from core.cases.approvals import (
+    DecisionRow,
     approval_state,
     decision_row,
     recorded_approvals,
@@ -65,7 +66,7 @@ class Ruling:
 
     plan: Row
     verdict: Verdict
-    approval: dict[str, Any] | None
+    approval: DecisionRow | None
 
     @property
     def plan_hash(self) -> str:
@@ -123,11 +124,11 @@ class Gate:
         verdict, digest = ruling.verdict, ruling.plan_hash
         if isinstance(verdict, Refused):
             raise refuse(ApprovalRefused(verdict.reason, approver=cmd.approver),
-                          self._gate_row(case, "plan_approval", cmd.approver, verdict.reason,
-                                         cmd.correlation_id, outcome="refused",
-                                         facts={"plan_hash": digest,
-                                                "problems": [f"approver: {verdict.reason}"],
-                                                **cmd.attribution}))
+                         self._gate_row(case, "plan_approval", cmd.approver, verdict.reason,
+                                        cmd.correlation_id, outcome="refused",
+                                        facts={"plan_hash": digest,
+                                               "problems": [f"approver: {verdict.reason}"],
+                                               **cmd.attribution}))
         if isinstance(verdict, Satisfied):
             approved = TransitionCase(cmd.case_id, CaseEvent.GATE_APPROVED, actor=cmd.approver,
                                       reason=verdict.reason, correlation_id=cmd.correlation_id,
@@ -182,12 +183,11 @@ class Gate:
             raise refuse(refused) from None
 
     def _gate_row(self, case: Row, event: str, actor: str, reason: str,
-                  correlation_id: str | None, *, outcome: str,
+                  correlation_id: str | None, *, outcome: Literal["note", "refused"],
                   facts: Mapping[str, Any]) -> TimelineRow:
         """A timeline row about the gate that does not move the case."""
         return timeline_row(case["id"], event, actor, reason, correlation_of(correlation_id),
-                            self.clock(), outcome="note" if outcome == "note" else "refused",
-                            source=case["status"],
+                            self.clock(), outcome=outcome, source=case["status"],
                             target=case["status"] if outcome == "note" else None,
                             version=case["version"], facts=facts)
 
@@ -286,7 +286,7 @@ class Gate:
         ineligible gatekeeper); None when they may."""
         return self.policy.refusal(person, str(plan["proposed_by"]), plan["plan"])
 
-    def rejection(self, plan: Row, approver: str, reason: str | None) -> dict[str, Any]:
+    def rejection(self, plan: Row, approver: str, reason: str | None) -> DecisionRow:
         """``approver``'s no to ``plan`` as its ``plan_approved`` row; ``ApprovalRefused`` when
         they may not decide it."""
         refused = self.refusal(plan, approver)
@@ -294,7 +294,7 @@ class Gate:
             raise ApprovalRefused(refused, problems=[f"approver: {refused}"])
         return decision_row(plan, approver, "rejected", self.clock(), reason)
 
-    def expiry(self, case: Row, plan: Row, actor: str, reason: str | None) -> dict[str, Any]:
+    def expiry(self, case: Row, plan: Row, actor: str, reason: str | None) -> DecisionRow:
         """The expiry of ``plan``'s approval as its ``plan_approved`` row, once it has waited the
         policy's TTL since it reached the gate (the case's last move); ``GuardFailed`` before."""
         due = self.policy.approval_expires_at(store.as_utc(case["updated_at"]))

@@ -70,7 +70,7 @@ def note(case: Row | None, cmd: NoteCase, writes: store.Writes, *, now: datetime
     assert case is not None, "a note always concerns a locked case"
     if cmd.event in CaseEvent.__members__.values():
         raise refuse(GuardFailed(f"{cmd.event} is an FSM event: move the case instead",
-                                  problems=[f"event: {cmd.event}"]))
+                                 problems=[f"event: {cmd.event}"]))
     correlation_id = correlation_of(cmd.correlation_id)
     writes.timeline = timeline_row(cmd.case_id, cmd.event, cmd.actor, cmd.reason,
                                    correlation_id, now, outcome="note", source=case["status"],
@@ -116,7 +116,7 @@ def allowed_move(status: CaseStatus, version: int, cmd: TransitionCase) -> Accep
     decision = decide(status, cmd.event)
     if isinstance(decision, Refused):
         raise refuse(IllegalTransition(decision.reason, status=str(status),
-                                        event=str(cmd.event)))
+                                       event=str(cmd.event)))
     return decision
 
 

@@ -241,7 +241,7 @@ def test_the_gateway_refuses_a_stale_fence_and_runs_nothing(locks: SessionLock, 
     assert ran == [1]
 
 
-# -- the core's fence check (core/service.py) ---------------------------------------------
+# -- the core's fence check (core/cases/uow.py) -------------------------------------------
 
 def test_the_core_refuses_a_stale_fence_before_writing(service: CaseService,
                                                         engine: Engine) -> None:
