@@ -45,6 +45,7 @@ class GateStatus:
     requester: str  # who proposed the plan: they may not approve it
     state: GateState
     approvers: tuple[str, ...]  # the yeses the policy counts (none when it refuses them)
+    recorded: tuple[str, ...]  # every yes recorded for this proposal, oldest first
     needed: int  # distinct approvers the plan needs in all
     needs: int | None  # how many more must say yes; 0 when approved, None when refused
     reason: str  # the verdict's reason, the no's, or the expiry's
@@ -63,7 +64,8 @@ def gate_status(conn: Connection, policy: ApprovalPolicy, case: Row, plan: Row) 
     ``policy``: the verdict on the yeses recorded for it, unless a no or its expiry closed it."""
     decisions = store.plan_decisions(conn, plan["id"])
     requester = str(plan["proposed_by"])
-    verdict = policy.evaluate(plan["plan"], requester, recorded_approvals(decisions, plan))
+    yeses = recorded_approvals(decisions, plan)
+    verdict = policy.evaluate(plan["plan"], requester, yeses)
     standing = approval_state(verdict, recorded=False)
     state: GateState = standing["state"]
     reason, rejected_by = standing["reason"], None
@@ -76,6 +78,7 @@ def gate_status(conn: Connection, policy: ApprovalPolicy, case: Row, plan: Row) 
     return GateStatus(
         case_id=plan["case_id"], plan_hash=str(plan["plan_hash"]), requester=requester,
         state=state, approvers=tuple(standing["approvers"]),
+        recorded=tuple(dict.fromkeys(yes.approver for yes in yeses)),
         needed=policy.required(plan["plan"]), needs=standing["needs"], reason=reason,
         rejected_by=rejected_by, automatic=policy.refusal(AUTO_APPROVER, requester, plan["plan"]),
         expires_at=_expires_at(conn, policy, case, plan, state))

@@ -34,7 +34,6 @@ class CaseService(CaseReads):
     def __init__(self, engine: Engine, *, tenant: str = "default", clock: Clock = utcnow,
                  policy: ApprovalPolicy | None = None, reads_metrics: bool = False,
                  promql: QueryBounds | None = None) -> None:
-        self.engine = engine
         self.uow = UnitOfWork(engine)
         self.tenant = tenant
         self.clock = clock
