@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from core.cases.replies import Reply
 from core.errors import InternalError, OpsgateError, StaleFence, Unavailable
 from core.gateway import BusinessRefusal
-from core.service import Reply
+
+T = TypeVar("T")
 
 
 class LostLock(InternalError):
@@ -32,7 +34,7 @@ class ToolReply:
         return cls(ok, json.dumps(body, default=str, sort_keys=True), **flags)
 
 
-def reply_data(reply: Reply) -> Any:
+def reply_data(reply: Reply[T]) -> T:
     """A case-service reply's data; a business refusal raises ``BusinessRefusal`` (stored and
     replayed by the gateway), a stale fence ``LostLock``, an outage ``Unavailable``."""
     if reply.ok:

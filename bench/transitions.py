@@ -25,11 +25,11 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
+from core.cases.service import CaseService
 from core.db.database import make_engine
 from core.domain.commands import OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent
 from core.migrate import upgrade_engine
-from core.service import CaseService
 
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 CONCURRENT = 8

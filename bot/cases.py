@@ -25,14 +25,15 @@ from bot.card import CaseState
 from bot.card_keeper import CardKeeper
 from bot.slack_store import ApprovalRef, SlackStore
 from core.bootstrap import App
+from core.cases.queries import only_one
+from core.cases.replies import Reply
 from core.domain.commands import ApprovePlan, ChatThread, OpenCase, RejectPlan
 from core.domain.fsm import CaseStatus
-from core.domain.views import CaseView
+from core.domain.views import ApprovalView, CaseView, MovedCase
 from core.errors import InvalidRequest, NotFound
 from core.gateway import ToolCall
 from core.library import Library
 from core.mrkdwn import escape, from_slack
-from core.service import Reply, only_one
 
 log = logging.getLogger(__name__)
 
@@ -293,7 +294,8 @@ class SlackCases:
             raise NotFound("this button belongs to no plan opsgate knows")
         return ref
 
-    def approve(self, ref: ApprovalRef, user: str, click: str, correlation_id: str) -> Reply:
+    def approve(self, ref: ApprovalRef, user: str, click: str,
+                correlation_id: str) -> Reply[ApprovalView]:
         """``user``'s yes by one ``click`` (Slack's ``action_ts``): a repeated delivery of the
         click replays its answer; a second click is asked anew, and the core records no second
         yes nor a second decision."""
@@ -302,7 +304,7 @@ class SlackCases:
         return self.cases.approve_plan(cmd, f"slack:approve:{ref.approval_id}:{user}:{click}")
 
     def reject(self, ref: ApprovalRef, user: str, reason: str, click: str,
-               correlation_id: str) -> Reply:
+               correlation_id: str) -> Reply[MovedCase]:
         cmd = RejectPlan(ref.case_id, ref.plan_hash, user, reason, correlation_id=correlation_id,
                          expected_version=ref.case_version)
         return self.cases.reject_plan(cmd, f"slack:reject:{ref.approval_id}:{user}:{click}")

@@ -19,6 +19,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from core.cases.gate import automatic_approval
+from core.cases.replies import Reply, ReplyOutcome
+from core.cases.service import CaseService
 from core.consumers.executor import (
     Executed,
     all_done,
@@ -30,17 +33,11 @@ from core.consumers.executor import (
 from core.consumers.gatekeeper import awaiting_approval
 from core.consumers.runs import CommandRun, current_run
 from core.consumers.verifier import Reading, Verifier
-from core.db import case_store as store
-from core.db.database import connection
-from core.domain.commands import ApprovePlan
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import CommandPayload
 from core.domain.plans import PlanStep, parsed_or_none
-from core.domain.policy import AUTO_APPROVER
 from core.errors import IllegalTransition, KeyReuse, Unavailable, Unprocessable, error_from_body
-from core.gate import approval_state
 from core.gateway import CallStatus, ToolCall, session_of
-from core.service import CaseService, Reply, ReplyOutcome
 from core.steps.adapters import adapters_from_settings
 from core.steps.runner import StepResult, StepRunner, step_lease_s
 
@@ -91,14 +88,14 @@ class Stages:
 
     # -- the three stages ---------------------------------------------------------------------
 
-    def evaluate_gate(self, case_id: UUID, caller: Caller) -> Reply:
+    def evaluate_gate(self, case_id: UUID, caller: Caller) -> Reply[Any]:
         """The gatekeeper's verdict now: the plan approved automatically when the policy lets
         it (recorded as the gatekeeper's, never the caller's), else who must still approve."""
         return self._once(caller, "/gate/eval", case_id, {},
                           lambda: self._gate(case_id, caller))
 
     def execute_next_step(self, case_id: UUID, caller: Caller,
-                          action: str | None = None) -> Reply:
+                          action: str | None = None) -> Reply[Any]:
         """The approved plan's next step, run as the executor runs it; after the last one (or a
         failure and its rollback) the case moves as the executor moves it. ``action``: the
         action the caller expects that step to be (any other is ``OffPlan``)."""
@@ -106,7 +103,7 @@ class Stages:
                           lambda: self._execute(case_id, caller, action),
                           lease_s=self._execution_lease_s(case_id))
 
-    def verify_now(self, case_id: UUID, caller: Caller) -> Reply:
+    def verify_now(self, case_id: UUID, caller: Caller) -> Reply[Any]:
         """One reading of the plan's verify block, the verifier's next: the case closes, parks,
         or keeps waiting (``WAITING``) for its window or its condition until the deadline."""
         return self._once(caller, "/verify/run", case_id, {},
@@ -115,7 +112,7 @@ class Stages:
     # -- once per Idempotency-Key ------------------------------------------------------------
 
     def _once(self, caller: Caller, endpoint: str, case_id: UUID, request: Mapping[str, Any],
-              answer: Callable[[], Reply], lease_s: float = 0.0) -> Reply:
+              answer: Callable[[], Reply[Any]], lease_s: float = 0.0) -> Reply[Any]:
         """``answer()`` the first time the caller's key comes with this request; its reply,
         replayed, every later time; ``KeyReuse`` when the key came with another request."""
         self.cases.get_case(case_id)  # an unknown case is NotFound, and nothing is kept of it
@@ -139,7 +136,7 @@ class Stages:
         return _unkept(result.result, replayed=result.status is CallStatus.REPLAYED)
 
     def _run(self, case_id: UUID, caller: Caller, expected: CaseStatus,
-             endpoint: str) -> CommandRun | Reply:
+             endpoint: str) -> CommandRun | Reply[Any]:
         """The caller's run of the case's current version, or ``IllegalTransition`` when the
         case is not in ``expected``."""
         case = self.cases.get_case(case_id)
@@ -156,46 +153,39 @@ class Stages:
 
     # -- the gate ----------------------------------------------------------------------------
 
-    def _gate(self, case_id: UUID, caller: Caller) -> Reply:
+    def _gate(self, case_id: UUID, caller: Caller) -> Reply[Any]:
         run = self._run(case_id, caller, CaseStatus.WAIT_GATE, "POST /gate/eval")
         if isinstance(run, Reply):
             return run
         assert run.plan is not None, "a case waits at the gate on a stored plan"
         assert run.plan_hash is not None
         policy = self.cases.policy
-        if policy.auto_approves(run.plan):
-            approval = ApprovePlan(case_id, run.plan_hash, AUTO_APPROVER,
-                                   correlation_id=caller.correlation_id,
-                                   expected_version=run.version,
-                                   attribution=caller.attribution)
+        approval = automatic_approval(policy, case_id, run.plan, run.plan_hash,
+                                      version=run.version, correlation_id=caller.correlation_id,
+                                      attribution=caller.attribution)
+        if approval is not None:
             return self.cases.approve_plan(approval, f"{run.key}:approve")
         note = awaiting_approval(self.cases, policy, run, caller.correlation_id)
-        case = self.cases.note(note, f"{run.key}:awaiting_approval").data()
-        case.pop("note")
+        noted = self.cases.note(note, f"{run.key}:awaiting_approval").data()
+        case = {key: value for key, value in noted.items() if key != "note"}
         pending = {**self._pending(run, str(note.reason)),
                    "expires_at": note.meta.get("expires_at")}
         return Reply.of_data({**case, "plan_hash": run.plan_hash, "approval": pending})
 
     def _pending(self, run: CommandRun, waiting: str) -> dict[str, Any]:
-        """What the gate still needs: the verdict on the yeses so far, who may give the rest,
-        why the plan does not approve itself, and where people approve."""
-        assert run.plan is not None
-        assert run.plan_hash is not None
-        gate = self.cases.gate
-        with connection(self.app.engine) as conn:
-            plan = store.plan_by_hash(conn, run.case_id, run.plan_hash)
-            assert plan is not None
-            verdict = gate.standing(conn, plan)
-        state = approval_state(verdict, recorded=False)
-        del state["recorded"]  # nobody decided here
-        return {**state, "requester": str(plan["proposed_by"]),
-                "eligible": gate.policy.describe_approvers(),
-                "automatic": gate.refusal(plan, AUTO_APPROVER), "waiting": waiting,
+        """What the gate still needs: where it stands on the yeses so far, who may give the
+        rest, why the plan does not approve itself, and where people approve."""
+        status = self.cases.gate_status(run.case_id, run.plan_hash)
+        assert status is not None, "a case waits at the gate on a stored plan"
+        return {"state": status.state, "approvers": list(status.approvers),
+                "needs": status.needs, "reason": status.reason, "requester": status.requester,
+                "eligible": self.cases.policy.describe_approvers(),
+                "automatic": status.automatic, "waiting": waiting,
                 "use": f"POST /case/{run.case_id}/approve"}
 
     # -- the execution -----------------------------------------------------------------------
 
-    def _execute(self, case_id: UUID, caller: Caller, action: str | None) -> Reply:
+    def _execute(self, case_id: UUID, caller: Caller, action: str | None) -> Reply[Any]:
         run = self._run(case_id, caller, CaseStatus.EXECUTING, "POST /adapter/exec")
         if isinstance(run, Reply):
             return run
@@ -223,7 +213,7 @@ class Stages:
                               total=len(steps))
 
     def _executed(self, run: CommandRun, caller: Caller, ran: list[tuple[PlanStep, StepResult]],
-                  done: Executed | None, *, succeeded: int, total: int) -> Reply:
+                  done: Executed | None, *, succeeded: int, total: int) -> Reply[Any]:
         """The answer: the case as the run left it, each step this request ran, and the move."""
         moved = None if done is None else finish(self.cases, run, done,
                                                  attribution=caller.attribution)
@@ -261,7 +251,7 @@ class Stages:
 
     # -- the verification --------------------------------------------------------------------
 
-    def _verify(self, case_id: UUID, caller: Caller) -> Reply:
+    def _verify(self, case_id: UUID, caller: Caller) -> Reply[Any]:
         run = self._run(case_id, caller, CaseStatus.VERIFYING, "POST /verify/run")
         if isinstance(run, Reply):
             return run
@@ -289,12 +279,12 @@ class _Recording:
         return result
 
 
-def _kept(reply: Reply) -> dict[str, Any]:
+def _kept(reply: Reply[object]) -> dict[str, Any]:
     """A reply as the gateway keeps it, for every repeat of the request."""
     return {"outcome": str(reply.outcome), "body": reply.body}
 
 
-def _unkept(kept: Mapping[str, Any], *, replayed: bool) -> Reply:
+def _unkept(kept: Mapping[str, Any], *, replayed: bool) -> Reply[Any]:
     """The reply ``_kept`` stored. One kept before replies had an outcome (with the status
     the API sent, for a day in Redis and in older ledger rows) has it read off its body: a
     refusal's error, or a verification that waits."""

@@ -20,9 +20,9 @@ from sqlalchemy import Engine, create_engine, text
 
 from core.api import create_api
 from core.bootstrap import App
+from core.cases.service import CaseService
 from core.db.database import make_engine
 from core.migrate import scratch_schema, upgrade_engine
-from core.service import CaseService
 from tests.support.cases import case_service
 from tests.support.peers import alertmanager_server, metric_service, prometheus_server  # noqa: F401
 from tests.support.servers import POSTGRES_URL, REDIS_URL, missing

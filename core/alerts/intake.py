@@ -43,6 +43,7 @@ from core.alerts.model import (
 from core.alerts.store import OPENED, GroupOutcome, Seen
 from core.alerts.text import cut, shortened
 from core.analysis.store import EvidenceRow, write_evidence
+from core.cases.service import CaseService
 from core.domain.commands import NoteCase, OpenCase
 from core.domain.messages import (
     AlertGroupFacts,
@@ -52,7 +53,6 @@ from core.domain.messages import (
     AlertsOpeningFacts,
     Topic,
 )
-from core.service import CaseService
 from core.tracing import current
 
 log = logging.getLogger(__name__)

@@ -15,6 +15,7 @@ from fastapi.security import HTTPAuthorizationCredentials
 
 from core.api.headers import IdempotencyKeyHeader, bearer, check_idempotency_key
 from core.bootstrap import App
+from core.cases.service import CaseService
 from core.errors import Forbidden, Unauthorized
 from core.principals import (
     ANONYMOUS,
@@ -23,7 +24,6 @@ from core.principals import (
     authenticate,
     tokens_configured,
 )
-from core.service import CaseService
 
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 

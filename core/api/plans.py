@@ -13,10 +13,12 @@ from core.api.headers import CorrelationIdHeader, correlation_id
 from core.api.openapi import documented
 from core.api.replies import send_reply
 from core.api.schemas import CaseReply, GeneratePlanBody
+from core.cases.replies import Reply
+from core.cases.service import CaseService
 from core.domain.commands import TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.plan_templates import load_template
-from core.service import CaseService, Reply
+from core.domain.views import MovedCase
 
 router = APIRouter(tags=["plans"])
 
@@ -42,7 +44,7 @@ def generate_plan(body: GeneratePlanBody, write: Writer, cases: Cases,
 
 
 def conclude_analysis(body: GeneratePlanBody, write: Write, cases: CaseService,
-                      correlation: str | None) -> Reply:
+                      correlation: str | None) -> Reply[MovedCase]:
     """``analysis_done`` made by the caller proposing a plan, under a key of its own derived
     from the request's, so a repeat replays it."""
     cmd = TransitionCase(case_id=body.case_id, event=CaseEvent.ANALYSIS_DONE, actor=write.actor,

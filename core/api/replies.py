@@ -9,13 +9,13 @@ from typing import Any
 from fastapi import Response
 
 from core.api.statuses import reply_status
+from core.cases.replies import Reply
 from core.domain.plans import canonical_json
-from core.service import Reply
 
 JSON = "application/json"
 
 
-def send_reply(reply: Reply, *, location: bool = False) -> Response:
+def send_reply(reply: Reply[object], *, location: bool = False) -> Response:
     """The reply's exact body. Headers only describe it: ``ETag`` (the case version) on success,
     ``Idempotent-Replayed`` on a replay, ``Location`` of a new case."""
     headers: dict[str, str] = {}

@@ -3,6 +3,7 @@ with."""
 
 from __future__ import annotations
 
+from core.cases.replies import Reply, ReplyOutcome
 from core.errors import (
     BadRequest,
     Forbidden,
@@ -17,7 +18,6 @@ from core.errors import (
     Unprocessable,
 )
 from core.mcp.remote import RemoteUnavailable
-from core.service import Reply, ReplyOutcome
 
 OUTCOME_STATUS: dict[ReplyOutcome, int] = {
     ReplyOutcome.DONE: 200,
@@ -46,6 +46,6 @@ def error_status(error: OpsgateError) -> int:
     return next(ERROR_STATUS[kind] for kind in type(error).__mro__ if kind in ERROR_STATUS)
 
 
-def reply_status(reply: Reply) -> int:
+def reply_status(reply: Reply[object]) -> int:
     """The status a service reply is sent with, first time and replayed alike."""
     return OUTCOME_STATUS[reply.outcome] if reply.error is None else error_status(reply.error)

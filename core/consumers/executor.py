@@ -11,14 +11,16 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from core.cases.replies import Reply
+from core.cases.service import CaseService
 from core.consumers.runs import CommandRun, current_run
 from core.domain.commands import Attribution, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import CommandPayload, Topic, payload_as
 from core.domain.plans import ParsedPlan, PlanStep, parse_plan
+from core.domain.views import MovedCase
 from core.errors import InvalidPlan
 from core.messaging.consumer import Delivery
-from core.service import CaseService, Reply
 from core.steps.adapters import adapters_from_settings
 from core.steps.runner import StepResult, StepRunner
 
@@ -108,7 +110,7 @@ def all_done(steps: int) -> Executed:
 
 def finish(cases: CaseService, run: CommandRun, done: Executed, *,
            inbox_entry: tuple[str, int] | None = None,
-           attribution: Attribution | None = None) -> Reply:
+           attribution: Attribution | None = None) -> Reply[MovedCase]:
     """Move the case with what running its plan came to, as the run's actor, once per run (a
     repeat replays the move; a move made first by another is ``moved_on``)."""
     cmd = TransitionCase(run.case_id, done.event, actor=run.consumer, reason=done.reason,

@@ -2,12 +2,14 @@
 the approval policy lets it (``OPSGATE_AUTO_APPROVE``), else notes on the case who may approve
 and how many must, and schedules the plan's expiry.
 
-It approves through ``CaseService.approve_plan`` like a person, under the actor ``gatekeeper``,
-so the policy is enforced in one place: the core. The expiry check is an outbox row the
-"waiting" note writes in its own transaction, due ``OPSGATE_APPROVAL_TTL_S`` after the plan
-reached the gate (``deliver_after``): no thread sleeps, a restart loses nothing. When it falls
-due and the case still waits on that plan at that version, the case parks (``gate_expired``);
-a case decided meanwhile makes the check stale, and it does nothing."""
+Whether a plan approves itself is the gate's one decision (``cases.gate.automatic_approval``,
+as for ``POST /gate/eval``). It approves through ``CaseService.approve_plan`` like a person,
+under the actor ``gatekeeper``, so the policy is enforced in one place: the core. The expiry
+check is an outbox row the "waiting" note writes in its own transaction, due
+``OPSGATE_APPROVAL_TTL_S`` after the plan reached the gate (``deliver_after``): no thread
+sleeps, a restart loses nothing. When it falls due and the case still waits on that plan at
+that version, the case parks (``gate_expired``); a case decided meanwhile makes the check
+stale, and it does nothing."""
 
 from __future__ import annotations
 
@@ -15,17 +17,20 @@ import logging
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from core.cases.gate import automatic_approval
 from core.consumers.runs import CommandRun, current_run
 from core.db.case_store import as_utc
 from core.domain.commands import ApprovePlan, NoteCase, Scheduled, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import AwaitingApprovalFacts, CommandPayload, Topic, payload_as
-from core.domain.policy import AUTO_APPROVER, NO_APPROVERS, ApprovalPolicy, PlanLike, plan_risk
+from core.domain.policy import NO_APPROVERS, ApprovalPolicy, PlanLike, plan_risk
+from core.domain.views import MovedCase
 from core.messaging.consumer import Delivery
 
 if TYPE_CHECKING:
     from core.bootstrap import App
-    from core.service import CaseService, Reply
+    from core.cases.replies import Reply
+    from core.cases.service import CaseService
 
 log = logging.getLogger(__name__)
 
@@ -69,15 +74,15 @@ class Gatekeeper:
             log.warning("gatekeeper: case %s waits on no stored plan; nothing to do",
                         run.case_id)
             return
-        if self.policy.auto_approves(run.plan):
-            self._approve(run, delivery, payload.get("correlation_id"))
+        correlation_id = payload.get("correlation_id")
+        approval = automatic_approval(self.policy, run.case_id, run.plan, run.plan_hash,
+                                      version=run.version, correlation_id=correlation_id)
+        if approval is not None:
+            self._approve(run, delivery, approval)
         else:
-            self._wait(run, delivery, payload.get("correlation_id"))
+            self._wait(run, delivery, correlation_id)
 
-    def _approve(self, run: CommandRun, delivery: Delivery, correlation_id: str | None) -> None:
-        assert run.plan_hash is not None
-        cmd = ApprovePlan(run.case_id, run.plan_hash, AUTO_APPROVER,
-                          correlation_id=correlation_id, expected_version=run.version)
+    def _approve(self, run: CommandRun, delivery: Delivery, cmd: ApprovePlan) -> None:
         reply = self.cases.approve_plan(cmd, run.key, inbox_entry=delivery.inbox_entry)
         if reply.moved_on:
             log.info("gatekeeper: case %s was decided first (%s)", run.case_id, reply.body)
@@ -129,7 +134,7 @@ def expiry_check(policy: ApprovalPolicy, run: CommandRun) -> Scheduled:
 
 
 def expire(cases: CaseService, run: CommandRun, correlation_id: str | None,
-           inbox_entry: tuple[str, int] | None = None) -> Reply | None:
+           inbox_entry: tuple[str, int] | None = None) -> Reply[MovedCase] | None:
     """The run's plan expires, as the run's actor: the case parks (``gate_expired``). A check
     that comes before the plan's time (delivered early, or OPSGATE_APPROVAL_TTL_S raised since
     it was scheduled) schedules itself again for that time. Returns the move's reply; None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from core.cases.service import CaseService
 from core.consumers.runs import CommandRun, current_run, move_case
 from core.domain.commands import NoteCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
@@ -22,7 +23,6 @@ from core.domain.plans import plan_problems
 from core.errors import GuardFailed
 from core.library import Library
 from core.messaging.consumer import Delivery
-from core.service import CaseService
 
 if TYPE_CHECKING:
     from core.bootstrap import App

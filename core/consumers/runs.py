@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 from uuid import UUID
 
+from core.cases.service import CaseService
 from core.domain.commands import TransitionCase
 from core.domain.fsm import CaseStatus
 from core.domain.messages import CommandPayload
 from core.domain.views import CaseView
 from core.errors import NotFound
 from core.gateway.keys import session_of
-from core.service import CaseService
 
 log = logging.getLogger(__name__)
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
+from core.cases.replies import Reply
 from core.consumers.runs import CommandRun, current_run
 from core.db.case_store import as_utc
 from core.domain.commands import NoteCase, Scheduled, TransitionCase
@@ -46,6 +47,7 @@ from core.domain.messages import (
     payload_as,
 )
 from core.domain.verify import NO_METRICS_SOURCE, VerifyBlock, parse_verify, problem_lines
+from core.domain.views import MovedCase
 from core.errors import InvalidPlan, Unavailable
 from core.evidence import (
     CLIENT_GRACE_S,
@@ -62,7 +64,6 @@ from core.gateway import CallStatus, ToolCall
 from core.messaging.consumer import Delivery
 from core.metrics import VERIFY_SECONDS
 from core.outbound.allowlists import UrlAllowList
-from core.service import Reply
 
 if TYPE_CHECKING:
     from core.bootstrap import App
@@ -93,7 +94,8 @@ class Reading:
     observation: VerifyReading
     reason: str
     event: CaseEvent | None = None
-    moved: Reply | None = None  # the move's reply; None while waiting or when another moved it
+    # The move's reply; None while waiting or when another moved it.
+    moved: Reply[MovedCase] | None = None
     watch: Watch | None = None  # None: the block can never be judged
 
 
@@ -247,7 +249,7 @@ class Verifier:
         return Reading(number, meta, reason, event, moved, watch)
 
     def _move(self, run: CommandRun, inbox_entry: tuple[str, int] | None, number: int,
-              event: CaseEvent, reason: str, *, stand_in: bool = False) -> Reply | None:
+              event: CaseEvent, reason: str, *, stand_in: bool = False) -> Reply[MovedCase] | None:
         meta = {"plan_hash": run.plan_hash, "reading": number}
         cmd = TransitionCase(run.case_id, event, actor=run.consumer, reason=reason,
                              meta={**meta, "stand_in": True} if stand_in else meta,

@@ -20,6 +20,19 @@ class CaseView(TypedDict):
     updated_at: str
 
 
+class MovedCase(CaseView):
+    """The case as a move leaves it (``CaseService.transition``, ``reject_plan``); a move that
+    concerns a plan (plan_ready and the gate's moves) names it."""
+
+    plan_hash: NotRequired[str]
+
+
+class NotedCase(CaseView):
+    """The case a note was recorded on (``CaseService.note``), and the note's event."""
+
+    note: str
+
+
 class TimelineEntry(TypedDict):
     """One row of a case's timeline (``CaseService.timeline``), oldest first."""
 
@@ -41,7 +54,7 @@ class ProposedPlan(TypedDict):
     proposed_by: str
 
 
-GateVerdict = Literal["approved", "rejected", "expired"]
+DecisionKind = Literal["approved", "rejected", "expired"]
 """What one ``plan_approved`` row records: a yes, a no, or the plan's expiry."""
 
 
@@ -50,7 +63,7 @@ class ApprovalDecision(TypedDict):
 
     approver: str
     at: str  # ISO 8601, UTC
-    verdict: NotRequired[GateVerdict]  # a row kept before no's and expiries were: a yes
+    verdict: NotRequired[DecisionKind]  # a row kept before no's and expiries were: a yes
     reason: NotRequired[str]
 
 
@@ -62,3 +75,11 @@ class ApprovalState(TypedDict):
     needs: int | None  # more distinct approvers needed; None when refused
     recorded: NotRequired[bool]  # whether this yes was recorded; absent where nobody decided
     reason: str
+
+
+class ApprovalView(CaseView):
+    """The case after one yes (``CaseService.approve_plan``): the plan and where its gate stands
+    (moved to EXECUTING when approved)."""
+
+    plan_hash: str
+    approval: ApprovalState

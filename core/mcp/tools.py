@@ -9,13 +9,14 @@ No tool approves, rejects or executes a plan: a proposed plan waits at the gate 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from core.analysis.store import case_findings
 from core.bootstrap import App
+from core.cases.replies import Reply
 from core.domain.commands import NoteCase, OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.plans import plan_hash
@@ -24,7 +25,6 @@ from core.gateway import BusinessRefusal
 from core.library import Library
 from core.library.runbooks import find_runbooks, runbooks_folder
 from core.principals import Principal
-from core.service import Reply
 from core.tools.args import (
     Args,
     CaseRef,
@@ -54,6 +54,7 @@ from core.tools.catalogue import (
     routes,
 )
 
+T = TypeVar("T")
 Write = Callable[[str], dict[str, Any]]
 
 
@@ -67,7 +68,7 @@ class Intent:
     run: Write
 
 
-def reply_data(reply: Reply) -> Any:
+def reply_data(reply: Reply[T]) -> T:
     """A case-service reply's data; a refusal raises ``BusinessRefusal`` (stored and replayed
     by the gateway), an outage ``Unavailable`` (nothing stored: the caller may retry)."""
     try:
@@ -210,7 +211,7 @@ def attribution(principal: Principal) -> dict[str, str]:
     return {**principal.attribution(), "via": "mcp"}
 
 
-def _case_only(data: dict[str, Any]) -> dict[str, Any]:
+def _case_only(data: Mapping[str, object]) -> dict[str, object]:
     """A case-service reply's case, without the extras a move or note adds."""
     keys = ("case_id", "tenant", "title", "severity", "status", "version", "created_at",
             "updated_at")

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from core.cases.service import CaseService
 from core.consumers.runs import CommandRun
 from core.domain.commands import NoteCase
 from core.domain.messages import StepResultFacts, Topic
@@ -18,7 +19,6 @@ from core.domain.targets import step_target
 from core.errors import Unavailable
 from core.gateway import BusinessRefusal, CallResult, CallStatus, Gateway, ToolCall
 from core.metrics import ADAPTER_STEP_SECONDS
-from core.service import CaseService
 from core.steps.adapters import Adapter, StepContext, StepRefused
 from core.steps.capture import truncate
 

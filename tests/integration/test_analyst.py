@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 
 from core.analysis.store import case_findings
 from core.analysis.tables import evidence_link
+from core.cases.service import CaseService
 from core.clock import utcnow
 from core.consumers.analyst import NO_ANALYST, Analyst
 from core.db.tables import outbox
@@ -25,7 +26,6 @@ from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic
 from core.errors import Unavailable
 from core.messaging.consumer import ConsumerRunner
-from core.service import CaseService
 from tests.support.cases import command, key, open_case
 from tests.support.metrics import STAND_IN_METRICS
 from tests.support.peers import Prometheus

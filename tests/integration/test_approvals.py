@@ -13,6 +13,9 @@ import pytest
 from sqlalchemy import Engine, select
 
 from core.api.statuses import reply_status
+from core.cases.approvals import GateStatus
+from core.cases.replies import Reply
+from core.cases.service import CaseService
 from core.db.tables import case_timeline, outbox, plan_approved
 from core.domain.commands import ApprovePlan, RejectPlan, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
@@ -20,7 +23,6 @@ from core.domain.messages import Topic
 from core.domain.plans import plan_hash
 from core.domain.policy import AUTO_APPROVER, ApprovalPolicy
 from core.errors import NotFound
-from core.service import CaseService, Reply
 from tests.support.cases import (
     APPROVERS,
     PLAN,
@@ -437,3 +439,69 @@ def test_one_approver_double_clicking_under_two_keys_at_once_counts_once(service
     assert all(reply.ok for reply in replies)
     assert len(rows(engine, plan_approved, case_id)) == 1
     assert service.get_case(case_id)["status"] == "WAIT_GATE"
+
+
+# -- where the gate stands (CaseService.gate_status) -------------------------------------------
+
+
+def status(service: CaseService, case_id: UUID, plan: dict[str, Any] = PLAN) -> GateStatus:
+    found = service.gate_status(case_id, plan_hash(plan))
+    assert found is not None
+    return found
+
+
+def test_a_plan_nobody_decided_is_pending_until_its_expiry(service):
+    case_id = waiting(service, HIGH_RISK)
+    standing = status(service, case_id, HIGH_RISK)
+    assert (standing.state, standing.needed, standing.needs, standing.approvers) == (
+        "pending", 2, 2, ())
+    assert standing.requester == REQUESTER and not standing.decided
+    assert standing.automatic == "automatic approval is off"
+    case = service.get_case(case_id)
+    assert standing.expires_at is not None
+    assert standing.expires_at.isoformat() > case["updated_at"]
+    assert service.gate_status(case_id) == standing  # the latest plan by default
+
+
+def test_one_yes_of_two_leaves_it_pending_and_the_second_approves_it(service):
+    case_id = waiting(service, HIGH_RISK)
+    digest = plan_hash(HIGH_RISK)
+    assert service.approve_plan(ApprovePlan(case_id, digest, "alice"), key()).ok
+    one = status(service, case_id, HIGH_RISK)
+    assert (one.needs, one.approvers, one.recorded) == (1, ("alice",), ("alice",))
+    assert service.approve_plan(ApprovePlan(case_id, digest, "bob"), key()).ok
+    standing = status(service, case_id, HIGH_RISK)
+    assert (standing.state, standing.needs, sorted(standing.approvers)) == (
+        "approved", 0, ["alice", "bob"])
+    assert standing.decided and standing.expires_at is None
+
+
+def test_a_no_rejects_it_and_names_who_said_it(service):
+    case_id = waiting(service)
+    no = RejectPlan(case_id, plan_hash(PLAN), "carol", "not during the sale")
+    assert service.reject_plan(no, key()).ok
+    standing = status(service, case_id)
+    assert (standing.state, standing.rejected_by, standing.reason) == (
+        "rejected", "carol", "not during the sale")
+    assert standing.decided and standing.expires_at is None
+
+
+def test_a_plan_nobody_decided_in_time_is_expired(engine):
+    clock = Clock()
+    service = case_service(engine, clock=clock,
+                           policy=ApprovalPolicy(approvers=APPROVERS, approval_ttl_s=60))
+    case_id = waiting(service)
+    clock.advance(61)
+    expire = TransitionCase(case_id, E.GATE_EXPIRED, actor="gatekeeper",
+                            plan_hash=plan_hash(PLAN))
+    assert service.transition(expire, key()).ok
+    standing = status(service, case_id)
+    assert (standing.state, standing.reason) == ("expired", "approval expired after 1 min")
+
+
+def test_a_case_without_that_plan_has_no_standing_and_an_unknown_case_is_not_found(service):
+    case_id = open_case(service)
+    assert service.gate_status(case_id) is None
+    assert service.gate_status(case_id, "0" * 64) is None
+    with pytest.raises(NotFound):
+        service.gate_status(UUID(int=0))

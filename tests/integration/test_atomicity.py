@@ -11,9 +11,10 @@ import pytest
 from sqlalchemy import Engine, event
 
 from core.api.statuses import reply_status
+from core.cases.replies import Reply
+from core.cases.service import CaseService
 from core.domain.commands import ChatThread, OpenCase
 from core.domain.fsm import CaseEvent, CaseStatus
-from core.service import CaseService, Reply
 from tests.support.cases import case_in, command, key, snapshot
 
 E, S = CaseEvent, CaseStatus

@@ -8,9 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 from sqlalchemy import func, select
 
 from core.api.statuses import reply_status
+from core.cases.replies import Reply
 from core.db.tables import case_timeline, outbox
 from core.domain.fsm import CaseEvent, CaseStatus
-from core.service import Reply
 from tests.support.cases import case_in, command, key
 
 # Group "heavy": make test's two workers never run two of its files at once (Makefile).

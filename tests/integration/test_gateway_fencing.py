@@ -16,6 +16,7 @@ from prometheus_client import REGISTRY
 from sqlalchemy import Engine, func, select
 
 from core.api.statuses import reply_status
+from core.cases.service import CaseService
 from core.db.tables import case_timeline, idempotency, outbox
 from core.domain.commands import Fence, OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent
@@ -36,7 +37,6 @@ from core.gateway import (
     holding,
 )
 from core.gateway.ledger import Intent
-from core.service import CaseService
 from tests.support.clock import Clock, let_redis_time_pass
 
 
@@ -241,7 +241,7 @@ def test_the_gateway_refuses_a_stale_fence_and_runs_nothing(locks: SessionLock, 
     assert ran == [1]
 
 
-# -- the core's fence check (core/service.py) ---------------------------------------------
+# -- the core's fence check (core/cases/uow.py) -------------------------------------------
 
 def test_the_core_refuses_a_stale_fence_before_writing(service: CaseService,
                                                         engine: Engine) -> None:

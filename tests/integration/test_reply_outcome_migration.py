@@ -10,10 +10,11 @@ from alembic import command
 from sqlalchemy import Engine, text
 
 from core.api.statuses import reply_status
+from core.cases.replies import Reply
+from core.cases.service import CaseService
 from core.domain.commands import OpenCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.migrate import alembic_config, current_revision, head_revision, upgrade_engine
-from core.service import CaseService, Reply
 from tests.support.cases import case_in, key
 from tests.support.cases import command as transition
 

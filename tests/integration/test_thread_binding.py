@@ -12,10 +12,11 @@ import pytest
 from sqlalchemy import Engine, Uuid, bindparam, func, insert, select, text
 from sqlalchemy.exc import IntegrityError
 
+from core.cases.replies import Reply, ReplyOutcome
+from core.cases.service import CaseService
 from core.db.tables import chat_thread, ops_case
 from core.domain.commands import ChatThread, OpenCase
 from core.migrate import current_revision, head_revision, upgrade_engine
-from core.service import CaseService, Reply, ReplyOutcome
 from tests.support.cases import key, open_case, snapshot
 from tests.support.migrations import downgrade
 

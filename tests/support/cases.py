@@ -9,6 +9,7 @@ from uuid import UUID
 from sqlalchemy import Engine, func, select
 
 from core.api.statuses import reply_status
+from core.cases.service import CaseService
 from core.db.tables import (
     case_timeline,
     chat_thread,
@@ -23,7 +24,6 @@ from core.domain.commands import OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.plans import plan_hash
 from core.domain.policy import ApprovalPolicy
-from core.service import CaseService
 
 E, S = CaseEvent, CaseStatus
 

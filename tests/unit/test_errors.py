@@ -12,6 +12,7 @@ import pkgutil
 import pytest
 
 from core.api.statuses import error_status, reply_status
+from core.cases.replies import Reply, ReplyOutcome
 from core.domain.plans import canonical_json
 from core.errors import (
     IllegalTransition,
@@ -25,7 +26,6 @@ from core.errors import (
 )
 from core.gateway import CallResult, CallStatus, ToolCallFailed
 from core.mcp.remote import RemoteUnavailable
-from core.service import Reply, ReplyOutcome
 from core.stages import OffPlan
 from core.strict_json import NonFiniteNumber, loads
 

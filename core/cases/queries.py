@@ -1,0 +1,106 @@
+"""The case service's reads: a case, the case a short id names, its timeline, its plans, the
+cases a reader may see. Each reads on its own connection; none writes."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from uuid import UUID
+
+from core.cases.rows import case_view, timeline_view
+from core.cases.uow import UnitOfWork
+from core.db import case_store as store
+from core.domain.fsm import CaseStatus
+from core.domain.views import CaseView, ProposedPlan, TimelineEntry
+from core.errors import InvalidRequest, NotFound
+
+MIN_CASE_PREFIX = 4  # hex digits of a case id that name it, when no other case shares them
+HEX_DIGITS = frozenset("0123456789abcdef")
+
+Channels = Collection[str] | None
+"""Which cases a reader may see: None, every one; else those whose chat thread is in one of
+these channels (a reader's scope: a Slack channel, or an API principal's ``--channel``)."""
+
+
+def only_one(ref: str, found: list[UUID]) -> UUID:
+    """The one case of ``found`` that ``ref`` names; ``InvalidRequest`` when several share it."""
+    if len(found) > 1:
+        names = ", ".join(str(case_id)[:13] for case_id in found[:5])
+        raise InvalidRequest(f"`{ref.strip().lower()}` matches several cases ({names}…): give "
+                             "more of the id")
+    return found[0]
+
+
+class CaseReads:
+    """The reads of the case service (``CaseService`` is one), on its unit of work."""
+
+    uow: UnitOfWork
+
+    def get_case(self, case_id: UUID, *, channels: Channels = None) -> CaseView:
+        """The case ``case_id``; a case outside ``channels`` is ``NotFound`` as an unknown one."""
+        with self.uow.connection() as conn:
+            row = store.read_case(conn, case_id, channels)
+        if row is None:
+            raise NotFound(f"no case {case_id}", case_id=str(case_id))
+        return case_view(row)
+
+    def find_case_id(self, ref: str) -> UUID:
+        """The case ``ref`` names: its id, or a prefix of at least ``MIN_CASE_PREFIX`` of its
+        hex digits (dashes optional, any case) that no other case shares. ``InvalidRequest``
+        for anything else or a prefix several cases share, ``NotFound`` when none has it."""
+        found = self.case_ids_matching(ref, limit=6)
+        if not found:
+            raise NotFound(f"no case id starts with `{ref.strip().lower()}`", case=ref)
+        return only_one(ref, found)
+
+    def case_ids_matching(self, ref: str, *, limit: int) -> list[UUID]:
+        """Up to ``limit`` ids of the cases ``ref`` may name (``find_case_id``'s rule), for a
+        caller that chooses among them; ``InvalidRequest`` when ``ref`` is no case id."""
+        digits = ref.strip().lower().replace("-", "")
+        if not MIN_CASE_PREFIX <= len(digits) <= 32 or set(digits) - HEX_DIGITS:
+            raise InvalidRequest(f"`{ref}` is not a case id: give at least {MIN_CASE_PREFIX} "
+                                 "hex digits of its id")
+        with self.uow.connection() as conn:
+            return store.case_ids_starting_with(conn, digits, limit=limit)
+
+    def case_ids_in(self, case_ids: Collection[UUID], channels: Channels) -> set[UUID]:
+        """Those of ``case_ids`` a reader limited to ``channels`` may see (all when None)."""
+        if channels is None:
+            return set(case_ids)
+        with self.uow.connection() as conn:
+            return store.case_ids_in_channels(conn, case_ids, channels)
+
+    def timeline(self, case_id: UUID, *, channels: Channels = None) -> list[TimelineEntry]:
+        with self.uow.connection() as conn:
+            if store.read_case(conn, case_id, channels) is None:
+                raise NotFound(f"no case {case_id}", case_id=str(case_id))
+            return [timeline_view(row) for row in store.read_timeline(conn, case_id)]
+
+    def planning_round(self, case_id: UUID) -> int:
+        """The version at which the case last entered PLANNING: stable while the plan waits at
+        the gate, new after a park and resume, so a re-plan is a new intent."""
+        round_ = 0
+        for row in self.timeline(case_id):
+            meta = row["meta"] or {}
+            if meta.get("outcome") == "accepted" and meta.get("to") == CaseStatus.PLANNING:
+                round_ = int(meta.get("version", 0))
+        return round_
+
+    def list_cases(self, status: CaseStatus | None = None, limit: int = 50, *,
+                   channels: Channels = None, threadless: bool = False) -> list[CaseView]:
+        """The newest cases first (those in ``status``; those in ``channels``, and with
+        ``threadless`` those without a chat thread too)."""
+        with self.uow.connection() as conn:
+            rows = store.list_cases(conn, None if status is None else str(status), limit,
+                                    channels, threadless=threadless)
+        return [case_view(row) for row in rows]
+
+    def proposed_plan(self, case_id: UUID, digest: str | None = None) -> ProposedPlan | None:
+        """The case's plan with hash ``digest`` (its latest plan when None): ``plan_hash``,
+        ``plan``, ``case_version``, ``proposed_by``; None when there is none."""
+        with self.uow.connection() as conn:
+            row = (store.latest_plan(conn, case_id) if digest is None
+                   else store.plan_by_hash(conn, case_id, digest))
+        if row is None:
+            return None
+        return {"plan_hash": row["plan_hash"], "plan": dict(row["plan"]),
+                "case_version": row["case_version"], "proposed_by": row["proposed_by"]}

@@ -1,0 +1,138 @@
+"""The case service: the only way to change a case, one database transaction per request.
+
+A write locks the case row, answers a repeated Idempotency-Key with the first reply, checks the
+fence and the expected version, asks the pure FSM and the gate, and writes case (version + 1),
+timeline, outbox and the reply together (``uow``, ``handlers``, ``gate``). Every business
+outcome, refusals included, is a ``Reply[T]``. Reads are ``queries.CaseReads``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from uuid import UUID
+
+from sqlalchemy import Connection, Engine
+
+from core.cases import handlers
+from core.cases.approvals import GateStatus, gate_status
+from core.cases.gate import Gate
+from core.cases.queries import CaseReads
+from core.cases.replies import Reply
+from core.cases.uow import Row, UnitOfWork, fingerprint
+from core.clock import Clock, utcnow
+from core.db import case_store as store
+from core.domain.commands import ApprovePlan, Fence, NoteCase, OpenCase, RejectPlan, TransitionCase
+from core.domain.policy import ApprovalPolicy
+from core.domain.promql import QueryBounds
+from core.domain.views import ApprovalView, CaseView, MovedCase, NotedCase
+from core.errors import InvalidRequest, NotFound
+
+
+class CaseService(CaseReads):
+    """Opens, moves and reads cases. Built once by the composition root."""
+
+    def __init__(self, engine: Engine, *, tenant: str = "default", clock: Clock = utcnow,
+                 policy: ApprovalPolicy | None = None, reads_metrics: bool = False,
+                 promql: QueryBounds | None = None) -> None:
+        self.uow = UnitOfWork(engine)
+        self.tenant = tenant
+        self.clock = clock
+        # The default names no approver, so nobody approves: bootstrap passes the configured one.
+        self.policy = policy or ApprovalPolicy()
+        # Whether a metrics source is configured (core.evidence.has_metrics_source): without
+        # one, plan_ready refuses a plan with a metric check, which nothing could ever judge.
+        self.reads_metrics = reads_metrics
+        # The bounds of the PromQL the verifier sends (core.evidence.promql_bounds), when metric
+        # checks are read from Prometheus: plan_ready refuses a verify query that breaks them.
+        self.promql = promql
+
+    @property
+    def gate(self) -> Gate:
+        """The gate, judged by this service's policy and stamped by its clock (both read at each
+        decision: tests move the clock)."""
+        return Gate(self.policy, self.clock, self.reads_metrics, self.promql)
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def open_case(self, cmd: OpenCase, key: str) -> Reply[CaseView]:
+        """Open a case in NEW (version 0), once per idempotency key."""
+        return self.uow.run(
+            key, fingerprint(cmd.intent()), None,
+            lambda _conn, _case, writes: handlers.open_case(cmd, writes, tenant=self.tenant,
+                                                            now=self.clock()),
+            created=True)
+
+    def transition(self, cmd: TransitionCase, key: str, *,
+                   inbox_entry: tuple[str, int] | None = None) -> Reply[MovedCase]:
+        """Move a case by one FSM event, once per idempotency key. A consumer passes its
+        ``inbox_entry`` (consumer, message id) so the inbox row commits with the effect."""
+        return self.uow.run(
+            key, fingerprint(cmd.intent()), cmd.case_id,
+            lambda conn, case, writes: handlers.move(conn, case, cmd, writes, self.gate,
+                                                     self.clock()),
+            fence=cmd.fence, inbox_entry=inbox_entry)
+
+    def note(self, cmd: NoteCase, key: str, *,
+             inbox_entry: tuple[str, int] | None = None,
+             also: Callable[[Connection], None] | None = None) -> Reply[NotedCase]:
+        """Record a fact on the case's timeline (and ``cmd.topic`` in the outbox) without moving
+        it, once per idempotency key. ``also`` writes the fact's own rows (the analyst's
+        evidence) in the same transaction, only when the note is recorded, never on a replay."""
+        def work(conn: Connection, case: Row | None, writes: store.Writes) -> NotedCase:
+            data = handlers.note(case, cmd, writes, now=self.clock())
+            if also is not None:
+                also(conn)
+            return data
+
+        return self.uow.run(key, fingerprint(cmd.intent()), cmd.case_id, work,
+                            inbox_entry=inbox_entry)
+
+    def approve_plan(self, cmd: ApprovePlan, key: str, *,
+                     inbox_entry: tuple[str, int] | None = None) -> Reply[ApprovalView]:
+        """One approver's yes to the plan the case waits on, once per idempotency key. The yes
+        is recorded; when the policy is then satisfied the case moves to EXECUTING in the same
+        transaction. An approver who already said yes (a double click under another key)
+        records nothing new."""
+        return self.uow.run(key, fingerprint(cmd.intent()), cmd.case_id,
+                            lambda conn, case, writes: self.gate.approve(conn, case, cmd, writes),
+                            inbox_entry=inbox_entry)
+
+    def reject_plan(self, cmd: RejectPlan, key: str, *,
+                    inbox_entry: tuple[str, int] | None = None) -> Reply[MovedCase]:
+        """One approver's no to the plan the case waits on: the case parks (``gate_rejected``)
+        with the reason, once per idempotency key. The approver rules apply as to a yes."""
+        if not cmd.reason.strip():
+            return Reply.of_error(InvalidRequest("a rejection needs a reason",
+                                                 problems=["reason: empty"]))
+        return self.uow.run(key, fingerprint(cmd.intent()), cmd.case_id,
+                            lambda conn, case, writes: self.gate.reject(conn, case, cmd, writes),
+                            inbox_entry=inbox_entry)
+
+    def issue_fence(self, session_id: str) -> Fence:
+        """A new fence token for ``session_id``, higher than every one issued before."""
+        with self.uow.transaction() as conn:
+            return Fence(session_id, store.issue_fence(conn, session_id))
+
+    # -- the gate's reads -----------------------------------------------------------------
+
+    def may_reject(self, case_id: UUID, plan_hash: str, person: str, *,
+                   expected_version: int | None = None) -> bool:
+        """Whether ``person``'s no to the plan ``plan_hash`` would be taken now, by the gate's
+        own rules (a front end asks before it asks for a reason)."""
+        with self.uow.connection() as conn:
+            case = store.read_case(conn, case_id)
+            if case is None:
+                raise NotFound(f"no case {case_id}", case_id=str(case_id))
+            return self.gate.may_reject(conn, case, plan_hash, person,
+                                        expected_version=expected_version)
+
+    def gate_status(self, case_id: UUID, plan_hash: str | None = None) -> GateStatus | None:
+        """Where the gate stands for the case's plan ``plan_hash`` (its latest plan when None),
+        read from its approval rows; None when the case has no such plan."""
+        with self.uow.connection() as conn:
+            case = store.read_case(conn, case_id)
+            if case is None:
+                raise NotFound(f"no case {case_id}", case_id=str(case_id))
+            plan = (store.latest_plan(conn, case_id) if plan_hash is None
+                    else store.plan_by_hash(conn, case_id, plan_hash))
+            return None if plan is None else gate_status(conn, self.policy, case, plan)
