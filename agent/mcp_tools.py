@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agent.settings import AgentSettings
 from core.mcp.remote import (
     RemoteResult,
     RemoteServer,
@@ -133,7 +134,7 @@ def toolbox_from_settings(settings: Settings) -> McpToolbox | None:
         return None
     servers = {name: server for name, server in load_servers(settings.mcp_servers).items()
                if server.agent_tools}
-    return McpToolbox(servers, settings.mcp_result_limit) if servers else None
+    return McpToolbox(servers, settings.layer(AgentSettings).mcp_result_limit) if servers else None
 
 
 def _parameters(schema: Mapping[str, Any]) -> dict[str, Any]:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from langchain_core.language_models import BaseChatModel
 
 from agent.offline import OfflinePlannerModel
-from core.settings import Settings
+from agent.settings import AgentSettings
 
 
-def chat_model(settings: Settings) -> BaseChatModel:
+def chat_model(settings: AgentSettings) -> BaseChatModel:
     """The configured model: ChatOpenAI with explicit timeout and retries (its defaults are no
     timeout and 2 retries), or the deterministic offline planner model."""
     if not settings.model or settings.openai_api_key is None:

@@ -24,6 +24,7 @@ from agent.graph import ModelUnavailable, RunUsage, build_graph
 from agent.mcp_tools import McpToolbox, toolbox_from_settings
 from agent.models import chat_model
 from agent.replies import LostLock
+from agent.settings import AgentSettings
 from agent.state import usage_of
 from agent.tools import CaseTools
 from agent.usage import model_name
@@ -69,7 +70,9 @@ class Agent:
         self.tool_factory = tool_factory
         # External MCP tools (OPSGATE_MCP_SERVERS): read-only ones, through the gateway.
         self.mcp = mcp if mcp is not None else toolbox_from_settings(app.settings)
-        self.model = model if model is not None else chat_model(app.settings)
+        agent_settings = app.settings.layer(AgentSettings)
+        self.model = model if model is not None else chat_model(agent_settings)
+        self.max_model_calls = agent_settings.agent_max_model_calls
         self.lock_wait_s = lock_wait_s
         self.interrupt_before = interrupt_before
         self._checkpoints = checkpoints
@@ -111,7 +114,7 @@ class Agent:
                                   correlation_id=correlation_id, mcp=self.mcp)
         usage = RunUsage()
         graph = build_graph(self.model, tools, self.checkpoints.saver,
-                            max_model_calls=self.app.settings.agent_max_model_calls,
+                            max_model_calls=self.max_model_calls,
                             usage=usage, interrupt_before=self.interrupt_before)
         try:
             result = self._guarded(graph, tools, text, usage, post_failures, still_wanted)
@@ -154,7 +157,7 @@ class Agent:
 
     def _turn(self, graph: CompiledStateGraph[Any], tools: CaseTools, text: str | None,
               still_wanted: Callable[[], bool] | None = None) -> TurnResult:
-        config = thread_config(tools.case_id, self.app.settings.agent_max_model_calls)
+        config = thread_config(tools.case_id, self.max_model_calls)
         if "tools" in graph.get_state(config).next:
             # A turn was cut off inside the tool node (crash, interrupt): run it to its end
             # first. Its calls that already ran replay from the gateway; nothing runs twice.
@@ -188,7 +191,7 @@ class Agent:
         """Model calls and tokens of this run, and the case's totals, on the timeline."""
         if not usage.model_calls and not usage.failures:
             return
-        config = thread_config(tools.case_id, self.app.settings.agent_max_model_calls)
+        config = thread_config(tools.case_id, self.max_model_calls)
         snapshot = graph.get_state(config)
         checkpoint = str(snapshot.config.get("configurable", {}).get("checkpoint_id", "none"))
         meta = {"model": model_name(self.model), "trigger": trigger, **usage.as_dict(),

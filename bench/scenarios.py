@@ -23,6 +23,7 @@ from agent.offline import OfflinePlannerModel
 from agent.planner import AgentPlanner
 from agent.runner import Agent
 from agent.scripted import ScriptedChatModel
+from agent.settings import AgentSettings
 from core.bootstrap import App, bootstrap
 from core.demo import DEMO_METRICS_AFTER_CHANGE
 from core.domain.commands import OpenCase, TransitionCase
@@ -68,7 +69,8 @@ def agent_app(engine: Engine, **overrides: Any) -> App:
     is no default: without a source, plan_ready refuses a plan with a metric check)."""
     values: dict[str, Any] = {"runbooks_dir": str(RUNBOOKS),
                               "static_metrics": DEMO_METRICS_AFTER_CHANGE, **overrides}
-    return bootstrap(Settings(**values), engine=engine)
+    model = {name: values.pop(name) for name in list(values) if name in AgentSettings.model_fields}
+    return bootstrap(Settings(**values).with_layers(AgentSettings(**model)), engine=engine)
 
 
 def case_at(app: App, status: CaseStatus, title: str = "p95 latency after deploy of checkout"

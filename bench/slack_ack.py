@@ -42,6 +42,7 @@ from bot.sandbox.sender import signed_headers
 from bot.sandbox.server import Sandbox, create_sandbox_app
 from bot.sandbox.serving import ThreadedServer, free_port
 from bot.sandbox.workspace import BOT, CHANNEL_ID, REQUESTER, TEAM_ID
+from bot.settings import SlackSettings
 from core.api import create_api
 from core.bootstrap import Extensions, bootstrap
 from core.migrate import scratch_schema
@@ -102,10 +103,10 @@ def running_bot(engine: Engine, agent: SlowAgent,
         served.append(SlackEvents(build_bolt(app, agent=agent), SECRET))
         mount_slack_events(app, api, served[-1])
 
-    settings = Settings(slack_bot_token=SecretStr(sandbox.bot_token),
-                        slack_signing_secret=SecretStr(SECRET),
-                        slack_api_url=sandbox.web_api_url, incident_channel=CHANNEL_ID,
-                        slack_workers=slack_workers)
+    settings = Settings().with_layers(SlackSettings(
+        slack_bot_token=SecretStr(sandbox.bot_token), slack_signing_secret=SecretStr(SECRET),
+        slack_api_url=sandbox.web_api_url, incident_channel=CHANNEL_ID,
+        slack_workers=slack_workers))
     app = bootstrap(settings, engine=engine, extensions=Extensions(
         consumers={"notifier": SlackNotifier}, routes=(mount,), chat=slack_chat))
     bot = ThreadedServer(create_api(app), HOST, int(urlsplit(api_url).port or 0),

@@ -29,10 +29,10 @@ from bot.agent import Agent, configured_agent
 from bot.cases import SlackCases
 from bot.failures import report
 from bot.listeners import actions, commands, events
+from bot.settings import SlackSettings
 from bot.slack_store import SlackStore
 from core.bootstrap import App
 from core.metrics import SLACK_ACK_SECONDS
-from core.settings import Settings
 from core.strict_json import MAX_DEPTH, non_finite_problems, too_deep
 
 log = logging.getLogger(__name__)
@@ -42,15 +42,15 @@ ACKS_FIRST_S = 2.0  # how long acked work may wait for a burst of acks to pass
 QUIET_S = 0.02  # no request for this long: the burst has passed
 
 
-def slack_configured(settings: Settings) -> bool:
-    return settings.slack_bot_token is not None
+def slack_configured(slack: SlackSettings) -> bool:
+    return slack.slack_bot_token is not None
 
 
-def web_client(settings: Settings) -> WebClient:
+def web_client(slack: SlackSettings) -> WebClient:
     """The Web API client every Slack call goes through (``OPSGATE_SLACK_API_URL``)."""
-    token = settings.slack_bot_token
-    base_url = settings.slack_api_url if settings.slack_api_url.endswith("/") \
-        else settings.slack_api_url + "/"
+    token = slack.slack_bot_token
+    base_url = slack.slack_api_url if slack.slack_api_url.endswith("/") \
+        else slack.slack_api_url + "/"
     return WebClient(token=None if token is None else token.get_secret_value(),
                      base_url=base_url, timeout=10)
 
@@ -59,10 +59,10 @@ def build_bolt(app: App, *, agent: Agent | None = None, client: WebClient | None
                verify_requests: bool = True) -> Bolt:
     """A Bolt app serving ``app``: events, ``/case``, the plan buttons and the reject modal.
     ``verify_requests`` is off only in Socket Mode, where Slack's WebSocket is the proof."""
-    settings = app.settings
-    require_slack_secrets(settings, verify_requests)
-    client = client or web_client(settings)
-    bolt = bare_bolt(settings, client, verify_requests)
+    slack = app.settings.layer(SlackSettings)
+    require_slack_secrets(slack, verify_requests)
+    client = client or web_client(slack)
+    bolt = bare_bolt(slack, client, verify_requests)
     cases = SlackCases(app, client, SlackStore(app.engine),
                        agent if agent is not None else configured_agent(app))
     bolt.middleware(refuse_non_finite_numbers)
@@ -77,25 +77,25 @@ def build_bolt(app: App, *, agent: Agent | None = None, client: WebClient | None
     return bolt
 
 
-def require_slack_secrets(settings: Settings, verify_requests: bool) -> None:
+def require_slack_secrets(slack: SlackSettings, verify_requests: bool) -> None:
     """Refuse to start without the bot token, or without the signing secret when Slack's
     HTTP requests are to be verified."""
-    if settings.slack_bot_token is None:
+    if slack.slack_bot_token is None:
         raise ValueError("SLACK_BOT_TOKEN is not set: the Slack bot cannot start")
-    if verify_requests and settings.slack_signing_secret is None:
+    if verify_requests and slack.slack_signing_secret is None:
         raise ValueError("SLACK_SIGNING_SECRET is not set: Slack's HTTP requests cannot be "
                          "verified, so the bot refuses to serve them")
 
 
-def bare_bolt(settings: Settings, client: WebClient, verify_requests: bool) -> Bolt:
+def bare_bolt(slack: SlackSettings, client: WebClient, verify_requests: bool) -> Bolt:
     """The Bolt app itself, before any listener: its signing secret, client and workers."""
-    secret = settings.slack_signing_secret
+    secret = slack.slack_signing_secret
     return Bolt(
         signing_secret=None if secret is None else secret.get_secret_value(),
         client=client,
         token_verification_enabled=False,  # auth.test on the first request, not at build time
         request_verification_enabled=verify_requests,
-        listener_executor=ThreadPoolExecutor(max_workers=settings.slack_workers,
+        listener_executor=ThreadPoolExecutor(max_workers=slack.slack_workers,
                                              thread_name_prefix="slack-work"),
         logger=logging.getLogger("bot.bolt"),
     )
@@ -233,14 +233,14 @@ def mount_slack_events(app: App, api: FastAPI, events: SlackEvents | None = None
     Without a bot token Slack is off; without a signing secret (Socket Mode only) requests
     could not be verified: either way nothing is mounted."""
     if events is None:
-        settings = app.settings
-        if not slack_configured(settings):
+        slack = app.settings.layer(SlackSettings)
+        if not slack_configured(slack):
             log.info("Slack is off (SLACK_BOT_TOKEN is not set): %s not served", EVENTS_PATH)
             return
-        if settings.slack_signing_secret is None:
+        if slack.slack_signing_secret is None:
             log.warning("SLACK_SIGNING_SECRET is not set: %s not served (Socket Mode only)",
                         EVENTS_PATH)
             return
-        events = SlackEvents(build_bolt(app), settings.slack_signing_secret.get_secret_value())
+        events = SlackEvents(build_bolt(app), slack.slack_signing_secret.get_secret_value())
     api.add_api_route(EVENTS_PATH, events, methods=["POST"], include_in_schema=False)
     api.router.on_shutdown.append(events.close)

@@ -23,6 +23,7 @@ from bot.agent import Agent
 from bot.blocks import short_id, who
 from bot.card import CaseState
 from bot.card_keeper import CardKeeper
+from bot.settings import SlackSettings
 from bot.slack_store import ApprovalRef, SlackStore
 from core.bootstrap import App
 from core.cases.queries import only_one
@@ -90,6 +91,8 @@ class SlackCases:
         self.cards = CardKeeper(app)
         self.thread_status = True  # whether assistant.threads.setStatus works for this app
         self._workspace_url: str | None = None
+        # where cases opened outside Slack get their thread (OPSGATE_INCIDENT_CHANNEL)
+        self.incident_channel = app.settings.layer(SlackSettings).incident_channel
 
     # -- conversations ----------------------------------------------------------------------
 
@@ -236,7 +239,7 @@ class SlackCases:
         case's channel is its thread's; a case opened elsewhere with no thread yet belongs to
         the incident channel, where its card goes (none configured: approvers only)."""
         thread = self.store.thread_of_case(case_id)
-        channel = self.app.settings.incident_channel if thread is None else thread.channel
+        channel = self.incident_channel if thread is None else thread.channel
         if channel and channel == asker.channel:
             return True
         if self.app.policy.may_approve(asker.user):
@@ -282,7 +285,7 @@ class SlackCases:
             except ValueError:
                 raise InvalidRequest(f"`{status}` is not a case status "
                                      f"({', '.join(s.value for s in CaseStatus)})") from None
-        home = asker.channel == self.app.settings.incident_channel  # see ``may_read``
+        home = asker.channel == self.incident_channel  # see ``may_read``
         return self.cases.list_cases(wanted, limit=20, channels=[asker.channel],
                                      threadless=home)
 

@@ -26,15 +26,17 @@ def slack_chat(app: App) -> ChatSink:
     """The sink the notifier posts through: Slack when a bot token is set; otherwise every post
     is held (none is recorded as sent) until a process with Slack delivers it."""
     from bot.app import slack_configured, web_client
+    from bot.settings import SlackSettings
     from bot.sink import SlackChatSink
     from bot.slack_store import SlackStore
     from core.chat import HeldChat
     from core.ops.readiness import NO_SLACK
 
-    if not slack_configured(app.settings):
+    slack = app.settings.layer(SlackSettings)
+    if not slack_configured(slack):
         return HeldChat(NO_SLACK)
-    return SlackChatSink(web_client(app.settings), SlackStore(app.engine),
-                         incident_channel=app.settings.incident_channel)
+    return SlackChatSink(web_client(slack), SlackStore(app.engine),
+                         incident_channel=slack.incident_channel)
 
 
 def slack_notifier(app: App) -> Consumer:
@@ -64,10 +66,13 @@ def approver_groups(settings: Settings) -> GroupMembers | None:
 def product_extensions() -> Extensions:
     """What the agent and the bot plug into every opsgate process."""
     from agent import consumers as agent_consumers
+    from agent.settings import AgentSettings
+    from bot.settings import SlackSettings
 
     return Extensions(consumers={**agent_consumers(), "notifier": slack_notifier},
                       routes=(slack_events,),
-                      chat=slack_chat, socket_mode=socket_mode, members=approver_groups)
+                      chat=slack_chat, socket_mode=socket_mode, members=approver_groups,
+                      settings=(SlackSettings, AgentSettings))
 
 
 if __name__ == "__main__":

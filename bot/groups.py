@@ -12,6 +12,7 @@ from collections.abc import Collection, Iterable
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
+from bot.settings import SlackSettings
 from core.domain.policy import GroupMembers
 from core.settings import Settings
 
@@ -70,6 +71,7 @@ def group_members(settings: Settings) -> GroupMembers | None:
     from bot.app import web_client
 
     groups = [approver for approver in settings.approvers if is_group(approver)]
-    if not groups or settings.slack_bot_token is None:
+    slack = settings.layer(SlackSettings)
+    if not groups or slack.slack_bot_token is None:
         return None
-    return SlackGroups(web_client(settings), groups).start()
+    return SlackGroups(web_client(slack), groups).start()

@@ -12,6 +12,7 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 
 from bot.agent import Agent
 from bot.app import build_bolt
+from bot.settings import SlackSettings
 from core.bootstrap import App
 from core.metrics import SLACK_ACK_SECONDS
 
@@ -29,7 +30,7 @@ class TimedSocketModeHandler(SocketModeHandler):
 
 def start_socket_mode(app: App, *, agent: Agent | None = None) -> TimedSocketModeHandler:
     """Connect to Slack over Socket Mode in background threads; ``close()`` disconnects."""
-    token = app.settings.slack_app_token
+    token = app.settings.layer(SlackSettings).slack_app_token
     if token is None:
         raise ValueError("SLACK_APP_TOKEN is not set: Socket Mode needs an app-level token")
     bolt = build_bolt(app, agent=agent, verify_requests=False)

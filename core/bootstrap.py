@@ -14,7 +14,7 @@ from core.db.database import make_engine
 from core.domain.policy import ApprovalPolicy, GroupMembers
 from core.evidence import has_metrics_source, promql_bounds
 from core.gateway import Gateway, build_gateway
-from core.settings import Settings, load_settings
+from core.settings import OpsgateSettings, Settings, load_settings
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -38,13 +38,16 @@ class Extensions:
     of the template planner); ``routes`` mount HTTP routes on the API (Slack events);
     ``chat`` builds the sink the notifier posts through (Slack instead of memory);
     ``socket_mode`` connects to Slack over Socket Mode (``opsgate serve --socket-mode``);
-    ``members`` resolves the user groups on the approver list (Slack's, from a cache)."""
+    ``members`` resolves the user groups on the approver list (Slack's, from a cache);
+    ``settings`` are the outer layers' own settings classes (Slack's, the model's), read with
+    core's and found with ``Settings.layer``."""
 
     consumers: Mapping[str, ConsumerFactory] = field(default_factory=dict)
     routes: tuple[RouteMount, ...] = ()
     chat: Callable[[App], ChatSink] | None = None
     socket_mode: Callable[[App], Connection] | None = None
     members: Callable[[Settings], GroupMembers | None] | None = None
+    settings: tuple[type[OpsgateSettings], ...] = ()
 
 
 @dataclass
@@ -82,7 +85,9 @@ def bootstrap(settings: Settings | None = None, *, engine: Engine | None = None,
     """Wire opsgate from ``settings`` (the environment by default), with what ``extensions``
     plug in; an explicit ``chat`` wins over the extensions' sink."""
     extensions = extensions or Extensions()
-    settings = settings or load_settings()
+    settings = settings or load_settings(*extensions.settings)
+    for layer in extensions.settings:  # a mistake in a layer's settings stops the start too
+        settings.layer(layer)
     if members is None and extensions.members is not None:
         members = extensions.members(settings)
     engine = engine or make_engine(settings.database_url, pool_size=settings.db_pool_size)

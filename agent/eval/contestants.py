@@ -17,8 +17,9 @@ from agent.eval.scenarios import Scenario
 from agent.models import chat_model
 from agent.offline import OFFLINE_NAME, OfflinePlannerModel
 from agent.scripted import ScriptedChatModel
+from agent.settings import AgentSettings
 from core.domain.plan_templates import load_template
-from core.settings import load_settings
+from core.settings import read_settings
 from core.settings_errors import InvalidSettings
 
 SCRIPTED = {
@@ -46,7 +47,8 @@ def contestant(name: str | None, base_url: str | None = None) -> tuple[str, Fact
         return name, lambda scenario, case_id: scripted(kind, scenario, case_id)
     key = os.environ.get("OPENAI_API_KEY") or NOT_AN_API_KEY
     try:  # the product's own reading: the environment, then what the command line named
-        settings = load_settings(model=name, openai_api_key=key, openai_base_url=base_url)
+        settings = read_settings(AgentSettings, model=name, openai_api_key=key,
+                                 openai_base_url=base_url)
     except InvalidSettings as exc:
         raise ValueError(exc.message) from None
     return name, lambda _scenario, _case: chat_model(settings)

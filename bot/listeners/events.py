@@ -12,6 +12,7 @@ from slack_bolt import App as Bolt
 from bot.cases import SlackCases, SlackThread, title_of
 from bot.listeners import Body, acknowledge, lazy
 from bot.pins import pin, pin_name, reaction_of
+from bot.settings import SlackSettings
 from core.tracing import bound
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,8 @@ def on_reaction(cases: SlackCases, body: Body) -> None:
     """The pin reaction on a message: the message is pinned to its case, once; any other
     reaction is not ours."""
     reaction = reaction_of(body)
-    if reaction is None or reaction.name != pin_name(cases.app.settings.pin_reaction):
+    ours = pin_name(cases.app.settings.layer(SlackSettings).pin_reaction)
+    if reaction is None or reaction.name != ours:
         return
     with bound(reaction.event_id):
         outcome = pin(cases, reaction)

@@ -26,6 +26,7 @@ from core.cli.command import CliError, Command
 if TYPE_CHECKING:
     from bot.sandbox.server import Sandbox
     from bot.sandbox.serving import ThreadedServer
+    from bot.settings import SlackSettings
     from core.bootstrap import App
     from core.settings import Settings
 
@@ -214,13 +215,16 @@ def demo_settings(args: argparse.Namespace, sandbox: Sandbox) -> Settings:
     recorded demo series unless ``OPSGATE_SERIES_DIR`` names others, so a latency, an error or a
     memory leak case shows its finding. Verification runs on the demo's clock
     (``core.demo.demo_verification``): a plan's window after the change takes seconds."""
+    from agent.settings import AgentSettings
+    from bot.settings import SlackSettings
     from core.demo import demo_verification
     from core.settings import load_settings
 
-    base = load_settings()
+    base = load_settings(SlackSettings, AgentSettings)
     database_url = _demo_database_url(args, base.database_url)
-    return demo_verification(base.model_copy(update=_sandbox_update(args, sandbox, base,
-                                                                     database_url)))
+    settings = base.model_copy(update=_sandbox_update(args, sandbox, base, database_url))
+    offline = base.layer(AgentSettings).model_copy(update={"model": None, "openai_api_key": None})
+    return demo_verification(settings.with_layers(_sandbox_slack(sandbox, base), offline))
 
 
 def _demo_database_url(args: argparse.Namespace, configured: str) -> str:
@@ -236,29 +240,36 @@ def _demo_database_url(args: argparse.Namespace, configured: str) -> str:
 
 def _sandbox_update(args: argparse.Namespace, sandbox: Sandbox, base: Settings,
                     database_url: str) -> dict[str, object]:
-    """The settings the demo overrides: Slack and the traffic gateway are the sandbox, alice
-    approves, the offline model plans, the recorded series feed the analyst."""
-    from pydantic import SecretStr
-
-    from bot.sandbox.workspace import APPROVER, CHANNEL_ID
+    """The core settings the demo overrides: the traffic gateway is the sandbox, alice
+    approves, the recorded series feed the analyst (the offline model plans: ``demo_settings``)."""
+    from bot.sandbox.workspace import APPROVER
     from core.analysis.sources import RECORDED_DEMO
 
     return {
         "traffic_gateway_url": sandbox.traffic_gateway_url,  # the sandbox plays it
         "database_url": database_url,
         "redis_url": args.redis,
+        "approvers": [APPROVER.id],
+        "auto_approve": "off",
+        "api_reads": "open",  # the sandbox's case panel reads the API without a token
+        "series_dir": base.series_dir or str(RECORDED_DEMO),
+    }
+
+
+def _sandbox_slack(sandbox: Sandbox, base: Settings) -> SlackSettings:
+    """The environment's Slack settings pointed at the sandbox's workspace (HTTP mode)."""
+    from pydantic import SecretStr
+
+    from bot.sandbox.workspace import CHANNEL_ID
+    from bot.settings import SlackSettings
+
+    return base.layer(SlackSettings).model_copy(update={
         "slack_bot_token": SecretStr(sandbox.bot_token),
         "slack_signing_secret": SecretStr(sandbox.signing_secret),
         "slack_app_token": None,
         "slack_api_url": sandbox.web_api_url,
         "incident_channel": CHANNEL_ID,
-        "approvers": [APPROVER.id],
-        "auto_approve": "off",
-        "api_reads": "open",  # the sandbox's case panel reads the API without a token
-        "model": None,
-        "openai_api_key": None,
-        "series_dir": base.series_dir or str(RECORDED_DEMO),
-    }
+    })
 
 
 def _streams_loop(app: App, out: TextIO) -> Callable[[], None]:

@@ -24,10 +24,12 @@ process: each a function returning ``core.bootstrap.Extensions``."""
 
 
 def settings_of(args: argparse.Namespace) -> Settings:
-    """The environment's settings, with ``--database-url`` when the command line gives one."""
+    """The environment's settings, the plugged-in layers' with them, and ``--database-url`` when
+    the command line gives one: a mistake in any stops the command before it starts."""
     from core.settings import load_settings
 
-    return load_settings(database_url=getattr(args, "database_url", None) or None)
+    return load_settings(*plugged_in().settings,
+                         database_url=getattr(args, "database_url", None) or None)
 
 
 def database_engine(settings: Settings) -> Engine:

@@ -15,6 +15,7 @@ import redis
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
+from core.chat import HeldChat
 from core.domain.policy import NO_APPROVERS
 from core.evidence import has_metrics_source, metrics_source_line
 from core.messaging.delivery import look, subscribers
@@ -148,9 +149,10 @@ def check_approvers(app: App) -> Check:
 
 
 def check_slack(app: App) -> Check:
-    """Whether the notifier's posts reach Slack; without a bot token they are held (``ok``: the
-    process still serves; ``warning`` says what is missing)."""
-    if app.settings.slack_bot_token is not None:
+    """Whether the notifier's posts reach Slack: an outer layer plugged in its chat, and it does
+    not hold them (no bot token). ``ok`` either way: the process still serves; ``warning`` says
+    what is missing."""
+    if app.extensions.chat is not None and not isinstance(app.chat, HeldChat):
         return {"ok": True, "configured": True}
     return {"ok": True, "configured": False, "warning": NO_SLACK}
 

@@ -13,10 +13,10 @@ from sqlalchemy import Engine
 from agent.models import chat_model
 from agent.offline import OfflinePlannerModel
 from agent.runner import Agent
+from agent.settings import AgentSettings
 from core.bootstrap import App
 from core.domain.fsm import CaseStatus
 from core.domain.plan_templates import load_template
-from core.settings import Settings
 from tests.support.agents import agent_app, case_at, events, plans, timeline_count
 from tests.support.openai_stub import StubTurn, chat_stub, tool_call
 
@@ -31,13 +31,13 @@ def openai_app(engine: Engine, base_url: str, **overrides: Any) -> App:
 
 
 def test_the_configured_model_is_chatopenai_with_explicit_limits() -> None:
-    model = chat_model(Settings(model="m", openai_api_key="k", openai_base_url="http://x/v1",
-                                model_timeout_s=7, model_max_retries=1))
+    model = chat_model(AgentSettings(model="m", openai_api_key="k", openai_base_url="http://x/v1",
+                                     model_timeout_s=7, model_max_retries=1))
     assert isinstance(model, ChatOpenAI)
     assert (model.request_timeout, model.max_retries) == (7, 1)
     assert model.use_responses_api is False
-    assert isinstance(chat_model(Settings(model="m")), OfflinePlannerModel)  # no key: offline
-    assert isinstance(chat_model(Settings()), OfflinePlannerModel)
+    assert isinstance(chat_model(AgentSettings(model="m")), OfflinePlannerModel)  # no key: offline
+    assert isinstance(chat_model(AgentSettings()), OfflinePlannerModel)
 
 
 def test_tool_calls_from_the_stub_run_once_despite_a_retried_timeout(engine: Engine) -> None:

@@ -12,6 +12,7 @@ from uuid import UUID
 import pytest
 from sqlalchemy import Engine
 
+from bot.settings import SlackSettings
 from tests.support.cases import open_case
 from tests.support.slack import (
     APPROVER,
@@ -112,7 +113,7 @@ def test_a_case_opened_elsewhere_belongs_to_the_incident_channel_until_it_has_a_
     the incident channel, where its card goes, is its channel."""
     case_id = open_case(bot.app.cases, TITLE)
     short = str(case_id)[:8]
-    assert bot.app.settings.incident_channel == CHANNEL
+    assert bot.app.settings.layer(SlackSettings).incident_channel == CHANNEL
     assert TITLE in shown(ask(bot, f"status {short}", user=OUTSIDER))
     assert short in shown(ask(bot, "list", user=OUTSIDER))
     refused(ask(bot, f"status {short}", user=OUTSIDER, channel=OTHER))

@@ -15,6 +15,7 @@ from sqlalchemy import Engine, select
 from bot.cli import slack_chat
 from bot.ids import Action
 from bot.notifier import SlackNotifier
+from bot.settings import SlackSettings
 from core.bootstrap import App, Extensions, bootstrap
 from core.db.tables import dead_letter, tool_call_ledger
 from core.domain.commands import OpenCase
@@ -95,8 +96,8 @@ def _app(engine: Engine, settings: Settings) -> App:
 
 def _held_settings() -> Settings:
     return Settings(_env_file=None, redis_url=None, prometheus_url=None, approvers=[APPROVER],
-                    slack_bot_token=None, slack_signing_secret=None, incident_channel=CHANNEL,
-                    loop_poll_s=0.05, static_metrics=STAND_IN_METRICS)
+                    loop_poll_s=0.05, static_metrics=STAND_IN_METRICS).with_layers(
+        SlackSettings(slack_bot_token=None, slack_signing_secret=None, incident_channel=CHANNEL))
 
 
 def _wait(done: Any, what: str, timeout_s: float = 20.0) -> None:

@@ -12,7 +12,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, insert
 
 from core.api import create_api
-from core.bootstrap import bootstrap
+from core.bootstrap import Extensions, bootstrap
+from core.chat import RecordingSink
 from core.consumers import subscriptions
 from core.db.tables import outbox
 from core.messaging import inbox
@@ -22,8 +23,10 @@ from core.settings import Settings
 from tests.support.servers import REDIS_URL
 
 
-def _client(engine: Engine | None = None, **settings: object) -> Iterator[TestClient]:
-    app = bootstrap(Settings(_env_file=None, **{"redis_url": None, **settings}), engine=engine)
+def _client(engine: Engine | None = None, extensions: Extensions | None = None,
+            **settings: object) -> Iterator[TestClient]:
+    app = bootstrap(Settings(_env_file=None, **{"redis_url": None, **settings}), engine=engine,
+                    extensions=extensions)
     try:
         with TestClient(create_api(app), base_url="http://localhost") as client:
             yield client
@@ -76,7 +79,8 @@ def test_a_fresh_process_is_ready(client, engine):
 
 
 def test_readiness_says_what_the_configuration_leaves_out_until_it_is_named(engine):
-    gen = _client(engine, approvers=["U0LEAD"], slack_bot_token="xoxb-configured")
+    slack = Extensions(chat=lambda app: RecordingSink())  # an outer layer's chat that posts
+    gen = _client(engine, slack, approvers=["U0LEAD"])
     client = next(gen)
     status, report = _ready(client)
     assert status == 200

@@ -26,6 +26,7 @@ from bot.app import SlackEvents, build_bolt, mount_slack_events
 from bot.cli import slack_chat
 from bot.groups import group_members
 from bot.notifier import SlackNotifier
+from bot.settings import SlackSettings
 from core.api import create_api
 from core.bootstrap import App, Extensions, bootstrap
 from core.loop import InProcessLoop
@@ -466,7 +467,8 @@ def settings_for(slack: FakeSlack, **overrides: Any) -> Settings:
         # plans' windows after the change (60-300 s) pass in 0.6-3 s
         "verify_time_scale": 0.01, "verify_poll_s": 0.2,
         **overrides}
-    return Settings(**with_stand_in(values))
+    slack = {name: values.pop(name) for name in list(values) if name in SlackSettings.model_fields}
+    return Settings(**with_stand_in(values)).with_layers(SlackSettings(**slack))
 
 
 @contextmanager

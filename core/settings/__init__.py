@@ -1,0 +1,97 @@
+"""Settings of every opsgate process, read from ``OPSGATE_*`` environment variables (and ``.env``).
+
+Core's ``Settings`` gathers one group per feature (``serving``, ``changes``, ``evidence``,
+``loop``); the outer layers declare their own (``bot.settings``, ``agent.settings``), contribute
+them through ``Extensions.settings`` and read them with ``Settings.layer``. Secrets come only from
+the environment and are ``SecretStr`` so they never print. A list is JSON or comma-separated
+(``U1,U2``); an object is JSON. A mistake is an ``InvalidSettings`` whose problems each fit on one
+line: the variable, what is wrong, and what was expected (``core.settings_errors``);
+``load_settings`` is the one place that reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar
+
+from pydantic import PrivateAttr, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
+
+from core.settings.changes import ExecutorSettings, GateSettings, GatewaySettings
+from core.settings.evidence import AnalysisSettings, MetricsSettings, VerifySettings
+from core.settings.loop import LoopSettings
+from core.settings.serving import McpSettings, OperationsSettings, ServingSettings
+from core.settings_errors import InvalidSettings, invalid_settings
+
+__all__ = ["InvalidSettings", "OpsgateSettings", "Settings", "load_settings", "read_settings"]
+
+
+class OpsgateSettings(BaseSettings):
+    """What every opsgate settings class reads, core's and the outer layers' alike."""
+
+    model_config = SettingsConfigDict(env_prefix="OPSGATE_", env_file=".env", extra="ignore",
+                                      allow_inf_nan=False)
+
+
+Layer = TypeVar("Layer", bound=OpsgateSettings)
+
+
+class Settings(ServingSettings, GateSettings, GatewaySettings, ExecutorSettings,
+               MetricsSettings, VerifySettings, AnalysisSettings, LoopSettings,
+               OperationsSettings, McpSettings, OpsgateSettings):
+    """Core's settings, and the outer layers' read beside them (``layer``)."""
+
+    _layers: dict[type[OpsgateSettings], OpsgateSettings] = PrivateAttr(default_factory=dict)
+
+    @property
+    def bus_kind(self) -> Literal["jetstream", "redis-streams", "in-process"]:
+        """Which bus carries the loop: OPSGATE_BUS_URL (JetStream) over OPSGATE_REDIS_URL."""
+        if self.bus_url:
+            return "jetstream"
+        return "redis-streams" if self.redis_url else "in-process"
+
+    def layer(self, kind: type[Layer]) -> Layer:
+        """An outer layer's own settings (the bot's Slack, the agent's model): those read or
+        given with these, else read from the environment now."""
+        found = self._layers.get(kind)
+        if not isinstance(found, kind):
+            found = self._layers[kind] = read_settings(kind)
+        return found
+
+    def with_layers(self, *layers: OpsgateSettings) -> Settings:
+        """A copy of these settings carrying ``layers`` (what the demo and tests name)."""
+        copy = self.model_copy()
+        copy._layers = {**self._layers, **{type(layer): layer for layer in layers}}
+        return copy
+
+
+def read_settings(kind: type[Layer], **overrides: Any) -> Layer:
+    """One settings class from the environment and ``overrides`` (what the command line named:
+    None is not named); a mistake raises ``InvalidSettings``, one readable line per problem."""
+    try:
+        return kind(**{name: value for name, value in overrides.items() if value is not None})
+    except (ValidationError, SettingsError) as exc:
+        raise invalid_settings(kind, exc) from None
+
+
+def load_settings(*layers: type[OpsgateSettings], **overrides: Any) -> Settings:
+    """Settings from the environment, with the outer layers' ``layers`` read beside them
+    (``overrides``: what the command line named, each to the class declaring it); the one place
+    that reads it. Every mistake of every class raises one ``InvalidSettings``."""
+    theirs = {name for kind in layers for name in kind.model_fields}
+    problems: list[str] = []
+    settings = _read(Settings, {name: value for name, value in overrides.items()
+                                if name not in theirs}, problems)
+    read = [_read(kind, {name: value for name, value in overrides.items()
+                         if name in kind.model_fields}, problems) for kind in layers]
+    if problems or settings is None:
+        raise InvalidSettings(problems)
+    return settings.with_layers(*(layer for layer in read if layer is not None))
+
+
+def _read(kind: type[Layer], overrides: Mapping[str, Any], problems: list[str]) -> Layer | None:
+    try:
+        return read_settings(kind, **overrides)
+    except InvalidSettings as bad:
+        problems.extend(bad.problems)
+        return None
