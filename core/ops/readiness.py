@@ -85,7 +85,8 @@ def check_jetstream(settings: Settings, now: datetime) -> Check:
 
     from core.consumers import subscriptions
     from core.errors import Unavailable
-    from core.messaging.jetstream import JetStreamBus, JetStreamConfig, JetStreamSetupError
+    from core.messaging.jetstream.bus import JetStreamBus
+    from core.messaging.jetstream.config import JetStreamConfig, JetStreamSetupError
 
     config = replace(JetStreamConfig.of(settings), timeout_s=PROBE_TIMEOUT_S)
     check: Check = {"kind": "jetstream", "servers": config.shown}
