@@ -16,7 +16,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from core.domain.policy import NO_APPROVERS
-from core.evidence import has_metrics_source, metrics_source_line
+from core.evidence.configured import has_metrics_source, metrics_source_line
 from core.messaging.delivery import look, subscribers
 from core.messaging.outbox import oldest_unpublished
 
