@@ -37,7 +37,9 @@ from core.db.tables import outbox
 from core.errors import Unavailable
 from core.messaging.bus import RedisStreamsBus
 from core.messaging.envelope import Envelope
-from core.messaging.jetstream import JetStreamBus, JetStreamConfig, decode
+from core.messaging.jetstream.bus import JetStreamBus
+from core.messaging.jetstream.config import JetStreamConfig
+from core.messaging.jetstream.wire import decode
 from core.messaging.relay import OutboxRelay
 from core.migrate import scratch_schema
 

@@ -12,7 +12,7 @@ from core.cases.service import CaseService
 from core.chat import ChatSink, RecordingSink
 from core.db.database import make_engine
 from core.domain.policy import ApprovalPolicy, GroupMembers
-from core.evidence import has_metrics_source, promql_bounds
+from core.evidence.configured import has_metrics_source, promql_bounds
 from core.gateway import Gateway, build_gateway
 from core.settings import OpsgateSettings, Settings, load_settings
 

@@ -41,7 +41,7 @@ DEMO_VERIFY_POLL_S = 0.5
 DEMO_METRICS_BEFORE_CHANGE = {"http_5xx_ratio": 0.12, "error_rate": 0.12,
                               "latency_p95_ms": 2400.0}
 """The demo's stand-in world during the incident: what its metrics read until the approved
-change has settled (``core.evidence.StaticSource``)."""
+change has settled (``core.evidence.stand_in.StaticSource``)."""
 DEMO_METRICS_AFTER_CHANGE = {"http_5xx_ratio": 0.001, "error_rate": 0.001,
                              "latency_p95_ms": 120.0, "standby_saturation": 0.3}
 """... and once it has: the template plans' checks hold (the standby is not part of the

@@ -36,7 +36,7 @@ carries a stable ``code``; the REST API alone maps them to HTTP statuses (``core
     ├── SlackError                (bot.sandbox.workspace) the sandbox Slack's ``ok: false``
     └── InternalError             a fault behind the scenes: logged, never shown to a caller
         ├── ToolCallFailed        (core.gateway) a gateway call that did not succeed
-        ├── EvidenceMissing       (core.evidence) a source could not produce a value
+        ├── EvidenceMissing       (core.evidence.sources) a source could not produce a value
         ├── RedirectRefused       (core.outbound.http) a redirect we may not follow
         ├── WorkersDied           (core.messaging.supervisor) every worker thread died
         ├── ModelUnavailable      (agent.graph) the model could not answer

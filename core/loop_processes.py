@@ -26,7 +26,9 @@ from core.messaging.bus import Bus, RedisStreamsBus
 from core.messaging.consumer import Consumer, ConsumerRunner
 from core.messaging.delivery import DeliveryWatchdog, subscribers
 from core.messaging.envelope import Envelope
-from core.messaging.jetstream import JetStreamBus, JetStreamConfig, readers
+from core.messaging.jetstream.bus import JetStreamBus
+from core.messaging.jetstream.config import JetStreamConfig
+from core.messaging.jetstream.reader import readers
 from core.messaging.relay import OutboxRelay
 from core.messaging.streams import StreamConsumer
 from core.messaging.supervisor import Supervisor

@@ -2,8 +2,8 @@
 incident goes on) and ``after`` (the right change lands at ``FIX_AT_S``). The analyst reads the
 recorded points up to the moment the case is analysed (``write_recorded``); the verifier judges
 a plan's ``verify`` block in both worlds (``verify_detects``) through ``SeriesSource``, a
-``core.evidence.MetricSource`` that honours time windows, so a block that would pass before the
-fix could show is caught.
+``core.evidence.sources.MetricSource`` that honours time windows, so a block that would pass
+before the fix could show is caught.
 
 Times are seconds from the incident's start (the case's opening); values are deterministic
 (noise seeded by scenario, metric and time)."""
@@ -21,7 +21,9 @@ from typing import Any, Literal
 from agent.eval.scenarios import Series, within
 from core.domain.verify import VerifyBlock, parse_verify
 from core.errors import InvalidPlan
-from core.evidence import EvidenceMissing, Moment, Worst, read_block
+from core.evidence.reading import read_block
+from core.evidence.scope import Moment
+from core.evidence.sources import EvidenceMissing, Worst
 from core.outbound.allowlists import UrlAllowList
 from core.settings import Settings
 

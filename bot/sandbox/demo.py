@@ -189,7 +189,7 @@ class Demo:
 
     def _welcome(self, settings: Settings, took_s: float) -> None:
         from core.cli import STARTED
-        from core.evidence import metrics_source_line
+        from core.evidence.configured import metrics_source_line
 
         engines = "PostgreSQL" if not settings.database_url.startswith("sqlite") else "SQLite"
         bus = "Redis Streams" if settings.redis_url else "in-process bus"

@@ -11,7 +11,7 @@ from core.analysis.catalog import MetricSpec
 from core.analysis.sources import SeriesSource
 from core.analysis.stats import DEFAULT_THRESHOLDS, Thresholds, analyse
 from core.domain.messages import Evidence
-from core.evidence import EvidenceMissing
+from core.evidence.sources import EvidenceMissing
 
 
 def find(specs: Sequence[MetricSpec], source: SeriesSource, incident_at: datetime,

@@ -21,14 +21,9 @@ import httpx
 
 from core.analysis.catalog import MetricSpec
 from core.domain.promql import QueryBounds, check_query, seconds_param
-from core.evidence import (
-    CLIENT_GRACE_S,
-    EvidenceMissing,
-    QueryRefused,
-    prometheus_answer,
-    prometheus_get,
-    promql_bounds,
-)
+from core.evidence.configured import promql_bounds
+from core.evidence.prometheus import CLIENT_GRACE_S, prometheus_answer, prometheus_get
+from core.evidence.sources import EvidenceMissing, QueryRefused
 from core.redact import url_without_credentials
 from core.settings import Settings
 

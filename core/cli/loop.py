@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from core.bootstrap import App
     from core.messaging.bus import RedisStreamsBus
     from core.messaging.envelope import Envelope
-    from core.messaging.jetstream import JetStreamBus
+    from core.messaging.jetstream.bus import JetStreamBus
     from core.settings import Settings
 
 
@@ -41,7 +41,7 @@ def connected_jetstream(settings: Settings, what: str) -> JetStreamBus:
     (those of ``what`` needs) have the settings opsgate needs; ``close()`` it."""
     from core.errors import Unavailable
     from core.loop_processes import jetstream_bus
-    from core.messaging.jetstream import JetStreamSetupError
+    from core.messaging.jetstream.config import JetStreamSetupError
 
     try:
         return jetstream_bus(settings, what)
@@ -58,7 +58,7 @@ def connected_bus(settings: Settings, what: str) -> RedisStreamsBus | JetStreamB
 
 
 def close_bus(bus: RedisStreamsBus | JetStreamBus) -> None:
-    from core.messaging.jetstream import JetStreamBus
+    from core.messaging.jetstream.bus import JetStreamBus
 
     if isinstance(bus, JetStreamBus):
         bus.close()
@@ -141,7 +141,8 @@ def _consumers_ready(bus: RedisStreamsBus | JetStreamBus) -> None:
     publication, so no retention drops a message no consumer was there to take."""
     from core.consumers import subscriptions
     from core.errors import Unavailable
-    from core.messaging.jetstream import JetStreamBus, JetStreamSetupError
+    from core.messaging.jetstream.bus import JetStreamBus
+    from core.messaging.jetstream.config import JetStreamSetupError
 
     assert isinstance(bus, JetStreamBus)
     try:

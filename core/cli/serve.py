@@ -38,7 +38,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     from core.allowed_hosts import allowed_hosts
     from core.api import create_api
-    from core.evidence import metrics_source_line
+    from core.evidence.configured import metrics_source_line
 
     settings = settings_of(args)
     hosts = allowed_hosts(settings, bound_to=args.host)  # bound beyond loopback: named, or exit

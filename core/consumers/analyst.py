@@ -27,7 +27,7 @@ from core.domain.commands import NoteCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import CommandPayload, Evidence, FindingsFacts, Topic, payload_as
 from core.errors import Unavailable
-from core.evidence import CLIENT_GRACE_S
+from core.evidence.prometheus import CLIENT_GRACE_S
 from core.gateway import CallStatus, ToolCall, ToolCallFailed
 from core.library import Library
 from core.library.runbooks import runbooks_folder

@@ -49,17 +49,12 @@ from core.domain.messages import (
 from core.domain.verify import NO_METRICS_SOURCE, VerifyBlock, parse_verify, problem_lines
 from core.domain.views import MovedCase
 from core.errors import InvalidPlan, Unavailable
-from core.evidence import (
-    CLIENT_GRACE_S,
-    STAND_IN,
-    MetricSource,
-    Moment,
-    StaticSource,
-    after_change,
-    for_case,
-    read_block,
-    source_from_settings,
-)
+from core.evidence.configured import source_from_settings
+from core.evidence.prometheus import CLIENT_GRACE_S
+from core.evidence.reading import read_block
+from core.evidence.scope import Moment, after_change, for_case
+from core.evidence.sources import MetricSource
+from core.evidence.stand_in import STAND_IN, StaticSource
 from core.gateway import CallStatus, ToolCall
 from core.messaging.consumer import Delivery
 from core.metrics import VERIFY_SECONDS

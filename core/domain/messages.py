@@ -125,7 +125,7 @@ class StepResultPayload(NotePayload, StepResultFacts):
 class Observation(TypedDict):
     """What one verification reading saw."""
 
-    state: str  # held, pending or cannot (core.evidence.State)
+    state: str  # held, pending or cannot (core.evidence.outcome.State)
     passed: bool
     reason: str | None  # always said; typed as a note's reason, which a waiting note's repeats
     observed: float | None

@@ -1,8 +1,8 @@
 """Which PromQL opsgate may send to Prometheus: one check, taken before any query leaves (a plan's
 verify metric at ``plan_ready`` and again at each reading; the analyst's catalog queries), on the
 expression as parsed by ``promql-parser`` (Prometheus' grammar, in Rust). Pure: the readers in
-``core/evidence.py`` and ``core/analysis/sources.py`` send what it allows, with Prometheus' own
-``timeout`` (``QueryBounds.timeout_s``).
+``core/evidence/prometheus.py`` and ``core/analysis/sources.py`` send what it allows, with
+Prometheus' own ``timeout`` (``QueryBounds.timeout_s``).
 
 Refused, each with a sentence saying why:
 
@@ -44,7 +44,7 @@ LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 @dataclass(frozen=True)
 class QueryBounds:
     """How far a query may reach and how long Prometheus may spend on it (settings
-    ``OPSGATE_PROMQL_*``; ``core.evidence.promql_bounds``)."""
+    ``OPSGATE_PROMQL_*``; ``core.evidence.configured.promql_bounds``)."""
 
     max_range_s: float = DEFAULT_MAX_RANGE_S
     min_step_s: float = DEFAULT_MIN_STEP_S

@@ -17,7 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from core.chat import HeldChat
 from core.domain.policy import NO_APPROVERS
-from core.evidence import has_metrics_source, metrics_source_line
+from core.evidence.configured import has_metrics_source, metrics_source_line
 from core.messaging.delivery import look, subscribers
 from core.messaging.outbox import oldest_unpublished
 
@@ -86,7 +86,8 @@ def check_jetstream(settings: Settings, now: datetime) -> Check:
 
     from core.consumers import subscriptions
     from core.errors import Unavailable
-    from core.messaging.jetstream import JetStreamBus, JetStreamConfig, JetStreamSetupError
+    from core.messaging.jetstream.bus import JetStreamBus
+    from core.messaging.jetstream.config import JetStreamConfig, JetStreamSetupError
 
     config = replace(JetStreamConfig.of(settings), timeout_s=PROBE_TIMEOUT_S)
     check: Check = {"kind": "jetstream", "servers": config.shown}

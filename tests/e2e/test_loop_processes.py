@@ -47,7 +47,9 @@ from core.domain.messages import Topic
 from core.loop_processes import stream_bus, streams_client
 from core.messaging import inbox
 from core.messaging.consumer import HELD, ConsumerRunner, Delivery
-from core.messaging.jetstream import JetStreamBus, JetStreamConfig, JetStreamReader
+from core.messaging.jetstream.bus import JetStreamBus
+from core.messaging.jetstream.config import JetStreamConfig
+from core.messaging.jetstream.reader import JetStreamReader
 from core.messaging.streams import StreamConsumer
 from core.settings import Settings
 from tests.support.local_http import LocalServer, Reply, Seen, local_server

@@ -23,7 +23,10 @@ from agent.eval.series import (
 )
 from core.domain.plan_templates import load_template
 from core.domain.verify import parse_verify
-from core.evidence import Moment, PrometheusSource, Worst, read_block
+from core.evidence.prometheus import PrometheusSource
+from core.evidence.reading import read_block
+from core.evidence.scope import Moment
+from core.evidence.sources import Worst
 from core.outbound.allowlists import UrlAllowList
 
 SCENARIOS = ("transient-blip-cleared", "region-outage-eu-west")

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from core.evidence import PrometheusSource, StaticSource, evaluate
+from core.evidence.prometheus import PrometheusSource
+from core.evidence.reading import evaluate
+from core.evidence.stand_in import StaticSource
 from core.outbound.allowlists import UrlAllowList
 from tests.support.local_http import Reply, local_server
 

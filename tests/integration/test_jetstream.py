@@ -17,13 +17,10 @@ from core.errors import Unavailable
 from core.messaging import inbox
 from core.messaging.consumer import ConsumerRunner, Delivery
 from core.messaging.envelope import Envelope
-from core.messaging.jetstream import (
-    JetStreamBus,
-    JetStreamConfig,
-    JetStreamReader,
-    JetStreamSetupError,
-    decode,
-)
+from core.messaging.jetstream.bus import JetStreamBus
+from core.messaging.jetstream.config import JetStreamConfig, JetStreamSetupError
+from core.messaging.jetstream.reader import JetStreamReader
+from core.messaging.jetstream.wire import decode
 from core.messaging.outbox import unpublished
 from core.messaging.relay import OutboxRelay
 from tests.support.nats_server import NatsServer

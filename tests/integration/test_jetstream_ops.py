@@ -21,7 +21,9 @@ from core.db.tables import outbox
 from core.messaging import inbox
 from core.messaging.consumer import ConsumerRunner, Delivery
 from core.messaging.envelope import Envelope
-from core.messaging.jetstream import JetStreamBus, JetStreamConfig, JetStreamReader
+from core.messaging.jetstream.bus import JetStreamBus
+from core.messaging.jetstream.config import JetStreamConfig
+from core.messaging.jetstream.reader import JetStreamReader
 from core.messaging.relay import OutboxRelay
 from core.migrate import upgrade_engine
 from tests.support.nats_server import NatsServer

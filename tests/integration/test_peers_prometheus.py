@@ -21,7 +21,9 @@ from core.bootstrap import App
 from core.consumers.analyst import Analyst
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic
-from core.evidence import PrometheusSource, VerifyOutcome, evaluate
+from core.evidence.outcome import VerifyOutcome
+from core.evidence.prometheus import PrometheusSource
+from core.evidence.reading import evaluate
 from core.messaging.consumer import ConsumerRunner
 from core.outbound.allowlists import UrlAllowList
 from tests.support.cases import command, key, open_case

@@ -16,7 +16,8 @@ from core.consumers.verifier import MAX_BACKOFF_S, Verifier
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.promql import QueryBounds
 from core.errors import GuardFailed
-from core.evidence import PrometheusSource, QueryTimedOut
+from core.evidence.prometheus import PrometheusSource
+from core.evidence.sources import QueryTimedOut
 from tests.integration.test_verifier import Loop, changed_at, next_reading_at, verifying_case
 from tests.support.cases import PLAN, case_in, command, key, snapshot
 from tests.support.clock import Clock

@@ -18,7 +18,8 @@ from core.consumers.verifier import Verifier
 from core.db.case_store import as_utc
 from core.db.tables import outbox, plan_proposed
 from core.domain.messages import Topic
-from core.evidence import STAND_IN, Worst
+from core.evidence.sources import Worst
+from core.evidence.stand_in import STAND_IN
 from core.messaging.bus import InProcessBus
 from core.messaging.consumer import ConsumerRunner, Delivery
 from core.messaging.envelope import Envelope

@@ -8,15 +8,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from core.evidence import (
-    EvidenceMissing,
-    Moment,
-    StaticSource,
-    duration,
-    evaluate,
-    prometheus_value,
-    source_from_settings,
-)
+from core.evidence.configured import source_from_settings
+from core.evidence.prometheus import duration, prometheus_value
+from core.evidence.reading import evaluate
+from core.evidence.scope import Moment
+from core.evidence.sources import EvidenceMissing
+from core.evidence.stand_in import StaticSource
 from core.outbound.allowlists import UrlAllowList
 from core.settings import Settings
 

@@ -13,7 +13,10 @@ from core.demo import demo_verification
 from core.domain.plan_templates import load_template, template_names
 from core.domain.plans import parse_plan
 from core.domain.verify import parse_verify
-from core.evidence import Moment, StaticSource, evaluate, source_from_settings
+from core.evidence.configured import source_from_settings
+from core.evidence.reading import evaluate
+from core.evidence.scope import Moment
+from core.evidence.stand_in import StaticSource
 from core.outbound.allowlists import UrlAllowList
 from core.settings import Settings
 from core.steps.adapters.base import StepContext, StepRefused, parse_params

@@ -14,16 +14,11 @@ from core.analysis.catalog import MetricSpec
 from core.analysis.sources import PrometheusRangeSource, for_case
 from core.domain.promql import MAX_QUERY_CHARS, QueryBounds, check_query, seconds_param
 from core.domain.verify import parse_verify, query_problems
-from core.evidence import (
-    EvidenceMissing,
-    PrometheusSource,
-    QueryRefused,
-    QueryTimedOut,
-    StaticSource,
-    evaluate,
-    prometheus_answer,
-    promql_bounds,
-)
+from core.evidence.configured import promql_bounds
+from core.evidence.prometheus import PrometheusSource, prometheus_answer
+from core.evidence.reading import evaluate
+from core.evidence.sources import EvidenceMissing, QueryRefused, QueryTimedOut
+from core.evidence.stand_in import StaticSource
 from core.outbound.allowlists import UrlAllowList
 from core.settings import Settings
 
@@ -169,7 +164,7 @@ def test_the_verifier_s_source_reads_for_its_case_s_scope():
     with pytest.raises(EvidenceMissing, match="Prometheus unreachable"):  # allowed: it is sent
         source.scoped("acme").read('up{tenant="acme"}')
     stand_in = StaticSource({"up": 1.0})
-    from core.evidence import for_case as metrics_for_case
+    from core.evidence.scope import for_case as metrics_for_case
     assert metrics_for_case(stand_in, "acme") is stand_in  # a table sends no query
 
 
