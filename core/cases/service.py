@@ -39,10 +39,10 @@ class CaseService(CaseReads):
         self.clock = clock
         # The default names no approver, so nobody approves: bootstrap passes the configured one.
         self.policy = policy or ApprovalPolicy()
-        # Whether a metrics source is configured (core.evidence.has_metrics_source): without
+        # Whether a metrics source is configured (core.evidence.configured.has_metrics_source): without
         # one, plan_ready refuses a plan with a metric check, which nothing could ever judge.
         self.reads_metrics = reads_metrics
-        # The bounds of the PromQL the verifier sends (core.evidence.promql_bounds), when metric
+        # The bounds of the PromQL the verifier sends (core.evidence.configured.promql_bounds), when metric
         # checks are read from Prometheus: plan_ready refuses a verify query that breaks them.
         self.promql = promql
 
