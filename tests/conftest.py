@@ -33,6 +33,14 @@ from tests.support.servers import POSTGRES_URL, REDIS_URL, missing
 settings.register_profile("opsgate", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("opsgate")
 
+# The developer's own configuration never reaches a test: an OPENAI_API_KEY turns the offline
+# planner model into ChatOpenAI, an OPSGATE_APPROVERS changes who may approve. Kept: the
+# suite's own OPSGATE_TEST_* knobs (where PostgreSQL, Redis and the peers' binaries are, the
+# shuffle seed), which opsgate never reads (Settings ignores names it does not declare) and the
+# child pytest runs of tests/e2e/test_missing_servers.py and the MCP conformance test inherit.
+CLEARED = ("OPSGATE_", "OPENAI_", "SLACK_")
+SUITE_KNOBS = "OPSGATE_TEST_"
+
 # Under pytest-xdist (`make test`: two workers) the tests of one lane run on one worker, in turn:
 # "heavy" ones start many processes, threads or PostgreSQL connections at once (two together
 # starve two cores' leases and deadlines, or come near PostgreSQL's 100 connections); the
@@ -80,6 +88,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for tests in order:
         draw.shuffle(tests)
     items[:] = [item for tests in order for item in tests]
+
+
+@pytest.fixture(autouse=True)
+def _no_developer_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts without OPSGATE_*, OPENAI_* and SLACK_* in its environment (see
+    ``CLEARED``); a test that means one sets it with ``monkeypatch.setenv``."""
+    for name in [name for name in os.environ
+                 if name.startswith(CLEARED) and not name.startswith(SUITE_KNOBS)]:
+        monkeypatch.delenv(name)
 
 
 @pytest.fixture(scope="session")
