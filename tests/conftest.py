@@ -1,5 +1,5 @@
 """Shared fixtures: a migrated database per test, on SQLite (a temp file) and on the real local
-PostgreSQL (a schema of its own, dropped afterwards), the REST client of a test's app, and the
+PostgreSQL (a schema of its own, dropped afterwards), the test's app and its REST client, and the
 real monitoring peers of ``tests/support/peers.py``. An unreachable PostgreSQL or Redis, or a
 missing Prometheus or Alertmanager, fails the run (``tests/support/servers.missing``)."""
 
@@ -11,6 +11,7 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -23,6 +24,7 @@ from core.bootstrap import App
 from core.db.database import make_engine
 from core.migrate import scratch_schema, upgrade_engine
 from core.service import CaseService
+from tests.support.apps import make_app
 from tests.support.cases import case_service
 from tests.support.peers import alertmanager_server, metric_service, prometheus_server  # noqa: F401
 from tests.support.servers import POSTGRES_URL, REDIS_URL, missing
@@ -151,8 +153,24 @@ def service(engine: Engine) -> CaseService:
 
 
 @pytest.fixture
+def app_options() -> dict[str, Any]:
+    """What the test's ``app`` is built with beyond ``make_app``'s defaults: settings, ``chat``,
+    ``extensions``. A module overrides this fixture to vary them (it may take other fixtures)."""
+    return {}
+
+
+@pytest.fixture
+def app(engine: Engine, app_options: dict[str, Any]) -> Iterator[App]:
+    """The composition root on the test's database (both, through ``engine``; ``ON_POSTGRES``
+    pins a test to PostgreSQL), built by ``tests.support.apps.make_app``, closed afterwards."""
+    made = make_app(engine, **app_options)
+    yield made
+    made.close()
+
+
+@pytest.fixture
 def client(app: App) -> Iterator[TestClient]:
-    """The REST API of the test's own ``app`` fixture, called in process."""
+    """The REST API of the test's ``app``, called in process."""
     with TestClient(create_api(app), base_url="http://localhost") as test_client:
         yield test_client
 
