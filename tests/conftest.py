@@ -1,5 +1,5 @@
 """Shared fixtures: a migrated database per test, on SQLite (a temp file) and on the real local
-PostgreSQL (a schema of its own, dropped afterwards), the REST client of a test's app, and the
+PostgreSQL (a schema of its own, dropped afterwards), the test's app and its REST client, and the
 real monitoring peers of ``tests/support/peers.py``. An unreachable PostgreSQL or Redis, or a
 missing Prometheus or Alertmanager, fails the run (``tests/support/servers.missing``)."""
 
@@ -11,6 +11,7 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -23,6 +24,7 @@ from core.bootstrap import App
 from core.cases.service import CaseService
 from core.db.database import make_engine
 from core.migrate import scratch_schema, upgrade_engine
+from tests.support.apps import make_app
 from tests.support.cases import case_service
 from tests.support.peers import alertmanager_server, metric_service, prometheus_server  # noqa: F401
 from tests.support.servers import POSTGRES_URL, REDIS_URL, missing
@@ -32,6 +34,14 @@ from tests.support.servers import POSTGRES_URL, REDIS_URL, missing
 # Examples are bounded by their count instead.
 settings.register_profile("opsgate", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("opsgate")
+
+# The developer's own configuration never reaches a test: an OPENAI_API_KEY turns the offline
+# planner model into ChatOpenAI, an OPSGATE_APPROVERS changes who may approve. Kept: the
+# suite's own OPSGATE_TEST_* knobs (where PostgreSQL, Redis and the peers' binaries are, the
+# shuffle seed), which opsgate never reads (Settings ignores names it does not declare) and the
+# child pytest runs of tests/e2e/test_missing_servers.py and the MCP conformance test inherit.
+CLEARED = ("OPSGATE_", "OPENAI_", "SLACK_")
+SUITE_KNOBS = "OPSGATE_TEST_"
 
 # Under pytest-xdist (`make test`: two workers) the tests of one lane run on one worker, in turn:
 # "heavy" ones start many processes, threads or PostgreSQL connections at once (two together
@@ -80,6 +90,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for tests in order:
         draw.shuffle(tests)
     items[:] = [item for tests in order for item in tests]
+
+
+@pytest.fixture(autouse=True)
+def _no_developer_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts without OPSGATE_*, OPENAI_* and SLACK_* in its environment (see
+    ``CLEARED``); a test that means one sets it with ``monkeypatch.setenv``."""
+    for name in [name for name in os.environ
+                 if name.startswith(CLEARED) and not name.startswith(SUITE_KNOBS)]:
+        monkeypatch.delenv(name)
 
 
 @pytest.fixture(scope="session")
@@ -134,8 +153,24 @@ def service(engine: Engine) -> CaseService:
 
 
 @pytest.fixture
+def app_options() -> dict[str, Any]:
+    """What the test's ``app`` is built with beyond ``make_app``'s defaults: settings, ``chat``,
+    ``extensions``. A module overrides this fixture to vary them (it may take other fixtures)."""
+    return {}
+
+
+@pytest.fixture
+def app(engine: Engine, app_options: dict[str, Any]) -> Iterator[App]:
+    """The composition root on the test's database (both, through ``engine``; ``ON_POSTGRES``
+    pins a test to PostgreSQL), built by ``tests.support.apps.make_app``, closed afterwards."""
+    made = make_app(engine, **app_options)
+    yield made
+    made.close()
+
+
+@pytest.fixture
 def client(app: App) -> Iterator[TestClient]:
-    """The REST API of the test's own ``app`` fixture, called in process."""
+    """The REST API of the test's ``app``, called in process."""
     with TestClient(create_api(app), base_url="http://localhost") as test_client:
         yield test_client
 

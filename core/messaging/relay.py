@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import suppress
 
 import psycopg
@@ -47,6 +47,9 @@ class OutboxRelay:
         self.poll_s = poll_s
         self.clock = clock
         self._locking = engine.dialect.name == "postgresql"
+        # Set while ``run`` waits for work (on PostgreSQL its LISTEN is in place by then): a
+        # caller can tell an idle relay from one still starting or busy.
+        self.idle = threading.Event()
 
     def relay_batch(self) -> int:
         """Publish one batch; returns how many rows it moved."""
@@ -97,9 +100,17 @@ class OutboxRelay:
                 outage.recovered()
                 if idle_poll_s is not None:
                     if not moved:
-                        stop.wait(idle_poll_s)
+                        self._wait(lambda: stop.wait(idle_poll_s))
                 elif moved < self.batch_size:
-                    waker.wait(self._idle_s(), stop)
+                    self._wait(lambda: waker.wait(self._idle_s(), stop))
+
+    def _wait(self, wait: Callable[[], object]) -> None:
+        """``wait`` for work, ``idle`` set meanwhile."""
+        self.idle.set()
+        try:
+            wait()
+        finally:
+            self.idle.clear()
 
     def _idle_s(self) -> float:
         """How long to wait for work: the poll period, or less when a scheduled row falls due

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -15,35 +14,23 @@ from uuid import UUID
 import pytest
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
-from sqlalchemy import Engine
 
 from bot.blocks import plan_message
 from bot.card import CaseState, card_message
 from bot.card_keeper import CardKeeper
 from bot.notifier import SlackNotifier
 from core.api.statuses import reply_status
-from core.bootstrap import App, bootstrap
+from core.bootstrap import App
 from core.chat import ChatMessage, RecordingSink
 from core.domain.commands import NoteCase
 from core.domain.messages import Topic
 from core.domain.policy import ApprovalPolicy
 from core.messaging.consumer import Delivery
 from core.messaging.envelope import Envelope
-from core.settings import Settings
-from tests.support.cases import APPROVER, APPROVERS, PLAN, PLAN_HASH, E, command, key, open_case
-from tests.support.metrics import STAND_IN_METRICS
+from tests.support.cases import APPROVER, PLAN, PLAN_HASH, E, command, key, open_case
 from tests.support.slack import block_kit_problems, fake_slack
 
 ORDER = ["NEW", "ANALYZING", "PLANNING", "WAIT_GATE", "EXECUTING", "VERIFYING", "CLOSED"]
-
-
-@pytest.fixture
-def app(engine: Engine) -> Iterator[App]:
-    made = bootstrap(Settings(static_metrics=STAND_IN_METRICS,
-                              _env_file=None, redis_url=None, auto_approve="off",
-                              approvers=sorted(APPROVERS)), engine=engine, chat=RecordingSink())
-    yield made
-    made.close()
 
 
 def sink(app: App) -> RecordingSink:

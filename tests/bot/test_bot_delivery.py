@@ -34,7 +34,7 @@ def test_four_deliveries_one_agent_run_one_plan_message(pg_engine: Engine) -> No
         assert statuses == [200, 200]
         bot.slack.wait_for(lambda: bool(bot.plan_messages()), what="the plan message")
         assert deliver(3) == 200  # the last retry, after the work is done
-        time.sleep(1.5)
+        bot.drain()
         assert len(agent.runs) == 1
         assert len(bot.plan_messages()) == 1
         assert cases_count(pg_engine) == 1
@@ -63,7 +63,7 @@ def test_mention_in_a_case_thread_is_one_run_though_slack_sends_it_twice(
                                         ts="6.000400", thread_ts="6.000100", kind="message"))
         edit["event"]["subtype"] = "message_changed"
         bot.send(json.dumps(edit))
-        time.sleep(0.5)
+        bot.drain()
         assert len(agent.runs) == 3
         assert len({run[0] for run in agent.runs}) == 1  # one case
         assert cases_count(pg_engine) == 1
@@ -75,7 +75,7 @@ def test_chatter_outside_case_threads_is_ignored(sqlite_engine: Engine) -> None:
         bot.mention("lunch?", event_id="EvChat", ts="7.000100", kind="message")
         bot.mention("in some thread", event_id="EvChat2", ts="7.000300", thread_ts="7.000200",
                     kind="message")
-        time.sleep(0.5)
+        bot.drain()
         assert agent.runs == [] and cases_count(sqlite_engine) == 0
 
 
@@ -94,7 +94,7 @@ def test_a_retry_after_an_attempt_that_died_is_processed(pg_engine: Engine) -> N
         bot.mention("<@U0BOT> cache stampede", event_id="EvDied", ts="8.000100", retry=2)
         bot.mention("<@U0BOT> queue backlog", event_id="EvBusy", ts="9.000100", retry=1)
         bot.slack.wait_for(lambda: len(agent.runs) == 1, what="the taken-over run")
-        time.sleep(0.5)
+        bot.drain()
         assert [run[1] for run in agent.runs] == ["<@U0BOT> cache stampede"]
         with pg_engine.connect() as conn:
             states = dict(conn.execute(select(slack_event.c.event_id, slack_event.c.state)).all())

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
 
@@ -17,16 +16,15 @@ from sqlalchemy import Engine, select
 
 from core import principals
 from core.api import create_api
-from core.bootstrap import App, bootstrap
+from core.bootstrap import App
 from core.cli import main
 from core.db.tables import api_principal, case_timeline, plan_approved, plan_proposed
 from core.domain.commands import ApprovePlan
 from core.domain.plans import plan_hash
 from core.errors import InvalidRequest
 from core.ops.export import export_case
-from core.settings import Settings
-from tests.support.cases import APPROVERS, PLAN
-from tests.support.metrics import STAND_IN_METRICS
+from tests.support.apps import make_app
+from tests.support.cases import PLAN
 
 SERVICE_TOKEN = "shared-service-token"
 LOW_RISK = PLAN  # risk 0.2: one person approves
@@ -34,17 +32,12 @@ HIGH_RISK = {**PLAN, "title": "Fail over to the standby region", "risk_score": 0
 
 
 def build(engine: Engine, **settings: Any) -> App:
-    values: dict[str, Any] = {"api_token": SERVICE_TOKEN, "redis_url": None,
-                              "auto_approve": "off", "approvers": sorted(APPROVERS), **settings}
-    return bootstrap(Settings(static_metrics=STAND_IN_METRICS,
-                              _env_file=None, **values), engine=engine)
+    return make_app(engine, **{"api_token": SERVICE_TOKEN, **settings})
 
 
 @pytest.fixture
-def app(engine: Engine) -> Iterator[App]:
-    made = build(engine)
-    yield made
-    made.close()
+def app_options() -> dict[str, Any]:
+    return {"api_token": SERVICE_TOKEN}
 
 
 # -- helpers --------------------------------------------------------------------------------

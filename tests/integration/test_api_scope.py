@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
 
@@ -16,13 +15,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
 from core import principals
-from core.bootstrap import App, bootstrap
+from core.bootstrap import App
 from core.cli import main
 from core.domain.commands import ChatThread, OpenCase
 from core.domain.plans import plan_hash
-from core.settings import Settings
-from tests.support.cases import APPROVERS, PLAN
-from tests.support.metrics import STAND_IN_METRICS
+from tests.support.cases import PLAN
 
 MINE, THEIRS = "C0MINE", "C0THEIRS"
 SERVICE_TOKEN = "shared-service-token"
@@ -30,12 +27,8 @@ THREADS = itertools.count(1)
 
 
 @pytest.fixture
-def app(engine: Engine) -> Iterator[App]:
-    made = bootstrap(Settings(static_metrics=STAND_IN_METRICS, _env_file=None,
-                              api_token=SERVICE_TOKEN, redis_url=None, auto_approve="off",
-                              approvers=sorted(APPROVERS)), engine=engine)
-    yield made
-    made.close()
+def app_options() -> dict[str, Any]:
+    return {"api_token": SERVICE_TOKEN}
 
 
 def case_in_channel(app: App, channel: str | None, title: str) -> str:

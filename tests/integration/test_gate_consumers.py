@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import Engine, select
 
 from core.api.statuses import reply_status
-from core.bootstrap import App, bootstrap
+from core.bootstrap import App
 from core.chat import RecordingSink
 from core.consumers import build_consumers
 from core.consumers.analyst import NO_ANALYST, Analyst
@@ -30,9 +30,8 @@ from core.messaging.bus import InProcessBus
 from core.messaging.consumer import Consumer, ConsumerRunner, Delivery
 from core.messaging.envelope import Envelope
 from core.messaging.relay import OutboxRelay
-from core.settings import Settings
-from tests.support.cases import APPROVERS, PLAN, REQUESTER, command, key
-from tests.support.metrics import STAND_IN_METRICS
+from tests.support import apps
+from tests.support.cases import PLAN, REQUESTER, command, key
 
 E, S = CaseEvent, CaseStatus
 HIGH_RISK = {**PLAN, "title": "Fail over", "risk_score": 0.9,
@@ -40,17 +39,17 @@ HIGH_RISK = {**PLAN, "title": "Fail over", "risk_score": 0.9,
                         "timeout_s": 30, "retry": 0}]}
 
 
+# The template plans' windows after the change (60-300 s) pass in well under a second.
+FAST = {"verify_time_scale": 0.001, "verify_poll_s": 0.02, "database_url": "sqlite://"}
+
+
 def make_app(engine: Engine, **settings: Any) -> App:
-    # The template plans' windows after the change (60-300 s) pass in well under a second.
-    fast = {"verify_time_scale": 0.001, "verify_poll_s": 0.02,
-            "approvers": sorted(APPROVERS), **settings}
-    return bootstrap(Settings(static_metrics=STAND_IN_METRICS,
-                              database_url="sqlite://", **fast), engine=engine)
+    return apps.make_app(engine, **{**FAST, **settings})
 
 
 @pytest.fixture
-def app(engine: Engine) -> App:
-    return make_app(engine)
+def app_options() -> dict[str, Any]:
+    return FAST
 
 
 def opened(app: App, title: str = "p95 latency spike on checkout") -> UUID:

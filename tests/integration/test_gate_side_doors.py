@@ -19,7 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from core.api import create_api
 from core.api.statuses import reply_status
-from core.bootstrap import App, bootstrap
+from core.bootstrap import App
 from core.consumers.executor import Executor
 from core.consumers.gatekeeper import Gatekeeper
 from core.db.tables import case_timeline, plan_proposed
@@ -29,11 +29,9 @@ from core.domain.messages import Topic
 from core.domain.plans import StepAction, parsed_or_none, plan_hash
 from core.messaging.consumer import Delivery
 from core.messaging.envelope import Envelope
-from core.settings import Settings
 from core.steps.adapters import StepContext, StepOutcome
 from core.steps.runner import StepRunner
-from tests.support.cases import APPROVERS, PLAN, command, key, open_case
-from tests.support.metrics import STAND_IN_METRICS
+from tests.support.cases import PLAN, command, key, open_case
 from tests.support.plan_runs import envelope_of
 from tests.support.plan_shapes import plan_shapes
 
@@ -55,14 +53,10 @@ def touch(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def app(engine: Engine, touch: Path) -> App:
+def app_options(touch: Path) -> dict[str, Any]:
     """Automatic approval of noop-only plans, and the script on the allow-list: all that stands
     between a plan and the script is the gate."""
-    settings = Settings(static_metrics=STAND_IN_METRICS,
-                        _env_file=None, redis_url=None, prometheus_url=None,
-                        auto_approve="noop_only", script_allowlist=[str(touch)],
-                        approvers=sorted(APPROVERS))
-    return bootstrap(settings, engine=engine)
+    return {"auto_approve": "noop_only", "script_allowlist": [str(touch)]}
 
 
 def red_team_rollback(touch: Path, marker: Path) -> dict[str, Any]:

@@ -39,12 +39,8 @@ QUERIES: list[tuple[str, int]] = [
 
 
 @pytest.fixture
-def app(engine):
-    made = bootstrap(Settings(static_metrics=STAND_IN_METRICS, redis_url=None, prometheus_url=None,
-                              runbooks_dir=str(RUNBOOKS), approvers=sorted(APPROVERS)),
-                     engine=engine)
-    yield made
-    made.gateway.close()
+def app_options():
+    return {"runbooks_dir": str(RUNBOOKS)}
 
 
 @pytest.fixture

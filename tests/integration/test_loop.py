@@ -12,7 +12,6 @@ from uuid import UUID
 import pytest
 from sqlalchemy import func, select
 
-from core.bootstrap import bootstrap
 from core.db.tables import inbox as inbox_table
 from core.db.tables import outbox
 from core.domain.commands import ApprovePlan, TransitionCase
@@ -22,9 +21,7 @@ from core.loop import InProcessLoop
 from core.loop_processes import requeue_dead_letter
 from core.messaging import inbox
 from core.messaging.consumer import Delivery
-from core.settings import Settings
-from tests.support.cases import APPROVERS, PLAN, PLAN_HASH, open_case
-from tests.support.metrics import STAND_IN_METRICS
+from tests.support.cases import PLAN, PLAN_HASH, open_case
 
 E, S = CaseEvent, CaseStatus
 
@@ -77,13 +74,9 @@ def stages(app) -> list[Stage]:
 
 
 @pytest.fixture
-def app(engine):
-    wired = bootstrap(Settings(static_metrics=STAND_IN_METRICS,
-                               database_url=str(engine.url), consumer_max_attempts=2,
-                               relay_poll_s=0.5, loop_poll_s=0.02,
-                               approvers=sorted(APPROVERS)), engine=engine)
-    yield wired
-    wired.gateway.close()
+def app_options(engine):
+    return {"database_url": str(engine.url), "consumer_max_attempts": 2, "relay_poll_s": 0.5,
+            "loop_poll_s": 0.02}
 
 
 def _status(app, case_id: UUID) -> str:

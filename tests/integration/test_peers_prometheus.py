@@ -6,7 +6,7 @@ cover it (time matters, which a canned answer cannot show)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from itertools import pairwise
 from typing import Any
@@ -17,7 +17,6 @@ import pytest
 from core.analysis.catalog import MetricSpec
 from core.analysis.findings import find
 from core.analysis.sources import PrometheusRangeSource
-from core.bootstrap import App
 from core.consumers.analyst import Analyst
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import Topic
@@ -26,9 +25,10 @@ from core.evidence.prometheus import PrometheusSource
 from core.evidence.reading import evaluate
 from core.messaging.consumer import ConsumerRunner
 from core.outbound.allowlists import UrlAllowList
+from tests.support.apps import ON_POSTGRES
 from tests.support.cases import command, key, open_case
 from tests.support.peers import BAD_P95_S, GAUGE, HEALTHY_P95_S, MetricService, Prometheus, poll
-from tests.support.plan_runs import envelope_of, make_app, notes, status
+from tests.support.plan_runs import envelope_of, notes, status
 
 P95 = MetricSpec(GAUGE, GAUGE, "level", ("checkout",))
 CATALOG = {GAUGE: {"query": GAUGE, "kind": "level", "words": ["checkout"]}}
@@ -57,14 +57,13 @@ def samples_within(prometheus: Prometheus, seconds: int) -> float:
 
 
 @pytest.fixture
-def app(pg_engine, prometheus: Prometheus) -> Iterator[App]:
+def app_options(prometheus: Prometheus) -> dict[str, Any]:
     """The composition root reading ``checkout_p95_seconds`` from the real Prometheus."""
-    made = make_app(pg_engine, prometheus_url=prometheus.base_url, analysis_before_s=300,
-                    analysis_after_s=60, analysis_step_s=1, metric_catalog=CATALOG)
-    yield made
-    made.close()
+    return {"prometheus_url": prometheus.base_url, "analysis_before_s": 300,
+            "analysis_after_s": 60, "analysis_step_s": 1, "metric_catalog": CATALOG}
 
 
+@ON_POSTGRES
 def test_a_p95_step_is_read_around_the_case_start_and_noted_as_a_shift(
         app, prometheus, metric_service):
     poll(lambda: samples_within(prometheus, 60) >= 8, 20, "8 healthy samples (the baseline)")

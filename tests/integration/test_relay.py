@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -109,9 +108,13 @@ def test_concurrent_relays_never_claim_the_same_row(pg_engine):
 
 
 def _running(relay):
+    """``relay`` running on a thread, once it waits for work (on PostgreSQL: LISTENing)."""
     stop = threading.Event()
     thread = threading.Thread(target=relay.run, args=(stop,), daemon=True)
     thread.start()
+    if not relay.idle.wait(10):
+        stop.set()
+        pytest.fail("the relay never went idle")
     return stop, thread
 
 
@@ -119,7 +122,6 @@ def test_notify_wakes_the_relay_long_before_the_poll_period(pg_engine):
     bus, collector = _bus()
     stop, thread = _running(OutboxRelay(pg_engine, bus, poll_s=30))
     try:
-        time.sleep(0.3)  # let it LISTEN and go idle
         with pg_engine.begin() as conn:
             conn.execute(insert(outbox).values(topic="t", key="k", payload={}))
         assert collector.arrived.wait(10), "NOTIFY did not wake the relay"
@@ -134,7 +136,6 @@ def test_a_lost_notify_costs_at_most_the_poll_period(pg_engine):
     bus, collector = _bus()
     stop, thread = _running(OutboxRelay(pg_engine, bus, poll_s=0.5))
     try:
-        time.sleep(0.3)
         with pg_engine.begin() as conn:
             conn.execute(insert(outbox).values(topic="t", key="k", payload={}))
         assert collector.arrived.wait(5), "polling did not pick up the row"

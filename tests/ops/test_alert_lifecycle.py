@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import random
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from uuid import UUID
@@ -26,7 +25,7 @@ from core.db.tables import alert_seen, case_timeline, ops_case, outbox
 from core.domain.fsm import CaseStatus
 from core.domain.messages import Topic
 from core.loop import InProcessLoop
-from tests.support.alerts import alert, alerts_app, notification, post
+from tests.support.alerts import TOKEN, alert, notification, post
 from tests.support.cases import PATH_TO, command, key
 
 FIRST, SECOND = "2026-11-23T05:00:00.000Z", "2026-11-24T09:00:00.000Z"
@@ -48,10 +47,8 @@ def group(*alerts: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture
-def app(engine: Engine) -> Iterator[App]:
-    made = alerts_app(engine)
-    yield made
-    made.close()
+def app_options() -> dict[str, Any]:
+    return {"alert_token": TOKEN}
 
 
 def deliver(client: TestClient, body: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,6 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select
 
 from core.api import create_api
-from core.bootstrap import App
 from core.db.tables import alert_group, case_timeline, ops_case
 from core.loop import InProcessLoop
 from tests.support.alerts import AUTH, TOKEN, alert, alerts_app, notification, post
@@ -27,10 +26,8 @@ from tests.support.peers import free_port
 
 
 @pytest.fixture
-def app(engine: Engine) -> Iterator[App]:
-    made = alerts_app(engine)
-    yield made
-    made.close()
+def app_options() -> dict[str, Any]:
+    return {"alert_token": TOKEN}
 
 
 def cases(engine: Engine) -> list[dict[str, Any]]:

@@ -8,7 +8,6 @@ retries. The large groups as Alertmanager itself sends them are in test_alerts_r
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,20 +19,25 @@ from core.analysis.tables import evidence_link
 from core.api import create_api
 from core.api.alerts import ALERT_BODY_BYTES, MAX_ALERTS
 from core.api.limits import MAX_BODY_BYTES
-from core.bootstrap import App
 from core.db.database import make_engine
 from core.db.tables import case_timeline, ops_case
-from tests.support.alerts import AUTH, alert, alerts_app, notification, refusals, refused_since
+from tests.support.alerts import (
+    AUTH,
+    TOKEN,
+    alert,
+    alerts_app,
+    notification,
+    refusals,
+    refused_since,
+)
 from tests.support.chaos_proxy import CALM, ChaosProxy, Faults
 
 JSON = {**AUTH, "Content-Type": "application/json"}
 
 
 @pytest.fixture
-def app(engine: Engine) -> Iterator[App]:
-    made = alerts_app(engine)
-    yield made
-    made.close()
+def app_options() -> dict[str, Any]:
+    return {"alert_token": TOKEN}
 
 
 def send(client: TestClient, body: bytes, headers: dict[str, str] = JSON) -> Any:

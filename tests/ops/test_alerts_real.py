@@ -8,7 +8,7 @@ taken whole: one case, every alert noted and kept as evidence."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,10 +20,9 @@ from sqlalchemy import Engine, func, select
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.analysis.tables import evidence_link
-from core.bootstrap import App, Extensions, bootstrap
+from core.bootstrap import App, Extensions
 from core.db.tables import alert_seen, case_timeline, ops_case
-from core.settings import Settings
-from tests.support.metrics import STAND_IN_METRICS
+from tests.support.apps import ON_POSTGRES
 from tests.support.peers import (
     BAD_P95_S,
     GAUGE,
@@ -78,14 +77,12 @@ def deliveries() -> Deliveries:
     return Deliveries()
 
 
+pytestmark = ON_POSTGRES
+
+
 @pytest.fixture
-def app(pg_engine: Engine, deliveries: Deliveries) -> Iterator[App]:
-    made = bootstrap(Settings(static_metrics=STAND_IN_METRICS,
-                              _env_file=None, redis_url=None, prometheus_url=None,
-                              alert_token=TOKEN), engine=pg_engine,
-                     extensions=Extensions(routes=(deliveries.mount,)))
-    yield made
-    made.close()
+def app_options(deliveries: Deliveries) -> dict[str, Any]:
+    return {"alert_token": TOKEN, "extensions": Extensions(routes=(deliveries.mount,))}
 
 
 def cases(engine: Engine) -> list[dict[str, Any]]:

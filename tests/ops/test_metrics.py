@@ -6,22 +6,20 @@ from __future__ import annotations
 
 import socket
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import Engine, insert
+from sqlalchemy import insert
 
-from core.bootstrap import App, bootstrap
 from core.db.tables import outbox
 from core.domain.commands import ApprovePlan
 from core.loop import InProcessLoop
 from core.messaging.consumer import ConsumerRunner
 from core.messaging.envelope import Envelope
-from tests.support.loop import loop_settings
+from tests.support.loop import FAST_VERIFY
 from tests.support.processes import Process, clean_env
 from tests.support.servers import REDIS_URL
 
@@ -49,10 +47,8 @@ def total(samples: Samples, name: str) -> float:
 
 
 @pytest.fixture
-def app(engine: Engine) -> Iterator[App]:
-    made = bootstrap(loop_settings(), engine=engine)
-    yield made
-    made.close()
+def app_options() -> dict[str, Any]:
+    return FAST_VERIFY
 
 
 def _write(client: TestClient, method: str, path: str, key: str, **kwargs: Any) -> Any:

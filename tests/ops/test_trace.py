@@ -9,10 +9,9 @@ import json
 import logging
 import uuid
 from argparse import Namespace
-from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from sqlalchemy import Engine
 
 from core.bootstrap import App, bootstrap
 from core.cli.ops import run_trace
@@ -22,16 +21,14 @@ from core.errors import NotFound
 from core.loop import InProcessLoop
 from core.ops.trace import Hop, trace
 from core.tracing import bound, configure_logging
-from tests.support.loop import loop_settings
+from tests.support.loop import FAST_VERIFY, loop_settings
 
 APPROVAL = "approval-7f3a"
 
 
 @pytest.fixture
-def app(engine: Engine) -> Iterator[App]:
-    made = bootstrap(loop_settings(), engine=engine)
-    yield made
-    made.close()
+def app_options() -> dict[str, Any]:
+    return FAST_VERIFY
 
 
 def _approved_case(app: App) -> uuid.UUID:

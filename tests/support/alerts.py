@@ -11,10 +11,8 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
 
-from core.bootstrap import App, bootstrap
-from core.settings import Settings
-from tests.support.cases import APPROVERS
-from tests.support.metrics import with_stand_in
+from core.bootstrap import App
+from tests.support.apps import make_app
 
 TOKEN = "am-secret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -56,9 +54,7 @@ def notification(name: str, alerts: list[dict[str, Any]],
 
 
 def alerts_app(engine: Engine, token: str | None = TOKEN) -> App:
-    return bootstrap(Settings(**with_stand_in({"_env_file": None, "redis_url": None,
-                                               "alert_token": token,
-                                               "approvers": sorted(APPROVERS)})), engine=engine)
+    return make_app(engine, alert_token=token)
 
 
 def post(client: TestClient, body: dict[str, Any], headers: dict[str, str] = AUTH) -> Any:

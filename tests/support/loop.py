@@ -9,9 +9,10 @@ from core.settings import Settings
 from tests.support.cases import APPROVERS
 from tests.support.metrics import with_stand_in
 
+FAST_VERIFY: dict[str, Any] = {"verify_time_scale": 0.01, "verify_poll_s": 0.2}
+
 
 def loop_settings(**overrides: Any) -> Settings:
     values: dict[str, Any] = {"_env_file": None, "redis_url": None, "auto_approve": "off",
-                              "approvers": sorted(APPROVERS),
-                              "verify_time_scale": 0.01, "verify_poll_s": 0.2, **overrides}
+                              "approvers": sorted(APPROVERS), **FAST_VERIFY, **overrides}
     return Settings(**with_stand_in(values))

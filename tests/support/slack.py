@@ -414,6 +414,12 @@ class Stack:
     slack: FakeSlack
     base: str
     http: httpx.Client
+    stop_serving: Callable[[], None]
+
+    def drain(self) -> None:
+        """Stop taking Slack requests and wait until the work of every one acked so far has
+        finished: what the bot did with them is final (its loop and Slack still run)."""
+        self.stop_serving()
 
     def send(self, body: str, content_type: str = "application/json",
              **signing: Any) -> httpx.Response:
@@ -504,14 +510,18 @@ def running_bot(engine: Engine, *, agent: Agent | None = None, loop: bool = True
             time.sleep(0.01)
         port = server.servers[0].sockets[0].getsockname()[1]
         in_process = InProcessLoop(app).start() if loop else None
-        try:
-            with httpx.Client(timeout=10) as http:
-                yield Stack(app, slack, f"http://127.0.0.1:{port}", http)
-        finally:
+
+        def stop_serving() -> None:  # again at the end: a second time changes nothing
             server.should_exit = True
             thread.join(timeout=10)
             for events in served:  # the work still running after its ack, before Slack goes
                 events.close()
+
+        try:
+            with httpx.Client(timeout=10) as http:
+                yield Stack(app, slack, f"http://127.0.0.1:{port}", http, stop_serving)
+        finally:
+            stop_serving()
             if in_process is not None:
                 in_process.stop()
             app.close()
