@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, TypedDict, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -50,6 +50,10 @@ class StepOutcome:
     summary: str  # one line for the case timeline / Slack thread
     output: str = ""  # captured output, bounded, with a marker where cut
     detail: dict[str, Any] = field(default_factory=dict)  # JSON-able: exit code, status…
+
+    def as_dict(self) -> dict[str, Any]:
+        """The outcome as JSON-able data."""
+        return asdict(self)
 
     def stored(self, duration_s: float) -> StoredOutcome:
         """The outcome as the gateway ledger stores it, with how long the step took (measured
