@@ -20,6 +20,7 @@ from agent import metrics
 from agent.mcp_tools import McpToolbox, Offered
 from agent.replies import LostLock, ToolReply, reply_data
 from agent.tool_specs import OFFERED, tool_specs
+from core.cases.timeline import entries_of
 from core.chat import ChatNotConfigured
 from core.domain.commands import Fence, NoteCase, OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
@@ -185,8 +186,8 @@ class CaseTools:
 
     def _case_timeline(self, args: TimelineArgs) -> ToolReply:
         rows = self.cases.timeline(case_id_of(args.case_id))[-min(args.limit, TIMELINE_LIMIT):]
-        slim = [{"event": r["event"], "actor": r["actor"], "reason": r["reason"],
-                 "to": (r["meta"] or {}).get("to"), "at": r["created_at"]} for r in rows]
+        slim = [{"event": e.event, "actor": e.actor, "reason": e.reason, "to": e.target,
+                 "at": e.at} for e in entries_of(rows)]
         return ToolReply.of(True, {"timeline": slim})
 
     def _runbooks(self, args: RunbookArgs) -> ToolReply:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.ids import COMMAND, REASON_BLOCK, REASON_INPUT, Action, Subcommand, View
+from core.cases.timeline import entries_of
 from core.domain.plans import ParsedPlan, PlanStep, parsed_or_none
 from core.domain.policy import NO_APPROVERS, ApprovalPolicy, PlanLike, plan_risk
 from core.domain.views import CaseView, TimelineEntry
@@ -220,13 +221,12 @@ def case_status(case: CaseView) -> Message:
 def case_timeline(case: CaseView, rows: Sequence[TimelineEntry]) -> Message:
     recent = rows[-TIMELINE_ROWS:]
     lines = []
-    for row in recent:
-        meta = row.get("meta") or {}
-        move = f" {escape(meta.get('from'))} → {escape(meta.get('to'))}" if meta.get("to") \
-            and meta.get("from") != meta.get("to") else ""
-        reason = f" — {shown(row['reason'], REASON_SHOWN)}" if row.get("reason") else ""
-        lines.append(f"`{str(row['created_at'])[11:19]}` *{escape(row['event'])}*{move} "
-                     f"by {who(row['actor'])}{reason}")
+    for entry in entries_of(recent):
+        move = f" {escape(entry.source)} → {escape(entry.target)}" if entry.target \
+            and entry.source != entry.target else ""
+        reason = f" — {shown(entry.reason, REASON_SHOWN)}" if entry.reason else ""
+        lines.append(f"`{str(entry.at)[11:19]}` *{escape(entry.event)}*{move} "
+                     f"by {who(entry.actor)}{reason}")
     more = [] if len(rows) <= len(recent) else \
         [context(f"{len(rows) - len(recent)} earlier row(s) not shown")]
     return (f"Timeline of case {short_id(case['case_id'])}",

@@ -23,7 +23,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from bot.card import CaseState, card_message, latest_plan_hash
+from bot.card import card_message
+from bot.card_state import CaseState
 from bot.card_store import Card, CardStore
 from core.chat import ChatSink, deliverable
 from core.errors import InternalError
@@ -120,13 +121,10 @@ class CardKeeper:
             log.exception("could not show the working line on the card of case %s", case_id)
 
     def state(self, case_id: UUID, card: Card | None = None) -> CaseState:
-        """The case as the card shows it."""
-        rows = self.cases.timeline(case_id)
-        case = self.cases.get_case(case_id)
-        digest = latest_plan_hash(rows)
-        plan = None if digest is None else self.cases.proposed_plan(case_id, digest)
-        needs = 1 if plan is None else self.policy.required(plan["plan"])
-        return CaseState(case, rows, plan, needs, self.policy.describe_approvers(),
+        """The case as the card shows it: its progress and the policy's numbers."""
+        progress = self.cases.progress(case_id)
+        needs = 1 if progress.gate is None else progress.gate.needed
+        return CaseState(progress, needs, self.policy.describe_approvers(),
                          None if card is None else card.working)
 
     def _rendered_by_holder(self, case_id: UUID) -> bool:

@@ -21,8 +21,8 @@ from slack_sdk.errors import SlackApiError
 
 from bot.agent import Agent
 from bot.blocks import short_id, who
-from bot.card import CaseState
 from bot.card_keeper import CardKeeper
+from bot.card_state import CaseState
 from bot.settings import SlackSettings
 from bot.slack_store import ApprovalRef, SlackStore
 from core.bootstrap import App

@@ -23,10 +23,12 @@ from bot.card import outcome_post, unknown_outcome_post
 from bot.card_keeper import CardKeeper
 from bot.ids import Action
 from bot.slack_store import SlackStore
+from core.cases.progress import decision_of
+from core.cases.timeline import Entry
 from core.chat import Blocks, deliverable
 from core.consumers.notifier import Notifier, Payload
 from core.domain.messages import StepResultPayload, Topic, TransitionPayload, payload_as
-from core.domain.views import CaseView, TimelineEntry
+from core.domain.views import CaseView
 from core.gateway import ToolCall, session_of
 from core.messaging.consumer import Delivery
 
@@ -124,41 +126,19 @@ class SlackNotifier(Notifier):
         """Where the proposal made at case ``version`` stands at the gate: its latest gate
         fact in the timeline (who decided, when, why; or the yeses so far), never the event
         that asked, so a late or redelivered event does not show less than the message does."""
-        rows = _proposal_rows(self.cases.timeline(case_id), version)
-        facts = [row for row in rows if row["event"] in _DECISIONS.values()
-                 and (row.get("meta") or {}).get("outcome") in ("accepted", "note")
-                 and (row.get("meta") or {}).get("plan_hash") in (None, digest)]
+        facts = self.cases.progress(case_id).gate_facts(version, digest)
         return None if not facts else _decision_of(facts[-1])
 
 
-def _proposal_rows(rows: list[TimelineEntry], version: int) -> list[TimelineEntry]:
-    """The timeline rows after the proposal made at case ``version`` (its ``plan_ready``), up
-    to the next proposal."""
-    def proposal(row: Mapping[str, Any]) -> bool:
-        meta = row.get("meta") or {}
-        return bool(row["event"] == "plan_ready" and meta.get("outcome") == "accepted")
-
-    start = next((n for n, row in enumerate(rows)
-                  if proposal(row) and (row.get("meta") or {}).get("version") == version), None)
-    if start is None:
-        return []
-    after = rows[start + 1:]
-    return after[:next((n for n, row in enumerate(after) if proposal(row)), len(after))]
-
-
-def _decision_of(row: Mapping[str, Any]) -> PlanDecisionView:
+def _decision_of(entry: Entry) -> PlanDecisionView:
     """What the plan message shows of one gate fact."""
-    meta = row.get("meta") or {}
-    at = str(row["created_at"])[:19].replace("T", " ") + " UTC"
-    if row["event"] == "gate_approved":
-        approvers = (meta.get("context") or {}).get("approvers") or [row["actor"]]
-        return PlanDecisionView("approved", [str(a) for a in approvers], at)
-    if row["event"] == "gate_rejected":
-        return PlanDecisionView("rejected", [str(row["actor"])], at, reason=row["reason"])
-    if row["event"] == "gate_expired":
-        return PlanDecisionView("expired", [str(row["actor"])], at, reason=row["reason"])
-    return PlanDecisionView("pending", [str(a) for a in meta.get("approvers") or []], at,
-                            needs=int(meta.get("needs") or 0))
+    at = str(entry.at)[:19].replace("T", " ") + " UTC"
+    if entry.event in ("gate_approved", "gate_rejected", "gate_expired"):
+        decided = decision_of(entry)
+        verdict = decided.event.removeprefix("gate_")
+        reason = None if decided.event == "gate_approved" else decided.reason
+        return PlanDecisionView(verdict, list(decided.approvers), at, reason=reason)
+    return PlanDecisionView("pending", list(entry.approvers), at, needs=entry.needs or 0)
 
 
 def _approval_id(blocks: object) -> str | None:

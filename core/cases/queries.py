@@ -7,6 +7,7 @@ from collections.abc import Collection
 from uuid import UUID
 
 from core.cases.rows import case_view, timeline_view
+from core.cases.timeline import entries_of
 from core.cases.uow import UnitOfWork
 from core.db import case_store as store
 from core.domain.fsm import CaseStatus
@@ -79,10 +80,9 @@ class CaseReads:
         """The version at which the case last entered PLANNING: stable while the plan waits at
         the gate, new after a park and resume, so a re-plan is a new intent."""
         round_ = 0
-        for row in self.timeline(case_id):
-            meta = row["meta"] or {}
-            if meta.get("outcome") == "accepted" and meta.get("to") == CaseStatus.PLANNING:
-                round_ = int(meta.get("version", 0))
+        for entry in entries_of(self.timeline(case_id)):
+            if entry.accepted and entry.target == CaseStatus.PLANNING:
+                round_ = entry.version or 0
         return round_
 
     def list_cases(self, status: CaseStatus | None = None, limit: int = 50, *,

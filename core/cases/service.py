@@ -16,8 +16,11 @@ from sqlalchemy import Connection, Engine
 from core.cases import handlers
 from core.cases.approvals import GateStatus, gate_status
 from core.cases.gate import Gate
-from core.cases.queries import CaseReads
+from core.cases.progress import CaseProgress, current_plan, latest_plan_hash
+from core.cases.queries import CaseReads, Channels
 from core.cases.replies import Reply
+from core.cases.rows import case_view, timeline_view
+from core.cases.timeline import entries_of
 from core.cases.uow import Row, UnitOfWork, fingerprint
 from core.clock import Clock, utcnow
 from core.db import case_store as store
@@ -39,11 +42,12 @@ class CaseService(CaseReads):
         self.clock = clock
         # The default names no approver, so nobody approves: bootstrap passes the configured one.
         self.policy = policy or ApprovalPolicy()
-        # Whether a metrics source is configured (core.evidence.configured.has_metrics_source): without
-        # one, plan_ready refuses a plan with a metric check, which nothing could ever judge.
+        # Whether a metrics source is configured (core.evidence.configured.has_metrics_source):
+        # without one, plan_ready refuses a plan with a metric check, which nothing could judge.
         self.reads_metrics = reads_metrics
-        # The bounds of the PromQL the verifier sends (core.evidence.configured.promql_bounds), when metric
-        # checks are read from Prometheus: plan_ready refuses a verify query that breaks them.
+        # The bounds of the PromQL the verifier sends (core.evidence.configured.promql_bounds),
+        # when metric checks are read from Prometheus: plan_ready refuses a verify query that
+        # breaks them.
         self.promql = promql
 
     @property
@@ -136,3 +140,18 @@ class CaseService(CaseReads):
             plan = (store.latest_plan(conn, case_id) if plan_hash is None
                     else store.plan_by_hash(conn, case_id, plan_hash))
             return None if plan is None else gate_status(conn, self.policy, case, plan)
+
+    def progress(self, case_id: UUID, *, channels: Channels = None) -> CaseProgress:
+        """The case's progress (``CaseProgress``), read on one connection: the case, its
+        timeline, the plan its latest proposal named and where the gate stands for it. A case
+        outside ``channels`` is ``NotFound`` as an unknown one."""
+        with self.uow.connection() as conn:
+            case = store.read_case(conn, case_id, channels)
+            if case is None:
+                raise NotFound(f"no case {case_id}", case_id=str(case_id))
+            entries = entries_of(timeline_view(row) for row in store.read_timeline(conn, case_id))
+            digest = latest_plan_hash(entries)
+            plan = None if digest is None else store.plan_by_hash(conn, case_id, digest)
+            gate = None if plan is None else gate_status(conn, self.policy, case, plan)
+        return CaseProgress(case_view(case), entries,
+                            None if plan is None else current_plan(plan), gate)

@@ -110,13 +110,14 @@ class CaseTools:
 
     def _get_case(self, principal: Principal, args: CaseRef) -> dict[str, Any]:
         case_id = case_id_of(args.case_id)
-        case = self.cases.get_case(case_id, channels=principal.channels)
-        proposed = self.cases.proposed_plan(case_id)
-        plan = None if proposed is None else {
-            "plan_hash": proposed["plan_hash"], "title": proposed["plan"].get("title"),
-            "risk_score": proposed["plan"].get("risk_score"),
-            "proposed_by": proposed["proposed_by"], "case_version": proposed["case_version"]}
-        return {"case": case, "plan": plan, "findings": case_findings(self.app.engine, case_id)}
+        progress = self.cases.progress(case_id, channels=principal.channels)
+        current = progress.plan
+        plan = None if current is None else {
+            "plan_hash": current.plan_hash, "title": current.plan.get("title"),
+            "risk_score": current.risk_score, "proposed_by": current.proposed_by,
+            "case_version": current.case_version}
+        return {"case": progress.case, "plan": plan,
+                "findings": case_findings(self.app.engine, case_id)}
 
     def _case_timeline(self, principal: Principal, args: TimelineArgs) -> dict[str, Any]:
         case_id = case_id_of(args.case_id)

@@ -15,11 +15,13 @@ from uuid import UUID
 
 from sqlalchemy import Engine, select
 
+from core.cases.progress import STEP_EVENTS, attempt_of, pin_of, reading_of
+from core.cases.rows import timeline_view
+from core.cases.timeline import Entry, entries_of
 from core.chat import PINNED_EVENT
 from core.db.case_store import as_utc
 from core.db.tables import case_timeline, ops_case, plan_approved, plan_proposed
 from core.errors import NotFound
-from core.principals import shown_actor
 
 Row = Mapping[Any, Any]
 
@@ -30,9 +32,9 @@ def export_case(engine: Engine, case_id: UUID) -> str:
         case = conn.execute(select(ops_case).where(ops_case.c.id == case_id)).mappings().first()
         if case is None:
             raise NotFound(f"no case {case_id}", case_id=str(case_id))
-        timeline = list(conn.execute(select(case_timeline)
-                                     .where(case_timeline.c.case_id == case_id)
-                                     .order_by(case_timeline.c.id)).mappings())
+        timeline = entries_of(timeline_view(row) for row in conn.execute(
+            select(case_timeline).where(case_timeline.c.case_id == case_id)
+            .order_by(case_timeline.c.id)).mappings())
         plans = list(conn.execute(select(plan_proposed)
                                   .where(plan_proposed.c.case_id == case_id)
                                   .order_by(plan_proposed.c.case_version)).mappings())
@@ -48,10 +50,9 @@ def export_case(engine: Engine, case_id: UUID) -> str:
 # -- sections ---------------------------------------------------------------------------------
 
 
-def _summary(case: Row, timeline: Sequence[Row]) -> str:
+def _summary(case: Row, timeline: Sequence[Entry]) -> str:
     opened, changed = as_utc(case["created_at"]), as_utc(case["updated_at"])
-    path = [str(row["meta"].get("to")) for row in timeline
-            if row["meta"].get("outcome") in ("opened", "accepted")]
+    path = [str(entry.target) for entry in timeline if entry.moved]
     lines = [f"# Postmortem: {_text(case['title'])}", "",
              f"- **Case:** `{case['id']}`",
              f"- **Severity:** {_text(case['severity'])} · **Status:** {case['status']} "
@@ -62,33 +63,31 @@ def _summary(case: Row, timeline: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
-def _timeline(timeline: Sequence[Row]) -> str:
+def _timeline(timeline: Sequence[Entry]) -> str:
     rows = []
-    for row in timeline:
-        meta = row["meta"]
-        outcome = meta.get("outcome")
-        move = (f"{meta.get('from') or '∅'} → {meta.get('to')}"
-                if outcome in ("opened", "accepted") else f"({outcome})")
-        trace = _code(row["correlation_id"]) if row["correlation_id"] else "-"
-        rows.append((_when(as_utc(row["created_at"])), _code(row["event"]),
-                     _text(shown_actor(row["actor"], meta)), move, _reason(row), trace))
+    for entry in timeline:
+        move = (f"{entry.source or '∅'} → {entry.target}" if entry.moved
+                else f"({entry.outcome})")
+        trace = _code(entry.correlation_id) if entry.correlation_id else "-"
+        rows.append((_at(entry), _code(entry.event), _text(entry.shown_actor), move,
+                     _reason(entry), trace))
     return ("## Timeline\n\nEach row's correlation id: `opsgate trace <id>` shows its whole "
             "path.\n\n" + _table(("When (UTC)", "Event", "Actor", "Move", "Reason",
                                   "Correlation id"), rows))
 
 
-def _reason(row: Row) -> str:
+def _reason(entry: Entry) -> str:
     """A row's reason; a pinned chat message as its author, its words and its link."""
-    if row["event"] != PINNED_EVENT:
-        return _text(row["reason"] or "")
-    facts = row["meta"].get("context") or {}
-    link = _destination(str(facts.get("permalink") or ""))
+    if entry.event != PINNED_EVENT:
+        return _text(entry.reason or "")
+    pin = pin_of(entry)
+    link = _destination(pin.permalink or "")
     shown = f" ([message]({link}))" if link.startswith("https://") else ""
-    return (f"📌 pinned: {_text(str(facts.get('author', '?')))} said "
-            f"“{_text(row['reason'] or '')}”{shown}")
+    author = "?" if pin.author is None else pin.author
+    return f"📌 pinned: {_text(author)} said “{_text(pin.said or '')}”{shown}"
 
 
-def _plans(plans: Sequence[Row], timeline: Sequence[Row]) -> str:
+def _plans(plans: Sequence[Row], timeline: Sequence[Entry]) -> str:
     if not plans:
         return "## Plan\n\nNo plan was proposed."
     blocks = ["## Plan" if len(plans) == 1 else f"## Plans ({len(plans)}, oldest first)"]
@@ -108,15 +107,14 @@ def _plans(plans: Sequence[Row], timeline: Sequence[Row]) -> str:
     return "\n\n".join(blocks)
 
 
-def _proposer(plan: Row, timeline: Sequence[Row]) -> str:
+def _proposer(plan: Row, timeline: Sequence[Entry]) -> str:
     """Who proposed ``plan``: the actor of the ``plan_ready`` move that admitted it (the planner,
     the agent, a principal) — not ``proposed_by``, the requester it was proposed for."""
-    for row in timeline:
-        meta = row["meta"]
-        if (row["event"] == "plan_ready" and meta.get("outcome") == "accepted"
-                and meta.get("plan_hash") == plan["plan_hash"]
-                and meta.get("version") == plan["case_version"]):
-            return shown_actor(row["actor"], meta)
+    for entry in timeline:
+        if (entry.event == "plan_ready" and entry.accepted
+                and entry.plan_hash == plan["plan_hash"]
+                and entry.version == plan["case_version"]):
+            return entry.shown_actor
     return "-"
 
 
@@ -130,42 +128,37 @@ def _approvals(decisions: Sequence[Row]) -> str:
     return "## Approvals\n\n" + _table(("Approver", "Decision", "Plan", "At", "Reason"), rows)
 
 
-def _steps(timeline: Sequence[Row]) -> str:
+def _steps(timeline: Sequence[Entry]) -> str:
     rows = []
-    for row in timeline:
-        if row["event"] not in ("step_result", "rollback_result"):
-            continue
-        facts = row["meta"].get("context") or {}
-        rows.append((_text(str(facts.get("phase", "-"))), str(int(facts.get("step", 0)) + 1),
-                     _text(str(facts.get("attempt", "-"))), _code(facts.get("action", "-")),
-                     "ok" if facts.get("ok") else "failed",
-                     _text(str(facts.get("duration_s", "-"))), _text(row["reason"] or "")))
+    for attempt in (attempt_of(e) for e in timeline if e.event in STEP_EVENTS):
+        rows.append((_text(_or_dash(attempt.phase)), str(attempt.step + 1),
+                     _text(_or_dash(attempt.attempt)), _code(_or_dash(attempt.action)),
+                     "ok" if attempt.ok else "failed", _text(_or_dash(attempt.duration_s)),
+                     _text(attempt.summary or "")))
     if not rows:
         return "## Step results\n\nNo step ran."
     return "## Step results\n\n" + _table(
         ("Phase", "Step", "Attempt", "Action", "Result", "Seconds", "Summary"), rows)
 
 
-def _verification(timeline: Sequence[Row]) -> str:
+def _verification(timeline: Sequence[Entry]) -> str:
     lines = []
-    for row in timeline:
-        facts = row["meta"].get("context") or {}
-        if row["event"] == "verify_result":
-            verdict = "passed" if facts.get("passed") else "failed"
-            observed = _text(_or_dash(facts.get("observed")))
-            lines.append(f"- {_when(as_utc(row['created_at']))}: {verdict} — "
-                         f"{_text(row['reason'] or '')} (observed {observed})")
-        elif row["event"] in ("verify_pass", "verify_failed"):
-            lines.append(f"- {_when(as_utc(row['created_at']))}: `{row['event']}` → "
-                         f"{row['meta'].get('to')}")
+    for entry in timeline:
+        if entry.event == "verify_result":
+            reading = reading_of(entry)
+            verdict = "passed" if reading.passed else "failed"
+            lines.append(f"- {_at(entry)}: {verdict} — {_text(reading.said or '')} "
+                         f"(observed {_text(_or_dash(reading.observed))})")
+        elif entry.event in ("verify_pass", "verify_failed"):
+            lines.append(f"- {_at(entry)}: `{entry.event}` → {entry.target}")
     return "## Verification\n\n" + ("\n".join(lines) if lines else "Not verified.")
 
 
-def _usage(timeline: Sequence[Row]) -> str:
+def _usage(timeline: Sequence[Entry]) -> str:
     """Model calls and tokens the agent noted (``agent_usage`` notes' meta), per model."""
     totals: dict[str, list[int]] = {}
-    for row in timeline:
-        facts = row["meta"].get("context") or {}
+    for entry in timeline:
+        facts = entry.context
         if "tokens_in" not in facts and "model_calls" not in facts:
             continue
         seen = totals.setdefault(str(facts.get("model", "unknown")), [0, 0, 0])
@@ -221,6 +214,10 @@ def _destination(url: str) -> str:
 
 def _json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(", ", ": "), default=str)
+
+
+def _at(entry: Entry) -> str:
+    return _when(datetime.fromisoformat(str(entry.at)))
 
 
 def _when(moment: datetime) -> str:

@@ -19,7 +19,8 @@ from core.domain.targets import step_target
 from core.errors import Unavailable
 from core.gateway import BusinessRefusal, CallResult, CallStatus, Gateway, ToolCall
 from core.metrics import ADAPTER_STEP_SECONDS
-from core.steps.adapters import Adapter, StepContext, StepRefused
+from core.steps.adapters import Adapter, StepContext, StepOutcome, StepRefused
+from core.steps.adapters.base import StoredOutcome
 from core.steps.capture import truncate
 
 NOTE_OUTPUT_LIMIT = 2048  # bytes of a step's output on the timeline and in the event
@@ -107,7 +108,7 @@ class StepRunner:
 
     def _executor(self, run: CommandRun, step: PlanStep, number: int,
                   business_key: str) -> Callable[[Mapping[str, Any]], Any]:
-        def execute(params: Mapping[str, Any]) -> dict[str, Any]:
+        def execute(params: Mapping[str, Any]) -> StoredOutcome:
             adapter = self.adapters.get(step.action)
             if adapter is None:
                 raise BusinessRefusal(f"{step.action}: no adapter is configured",
@@ -123,7 +124,7 @@ class StepRunner:
                 ADAPTER_STEP_SECONDS.labels(action=step.action).observe(
                     time.monotonic() - started)
             # Measured here so the stored result carries it: a replay notes the same duration.
-            return {**outcome.as_dict(), "duration_s": round(time.monotonic() - started, 3)}
+            return outcome.stored(round(time.monotonic() - started, 3))
         return execute
 
     def _note(self, run: CommandRun, step: PlanStep, number: int, attempt: Attempt) -> None:
@@ -198,9 +199,6 @@ def _attempt_from(result: CallResult, step: PlanStep) -> Attempt:
             return Attempt(False, unknown_outcome_summary(code, step, result.result),
                            refused=code)
         return Attempt(False, str(result.error.get("message", code)), refused=code)
-    stored: Mapping[str, Any] = result.result if isinstance(result.result, Mapping) else {}
-    detail = stored.get("detail")
-    return Attempt(ok=bool(stored.get("ok")), summary=str(stored.get("summary", "")),
-                   output=str(stored.get("output") or ""),
-                   duration_s=float(stored.get("duration_s") or 0.0),
-                   detail=detail if isinstance(detail, Mapping) else None)
+    outcome, took = StepOutcome.from_stored(result.result)
+    return Attempt(ok=outcome.ok, summary=outcome.summary, output=outcome.output,
+                   duration_s=took, detail=outcome.detail or None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -16,11 +17,13 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from bot.blocks import plan_message
-from bot.card import CaseState, card_message
+from bot.card import card_message
 from bot.card_keeper import CardKeeper
+from bot.card_state import CaseState
 from bot.notifier import SlackNotifier
 from core.api.statuses import reply_status
 from core.bootstrap import App
+from core.cases.progress import current_plan, progress_of
 from core.chat import ChatMessage, RecordingSink
 from core.domain.commands import NoteCase
 from core.domain.messages import Topic
@@ -181,14 +184,17 @@ def twenty_step_state() -> CaseState:
               "reason": "y" * 2000, "meta": {"outcome": "note", "context": {
                   "author": "U0DAN", "permalink": "https://t.slack.com/archives/C1/p1"}}}
              for _ in range(9)]
-    return CaseState({"case_id": str(UUID(int=1)), "title": "Z" * 500, "severity": "SEV1"},
-                     rows, {"plan_hash": "h" * 64, "plan": plan, "proposed_by": "U0ALICE"},
+    return CaseState(progress_of({"case_id": str(UUID(int=1)), "title": "Z" * 500,
+                                  "severity": "SEV1"},
+                                 rows, {"plan_hash": "h" * 64, "plan": plan,
+                                        "proposed_by": "U0ALICE"}),
                      needs=2, approvers="U0BOB, U0CAROL", working="w" * 500)
 
 
 def test_a_card_for_a_plan_of_20_steps_stays_within_block_kit_limits() -> None:
     state = twenty_step_state()
-    assert state.plan is not None
+    plan = state.progress.plan
+    assert plan is not None
     text, blocks = card_message(state)
     assert block_kit_problems(blocks) == []
     assert len(blocks) <= 12 and len(text) < 300
@@ -196,16 +202,17 @@ def test_a_card_for_a_plan_of_20_steps_stays_within_block_kit_limits() -> None:
     assert all(len(t) <= 3000 for t in sections)
     steps = next(b["text"]["text"] for b in blocks if b["block_id"] == "case_card_steps")
     assert steps.count("✓ step") == 20 and "more" not in steps
+    longer = {"plan_hash": plan.plan_hash, "proposed_by": plan.proposed_by,
+              "plan": {**plan.plan, "steps": [plan.plan["steps"][0]] * 200}}
     assert block_kit_problems(card_message(CaseState(  # a longer plan is cut at a whole line
-        state.case, state.rows, {**state.plan, "plan": {**state.plan["plan"], "steps": [
-            state.plan["plan"]["steps"][0]] * 200}}))[1]) == []
+        replace(state.progress, plan=current_plan(longer))))[1]) == []
     # Slack also refuses a message whose blocks are very long in all (msg_blocks_too_long,
     # about 13,000 characters though undocumented): the card keeps far below.
     assert len(json.dumps(blocks, ensure_ascii=False)) < 12_000
     # the plan message of the same plan, too
     policy = ApprovalPolicy(approvers=frozenset({"U0BOB"}))
     _, plan_blocks = plan_message({"case_id": str(UUID(int=1)), "title": "Z", "version": 3},
-                                  state.plan["plan"], "h" * 64, "ap_1", "U0ALICE", policy)
+                                  dict(plan.plan), "h" * 64, "ap_1", "U0ALICE", policy)
     assert block_kit_problems(plan_blocks) == []
 
 

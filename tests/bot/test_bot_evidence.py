@@ -16,9 +16,11 @@ from uuid import UUID
 import pytest
 from sqlalchemy import Engine
 
-from bot.card import CaseState, card_message
+from bot.card import card_message
+from bot.card_state import CaseState
 from bot.notifier import SlackNotifier
 from core.analysis.sources import RECORDED_DEMO
+from core.cases.progress import progress_of
 from core.domain.messages import Topic
 from core.library import Library
 from tests.support.cases import APPROVER as CASE_APPROVER
@@ -73,8 +75,9 @@ def test_the_card_links_each_finding_to_its_graph(sqlite_engine: Engine) -> None
     row = {"event": "analysis_findings", "actor": "analyst", "reason": "1 finding",
            "created_at": "2026-11-23T07:00:00+00:00",
            "meta": {"outcome": "note", "context": payload}}
-    _, blocks = card_message(CaseState({"case_id": str(UUID(int=7)), "title": "5xx",
-                                        "severity": "SEV2", "status": "ANALYZING"}, [row]))
+    _, blocks = card_message(CaseState(progress_of({"case_id": str(UUID(int=7)), "title": "5xx",
+                                                    "severity": "SEV2", "status": "ANALYZING"},
+                                                   [row])))
     shown = happening({"blocks": blocks})
     assert "• http_5xx_ratio 9% vs 0.2% before _(97%)_ " \
            "<http://prometheus:9090/graph?g0.expr=x|graph>" in shown

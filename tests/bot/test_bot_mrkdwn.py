@@ -22,9 +22,11 @@ from bot.blocks import (
     plan_message,
     who,
 )
-from bot.card import CaseState, card_message, catchup_message, outcome_post, unknown_outcome_post
+from bot.card import card_message, catchup_message, outcome_post, unknown_outcome_post
+from bot.card_state import CaseState
 from bot.cases import title_of
 from bot.failures import failure_text
+from core.cases.progress import progress_of
 from core.consumers.notifier import render
 from core.consumers.notifier_text import alert_text, findings_text
 from core.domain.messages import Topic
@@ -121,7 +123,7 @@ def rendered(title: str, said: str, upto: int, verdict: str) -> Iterator[str]:
     rows = story(said)[:upto]
     proposed: ProposedPlan = {"plan_hash": DIGEST, "plan": plan(said), "case_version": 4,
                               "proposed_by": said}
-    state = CaseState(case(title), rows, proposed if upto >= 9 else None, 2, said)
+    state = CaseState(progress_of(case(title), rows, proposed if upto >= 9 else None), 2, said)
     decision = PlanDecisionView(verdict, [said, "U0BOB"], "2026-11-23 07:10:00 UTC",
                                 reason=said, needs=1)
     yield from texts(plan_message(case(title), plan(said), DIGEST, "ap_1", said, POLICY))

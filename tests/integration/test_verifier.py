@@ -453,7 +453,8 @@ def closed_case(app, source=None) -> Any:
 
 
 def test_a_verdict_read_from_a_stand_in_table_is_labelled_in_the_timeline_thread_and_card(engine):
-    from bot.card import CaseState, card_message, outcome_post
+    from bot.card import card_message, outcome_post
+    from bot.card_state import CaseState
 
     app = make_app(engine, static_metrics={"error_rate": 0.002})
     case_id = closed_case(app)
@@ -464,9 +465,7 @@ def test_a_verdict_read_from_a_stand_in_table_is_labelled_in_the_timeline_thread
     assert last(app, case_id, "verify_pass")["reason"].startswith(f"{STAND_IN}: ")
     closed = [e.payload for e in transitions(engine, case_id) if e.payload["to"] == "CLOSED"]
     assert f"is CLOSED: {STAND_IN}: error_rate = 0.002" in outcome_post(closed[0])
-    _text, blocks = card_message(CaseState(app.cases.get_case(case_id),
-                                          app.cases.timeline(case_id),
-                                          app.cases.proposed_plan(case_id)))
+    _text, blocks = card_message(CaseState(app.cases.progress(case_id)))
     assert f"✅ Held: {STAND_IN}: error_rate = 0.002" in str(blocks)
 
 
@@ -500,7 +499,9 @@ def test_a_case_closed_on_stand_in_readings_is_never_offered_as_a_verified_fix(e
 
 
 def test_in_the_demo_a_latency_check_reads_bad_before_the_change_and_good_after(engine):
-    from bot.card import CaseState, card_message
+    from bot.card import card_message
+    from bot.card_state import CaseState
+    from core.cases.progress import progress_of
     from core.demo import demo_verification
 
     settings = demo_verification(Settings(_env_file=None, redis_url=None))
@@ -518,8 +519,9 @@ def test_in_the_demo_a_latency_check_reads_bad_before_the_change_and_good_after(
     assert readings[0]["context"]["stand_in"] is True
     assert last(app, case_id, "verify_pass")["reason"] == (
         f"{STAND_IN}: latency_p95_ms = 120 over 1.2s, below 500")
-    waiting = CaseState(app.cases.get_case(case_id), app.cases.timeline(case_id)[:-2],
-                        app.cases.proposed_plan(case_id))
+    waiting = CaseState(progress_of(app.cases.get_case(case_id),
+                                    app.cases.timeline(case_id)[:-2],
+                                    app.cases.proposed_plan(case_id)))
     assert "(now 2400, a stand-in reading)" in str(card_message(waiting)[1])
 
 

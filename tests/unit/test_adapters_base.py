@@ -33,6 +33,13 @@ def test_an_outcome_is_json_able():
         "ok": False, "summary": "exit 3", "output": "boom", "detail": {"exit_code": 3}}
 
 
+def test_an_outcome_round_trips_through_the_ledger_typed():
+    outcome = StepOutcome(ok=False, summary="exit 3", output="boom", detail={"exit_code": 3})
+    stored = json.loads(json.dumps(outcome.stored(1.25)))
+    assert StepOutcome.from_stored(stored) == (outcome, 1.25)
+    assert StepOutcome.from_stored(None) == (StepOutcome(ok=False, summary=""), 0.0)
+
+
 def test_a_refusal_is_a_422_that_lists_every_problem():
     with pytest.raises(StepRefused) as refused:
         parse_params(NoopParams, {"note": 7, "extra": 1}, "noop")

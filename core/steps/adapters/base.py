@@ -3,10 +3,11 @@ when params fail validation or the allow-list (nothing ran), and param parsing."
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypedDict, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
@@ -51,8 +52,35 @@ class StepOutcome:
     detail: dict[str, Any] = field(default_factory=dict)  # JSON-able: exit code, status…
 
     def as_dict(self) -> dict[str, Any]:
-        """The outcome as the gateway ledger and the timeline store it."""
+        """The outcome as JSON-able data."""
         return asdict(self)
+
+    def stored(self, duration_s: float) -> StoredOutcome:
+        """The outcome as the gateway ledger stores it, with how long the step took (measured
+        by the runner, so a replay reads the same duration)."""
+        return {"ok": self.ok, "summary": self.summary, "output": self.output,
+                "detail": copy.deepcopy(self.detail), "duration_s": duration_s}
+
+    @staticmethod
+    def from_stored(stored: object) -> tuple[StepOutcome, float]:
+        """An outcome the ledger stored (``stored``'s JSON) and its duration, read back typed;
+        anything else reads as a failure that said nothing."""
+        found: Mapping[str, Any] = stored if isinstance(stored, Mapping) else {}
+        detail = found.get("detail")
+        outcome = StepOutcome(ok=bool(found.get("ok")), summary=str(found.get("summary", "")),
+                              output=str(found.get("output") or ""),
+                              detail=dict(detail) if isinstance(detail, Mapping) else {})
+        return outcome, float(found.get("duration_s") or 0.0)
+
+
+class StoredOutcome(TypedDict):
+    """A step attempt's outcome in the gateway ledger (the call's stored result)."""
+
+    ok: bool
+    summary: str
+    output: str
+    detail: dict[str, Any]
+    duration_s: float
 
 
 class Adapter(Protocol):
