@@ -3,7 +3,9 @@ retrying a failing step up to its ``retry``; all ok → ``exec_done``; a step th
 (or is refused) → the plan's rollback steps, then ``exec_failed`` (the case parks).
 
 What runs is the ``ParsedPlan`` (``parse_plan``), the same reading the approval policy judged:
-a stored plan that does not meet the contract runs nothing, its rollback included."""
+a stored plan that does not meet the contract runs nothing, its rollback included. One step at a
+time is ``execute_step``: the consumer's loop and ``POST /adapter/exec`` (after ``next_step``)
+both run it."""
 
 from __future__ import annotations
 
@@ -76,9 +78,9 @@ class Executor:
 def execute(run: CommandRun, runner: RunsSteps) -> Executed:
     """Run the approved plan's steps in order (``execute_step``); at the first that fails for
     good, its rollback. Only the parsed plan's steps ever reach ``runner``."""
-    plan, problem = approved_plan(run)
-    if plan is None:
-        return not_run(problem)
+    plan = runnable_plan(run)
+    if isinstance(plan, Executed):
+        return plan
     for step in plan.steps:
         done = execute_step(run, plan, step, runner).done
         if done is not None:
@@ -134,11 +136,6 @@ def run_step(run: CommandRun, plan: ParsedPlan, step: PlanStep,
     return Executed(CaseEvent.EXEC_FAILED, f"{result.describe(step)}; {rolled_back}", meta)
 
 
-def not_run(problem: str) -> Executed:
-    """The approved plan may not run (``approved_plan``'s ``problem``): ``exec_failed``."""
-    return Executed(CaseEvent.EXEC_FAILED, problem, {"ran": 0})
-
-
 def all_done(steps: int) -> Executed:
     """Every one of the plan's ``steps`` succeeded: ``exec_done``."""
     return Executed(CaseEvent.EXEC_DONE, f"all {steps} steps succeeded" if steps > 1
@@ -169,15 +166,20 @@ def roll_back(run: CommandRun, plan: ParsedPlan, runner: RunsSteps) -> str:
     return "rolled back" if len(steps) == 1 else f"rolled back ({len(steps)} steps)"
 
 
-def approved_plan(run: CommandRun) -> tuple[ParsedPlan | None, str]:
-    """The approved plan as parsed, or why nothing may run."""
+def runnable_plan(run: CommandRun) -> ParsedPlan | Executed:
+    """The approved plan as parsed; when it may not run, the ``exec_failed`` that says why
+    (nothing runs, its rollback included)."""
     if run.plan is None:
-        return None, f"the approved plan {run.plan_hash} is not stored; nothing ran"
+        return _not_run(f"the approved plan {run.plan_hash} is not stored; nothing ran")
     try:
-        return parse_plan(run.plan), ""
+        return parse_plan(run.plan)
     except InvalidPlan as invalid:
         problems = "; ".join(invalid.details["problems"][:3])
-        return None, f"the approved plan is invalid ({problems}); nothing ran"
+        return _not_run(f"the approved plan is invalid ({problems}); nothing ran")
+
+
+def _not_run(problem: str) -> Executed:
+    return Executed(CaseEvent.EXEC_FAILED, problem, {"ran": 0})
 
 
 def rollback_steps(plan: ParsedPlan) -> list[PlanStep]:

@@ -2,9 +2,10 @@
 the approval policy lets it (``OPSGATE_AUTO_APPROVE``), else notes on the case who may approve
 and how many must, and schedules the plan's expiry.
 
-Whether a plan approves itself is the gate's one decision (``cases.gate.automatic_approval``,
-as for ``POST /gate/eval``). It approves through ``CaseService.approve_plan`` like a person,
-under the actor ``gatekeeper``, so the policy is enforced in one place: the core. The expiry
+Whether a plan approves itself is the gate's one decision (``cases.gate.automatic_approval``);
+``Gatekeeper.evaluate`` is the one step that asks it, for the consumer and ``POST /gate/eval``.
+It approves through ``CaseService.approve_plan`` like a person, under the actor ``gatekeeper``,
+so the policy is enforced in one place: the core. The expiry
 check is an outbox row the "waiting" note writes in its own transaction, due
 ``OPSGATE_APPROVAL_TTL_S`` after the plan reached the gate (``deliver_after``): no thread
 sleeps, a restart loses nothing. When it falls due and the case still waits on that plan at

@@ -20,7 +20,8 @@ Reading n notes what it saw, then:
 
 Each reading is taken once through the gateway (``verify.evaluate``, keyed by case, version,
 plan hash and reading number): a redelivery replays the reading, its time included, and so
-reaches the note's own conclusion instead of contradicting it.
+reaches the note's own conclusion instead of contradicting it. A reading is ``Verifier.take``: the
+consumer takes the one its command names, ``POST /verify/run`` the ``next_reading``.
 """
 
 from __future__ import annotations

@@ -10,12 +10,12 @@ from core.api.walkthrough.consumers import Consumers
 from core.api.walkthrough.once import Caller, caller_run, once
 from core.cases.replies import Reply
 from core.consumers.executor import (
+    Executed,
     StepTaken,
-    approved_plan,
     execute_step,
     finish,
     next_step,
-    not_run,
+    runnable_plan,
 )
 from core.consumers.runs import CommandRun
 from core.domain.fsm import CaseStatus
@@ -48,9 +48,9 @@ def _execute(loop: Consumers, case_id: UUID, caller: Caller, action: str | None)
     run = caller_run(cases, caller, case_id, CaseStatus.EXECUTING, "POST /adapter/exec")
     if isinstance(run, Reply):
         return run
-    plan, problem = approved_plan(run)
-    if plan is None:  # as the executor: nothing runs, the case parks
-        return _executed(loop, run, caller, [], StepTaken(0, 0, not_run(problem)))
+    plan = runnable_plan(run)
+    if isinstance(plan, Executed):  # as the executor: nothing runs, the case parks
+        return _executed(loop, run, caller, [], StepTaken(0, 0, plan))
     step = next_step(cases, run, plan)
     if action is not None and (step is None or step.action != action):
         expected = "none left: every step has run" if step is None else step.action
