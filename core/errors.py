@@ -20,7 +20,7 @@ carries a stable ``code``; the REST API alone maps them to HTTP statuses (``core
     │   ├── InvalidPlan           a ChangePlan that fails its JSON Schema
     │   ├── InvalidRequest        a request body or parameter of the wrong shape (REST API)
     │   ├── StepRefused           (core.steps.adapters) a step's params fail validation
-    │   └── OffPlan               (core.stages) a stage run other than the plan's next step
+    │   └── OffPlan               (core.api.walkthrough.execute) a step other than the plan's next
     ├── Unavailable               a dependency (database, Redis) is unreachable: safe to retry
     ├── RemoteUnavailable         (core.mcp.remote) an external MCP server did not answer
     ├── BusinessRefusal           (core.gateway) a tool's deterministic "no", stored and replayed

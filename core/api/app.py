@@ -8,12 +8,13 @@ from importlib.metadata import PackageNotFoundError, version
 from fastapi import FastAPI
 
 from core.allowed_hosts import allowed_hosts
-from core.api import alerts, approvals, cases, health, ops, plans, walkthrough
+from core.api import alerts, approvals, cases, health, ops, plans
 from core.api.failures import install_error_handlers
 from core.api.finite_json import FiniteJsonBody
 from core.api.hosts import AllowedHostsOnly
 from core.api.limits import MAX_BODY_BYTES, BodyLimit
 from core.api.ops_correlation import CorrelationId
+from core.api.walkthrough import routes as walkthrough
 from core.bootstrap import App
 from core.mcp.http import mount_mcp
 

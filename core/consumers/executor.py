@@ -3,7 +3,9 @@ retrying a failing step up to its ``retry``; all ok → ``exec_done``; a step th
 (or is refused) → the plan's rollback steps, then ``exec_failed`` (the case parks).
 
 What runs is the ``ParsedPlan`` (``parse_plan``), the same reading the approval policy judged:
-a stored plan that does not meet the contract runs nothing, its rollback included."""
+a stored plan that does not meet the contract runs nothing, its rollback included. One step at a
+time is ``execute_step``: the consumer's loop and ``POST /adapter/exec`` (after ``next_step``)
+both run it."""
 
 from __future__ import annotations
 
@@ -13,10 +15,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from core.cases.replies import Reply
 from core.cases.service import CaseService
-from core.consumers.runs import CommandRun, current_run
+from core.consumers.runs import CommandRun, current_run, noted
 from core.domain.commands import Attribution, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
-from core.domain.messages import CommandPayload, Topic, payload_as
+from core.domain.messages import CommandPayload, StepResultFacts, Topic, payload_as
 from core.domain.plans import ParsedPlan, PlanStep, parse_plan
 from core.domain.views import MovedCase
 from core.errors import InvalidPlan
@@ -74,17 +76,49 @@ class Executor:
 
 
 def execute(run: CommandRun, runner: RunsSteps) -> Executed:
-    """Run the approved plan's steps in order; at the first that fails for good, its rollback.
-    Only the parsed plan's steps ever reach ``runner``."""
-    plan, problem = approved_plan(run)
-    if plan is None:
-        return Executed(CaseEvent.EXEC_FAILED, problem, {"ran": 0})
-    steps = plan_steps(plan)
-    for step in steps:
-        failed = run_step(run, plan, step, runner)
-        if failed is not None:
-            return failed
-    return all_done(len(steps))
+    """Run the approved plan's steps in order (``execute_step``); at the first that fails for
+    good, its rollback. Only the parsed plan's steps ever reach ``runner``."""
+    plan = runnable_plan(run)
+    if isinstance(plan, Executed):
+        return plan
+    for step in plan.steps:
+        done = execute_step(run, plan, step, runner).done
+        if done is not None:
+            return done
+    return all_done(len(plan.steps))
+
+
+@dataclass(frozen=True)
+class StepTaken:
+    """Where the plan stands after one of its steps ran: how many of its ``total`` steps have
+    succeeded, and the move the plan came to (None: steps remain)."""
+
+    total: int
+    succeeded: int
+    done: Executed | None
+
+
+def execute_step(run: CommandRun, plan: ParsedPlan, step: PlanStep | None,
+                 runner: RunsSteps) -> StepTaken:
+    """The executor's one step: run ``step`` of the plan, those before it having succeeded
+    (None: every step has, and the plan is done). The last step's success is ``exec_done``;
+    a step failed for good runs the plan's rollback and is ``exec_failed``."""
+    total = len(plan.steps)
+    if step is None:
+        return StepTaken(total, total, all_done(total))
+    failed = run_step(run, plan, step, runner)
+    succeeded = step.index + (failed is None)
+    if failed is None and succeeded == total:
+        return StepTaken(total, succeeded, all_done(total))
+    return StepTaken(total, succeeded, failed)
+
+
+def next_step(cases: CaseService, run: CommandRun, plan: ParsedPlan) -> PlanStep | None:
+    """The first step of the plan no note of this run's case version records a success of (by
+    anyone: the executor consumer, the REST walkthrough); None when every step has succeeded."""
+    succeeded = {facts["step"] for facts in noted(cases, run, "step_result", StepResultFacts)
+                 if facts["ok"] and facts["phase"] == "step"}
+    return next((step for step in plan.steps if step.index not in succeeded), None)
 
 
 def run_step(run: CommandRun, plan: ParsedPlan, step: PlanStep,
@@ -132,19 +166,20 @@ def roll_back(run: CommandRun, plan: ParsedPlan, runner: RunsSteps) -> str:
     return "rolled back" if len(steps) == 1 else f"rolled back ({len(steps)} steps)"
 
 
-def approved_plan(run: CommandRun) -> tuple[ParsedPlan | None, str]:
-    """The approved plan as parsed, or why nothing may run."""
+def runnable_plan(run: CommandRun) -> ParsedPlan | Executed:
+    """The approved plan as parsed; when it may not run, the ``exec_failed`` that says why
+    (nothing runs, its rollback included)."""
     if run.plan is None:
-        return None, f"the approved plan {run.plan_hash} is not stored; nothing ran"
+        return _not_run(f"the approved plan {run.plan_hash} is not stored; nothing ran")
     try:
-        return parse_plan(run.plan), ""
+        return parse_plan(run.plan)
     except InvalidPlan as invalid:
         problems = "; ".join(invalid.details["problems"][:3])
-        return None, f"the approved plan is invalid ({problems}); nothing ran"
+        return _not_run(f"the approved plan is invalid ({problems}); nothing ran")
 
 
-def plan_steps(plan: ParsedPlan) -> list[PlanStep]:
-    return list(plan.steps)
+def _not_run(problem: str) -> Executed:
+    return Executed(CaseEvent.EXEC_FAILED, problem, {"ran": 0})
 
 
 def rollback_steps(plan: ParsedPlan) -> list[PlanStep]:

@@ -2,9 +2,10 @@
 the approval policy lets it (``OPSGATE_AUTO_APPROVE``), else notes on the case who may approve
 and how many must, and schedules the plan's expiry.
 
-Whether a plan approves itself is the gate's one decision (``cases.gate.automatic_approval``,
-as for ``POST /gate/eval``). It approves through ``CaseService.approve_plan`` like a person,
-under the actor ``gatekeeper``, so the policy is enforced in one place: the core. The expiry
+Whether a plan approves itself is the gate's one decision (``cases.gate.automatic_approval``);
+``Gatekeeper.evaluate`` is the one step that asks it, for the consumer and ``POST /gate/eval``.
+It approves through ``CaseService.approve_plan`` like a person, under the actor ``gatekeeper``,
+so the policy is enforced in one place: the core. The expiry
 check is an outbox row the "waiting" note writes in its own transaction, due
 ``OPSGATE_APPROVAL_TTL_S`` after the plan reached the gate (``deliver_after``): no thread
 sleeps, a restart loses nothing. When it falls due and the case still waits on that plan at
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 from core.cases.gate import automatic_approval
 from core.consumers.runs import CommandRun, current_run
 from core.db.case_store import as_utc
-from core.domain.commands import ApprovePlan, NoteCase, Scheduled, TransitionCase
+from core.domain.commands import ApprovePlan, Attribution, NoteCase, Scheduled, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import AwaitingApprovalFacts, CommandPayload, Topic, payload_as
 from core.domain.policy import NO_APPROVERS, ApprovalPolicy, PlanLike, plan_risk
@@ -74,13 +75,25 @@ class Gatekeeper:
             log.warning("gatekeeper: case %s waits on no stored plan; nothing to do",
                         run.case_id)
             return
-        correlation_id = payload.get("correlation_id")
-        approval = automatic_approval(self.policy, run.case_id, run.plan, run.plan_hash,
-                                      version=run.version, correlation_id=correlation_id)
-        if approval is not None:
-            self._approve(run, delivery, approval)
+        verdict = self.evaluate(run, payload.get("correlation_id"))
+        if isinstance(verdict, ApprovePlan):
+            self._approve(run, delivery, verdict)
         else:
-            self._wait(run, delivery, correlation_id)
+            self.cases.note(verdict, run.key, inbox_entry=delivery.inbox_entry).data()
+
+    def evaluate(self, run: CommandRun, correlation_id: str | None,
+                 attribution: Attribution | None = None) -> ApprovePlan | NoteCase:
+        """The gatekeeper's one step on the plan the run waits on: its own approval when the
+        policy lets the plan approve itself (``attribution``: who asked for this evaluation);
+        else the note, as the run's actor, of who must still approve (it schedules the expiry)."""
+        assert run.plan is not None, "a plan waits at the gate"
+        assert run.plan_hash is not None
+        approval = automatic_approval(self.policy, run.case_id, run.plan, run.plan_hash,
+                                      version=run.version, correlation_id=correlation_id,
+                                      attribution=attribution)
+        if approval is not None:
+            return approval
+        return awaiting_approval(self.cases, self.policy, run, correlation_id)
 
     def _approve(self, run: CommandRun, delivery: Delivery, cmd: ApprovePlan) -> None:
         reply = self.cases.approve_plan(cmd, run.key, inbox_entry=delivery.inbox_entry)
@@ -88,10 +101,6 @@ class Gatekeeper:
             log.info("gatekeeper: case %s was decided first (%s)", run.case_id, reply.body)
             return
         reply.data()
-
-    def _wait(self, run: CommandRun, delivery: Delivery, correlation_id: str | None) -> None:
-        note = awaiting_approval(self.cases, self.policy, run, correlation_id)
-        self.cases.note(note, run.key, inbox_entry=delivery.inbox_entry).data()
 
     def _expire(self, run: CommandRun, delivery: Delivery) -> None:
         check = payload_as(CommandPayload, delivery.envelope.payload)

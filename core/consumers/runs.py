@@ -1,11 +1,13 @@
 """Where a ``cmd.*`` consumer starts: the case the command names, still in the status and at the
-version the command was emitted at (otherwise the command is stale), and its plan."""
+version the command was emitted at (otherwise the command is stale), and its plan; and what the
+notes of that case version already record of its work."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 from uuid import UUID
 
 from core.cases.service import CaseService
@@ -17,6 +19,8 @@ from core.errors import NotFound
 from core.gateway.keys import session_of
 
 log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Mapping[str, object])
 
 
 @dataclass(frozen=True)
@@ -74,3 +78,15 @@ def move_case(cases: CaseService, run: CommandRun, cmd: TransitionCase,
         log.info("%s: case %s moved on first (%s)", run.consumer, run.case_id, reply.body)
         return
     reply.data()
+
+
+def noted(cases: CaseService, run: CommandRun, event: str, shape: type[F]) -> list[F]:
+    """The facts the notes ``event`` of the run's case version and plan recorded (by any actor),
+    oldest first, read as ``shape``: the TypedDict their writer noted them as."""
+    found = []
+    for row in cases.timeline(run.case_id):
+        meta, facts = row["meta"], row["meta"].get("context") or {}
+        if row["event"] == event and meta.get("version") == run.version \
+                and facts.get("plan_hash") == run.plan_hash:
+            found.append(cast(F, facts))
+    return found

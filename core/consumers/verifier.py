@@ -20,7 +20,8 @@ Reading n notes what it saw, then:
 
 Each reading is taken once through the gateway (``verify.evaluate``, keyed by case, version,
 plan hash and reading number): a redelivery replays the reading, its time included, and so
-reaches the note's own conclusion instead of contradicting it.
+reaches the note's own conclusion instead of contradicting it. A reading is ``Verifier.take``: the
+consumer takes the one its command names, ``POST /verify/run`` the ``next_reading``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
 from core.cases.replies import Reply
-from core.consumers.runs import CommandRun, current_run
+from core.consumers.runs import CommandRun, current_run, noted
 from core.db.case_store import as_utc
 from core.domain.commands import NoteCase, Scheduled, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
@@ -118,6 +119,14 @@ class Verifier:
             return
         number = int(payload.get("reading", 1))
         self.take(run, number, delivery.inbox_entry, timeouts=int(payload.get("timeouts", 0)))
+
+    def next_reading(self, run: CommandRun) -> int:
+        """The number of the run's next reading: one after the last a note of its case version
+        records (by anyone: the verifier consumer, the REST walkthrough), else 1."""
+        taken = [int(facts["reading"]) for event in ("verify_reading", "verify_result")
+                 for facts in noted(self.app.cases, run, event, VerifyReading)
+                 if "reading" in facts]  # notes from before readings were numbered lack it
+        return max(taken, default=0) + 1
 
     def take(self, run: CommandRun, number: int,
              inbox_entry: tuple[str, int] | None = None, *, timeouts: int = 0) -> Reading:

@@ -18,10 +18,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
 from core.api import create_api
+from core.api.walkthrough.consumers import Consumers
 from core.bootstrap import App
 from core.db.tables import case_timeline, outbox
 from core.domain.plans import plan_hash
-from core.stages import Stages
 from core.steps.runner import StepRunner
 from tests.support.api import assert_error, bearer, data, new_key, rows
 from tests.support.cases import APPROVERS
@@ -271,10 +271,10 @@ class CrashAfterTheStep(StepRunner):
 
 def test_a_new_key_after_a_crash_replays_the_step_instead_of_running_it_again(world):
     case_id = world.executing(world.step("once"))
-    stages = Stages(world.app)
-    stages.__dict__["steps"] = CrashAfterTheStep(
-        world.app.gateway, world.app.cases, stages.steps.adapters, lease_s=30)
-    world.client.app.state.stages = stages
+    loop = Consumers(world.app)
+    loop.executor.steps = CrashAfterTheStep(
+        world.app.gateway, world.app.cases, loop.executor.steps.adapters, lease_s=30)
+    world.client.app.state.walkthrough = loop
 
     crashed = world.stage("/adapter/exec", case_id)
     assert crashed.status_code == 500

@@ -12,6 +12,7 @@ import pkgutil
 import pytest
 
 from core.api.statuses import error_status, reply_status
+from core.api.walkthrough.execute import OffPlan
 from core.cases.replies import Reply, ReplyOutcome
 from core.domain.plans import canonical_json
 from core.errors import (
@@ -26,7 +27,6 @@ from core.errors import (
 )
 from core.gateway import CallResult, CallStatus, ToolCallFailed
 from core.mcp.remote import RemoteUnavailable
-from core.stages import OffPlan
 from core.strict_json import NonFiniteNumber, loads
 
 
@@ -113,14 +113,14 @@ def test_done_replies_are_sent_with_their_outcome_status() -> None:
 
 
 def test_a_stage_reply_kept_with_its_status_reads_back_with_its_outcome() -> None:
-    from core.stages import _kept, _unkept
+    from core.api.walkthrough.once import kept, unkept
 
     waiting = canonical_json({"data": {"verification": {"event": None}}})
     closed = canonical_json({"data": {"verification": {"event": "verify_ok"}}})
     gated = canonical_json({"data": {"approval": {"state": "pending"}}})
     refused = canonical_json(IllegalTransition("not verifying").to_body())
-    assert [_unkept({"status": status, "body": body}, replayed=True).outcome
+    assert [unkept({"status": status, "body": body}, replayed=True).outcome
             for status, body in ((202, waiting), (200, closed), (200, gated), (409, refused))] \
         == [ReplyOutcome.WAITING, ReplyOutcome.DONE, ReplyOutcome.DONE, ReplyOutcome.MOVED_ON]
     reply = Reply.of_data(json.loads(waiting)["data"], ReplyOutcome.WAITING)
-    assert _unkept(_kept(reply), replayed=True) == Reply(ReplyOutcome.WAITING, reply.body, True)
+    assert unkept(kept(reply), replayed=True) == Reply(ReplyOutcome.WAITING, reply.body, True)
