@@ -39,7 +39,9 @@ from core.messaging.streams import StreamConsumer
 from core.ops.readiness import readiness
 from core.ops.reconcile import Reconciler
 from core.settings import Settings
-from tests.e2e.test_loop_processes import (
+from tests.support.chaos_proxy import ChaosProxy
+from tests.support.local_http import LocalServer, local_server
+from tests.support.loop_processes import (
     FINAL,
     PROCESS_CONSUMERS,
     EffectPlanner,
@@ -49,8 +51,6 @@ from tests.e2e.test_loop_processes import (
     undelivered,
     wait_until,
 )
-from tests.support.chaos_proxy import ChaosProxy
-from tests.support.local_http import LocalServer, local_server
 from tests.support.metrics import STAND_IN_ENV, STAND_IN_METRICS
 from tests.support.peers import poll
 from tests.support.processes import Process, clean_env

@@ -35,24 +35,31 @@ import pytest
 import redis
 from sqlalchemy import Engine, select, text
 
-from core.api.statuses import reply_status
 from core.bootstrap import App, bootstrap
 from core.consumers import build_consumers
-from core.consumers.planner import case_opener
-from core.consumers.runs import current_run
-from core.db.tables import case_timeline, ops_case
-from core.domain.commands import OpenCase, TransitionCase
-from core.domain.fsm import CaseEvent, CaseStatus
+from core.db.tables import case_timeline
+from core.domain.commands import OpenCase
+from core.domain.fsm import CaseStatus
 from core.domain.messages import Topic
 from core.loop_processes import stream_bus, streams_client
 from core.messaging import inbox
-from core.messaging.consumer import HELD, ConsumerRunner, Delivery
+from core.messaging.consumer import HELD, ConsumerRunner
 from core.messaging.jetstream.bus import JetStreamBus
 from core.messaging.jetstream.config import JetStreamConfig
 from core.messaging.jetstream.reader import JetStreamReader
 from core.messaging.streams import StreamConsumer
 from core.settings import Settings
-from tests.support.local_http import LocalServer, Reply, Seen, local_server
+from tests.support.local_http import LocalServer, local_server
+from tests.support.loop_processes import (
+    FINAL,
+    PROCESS_CONSUMERS,
+    EffectPlanner,
+    _effect,
+    requests_by_case,
+    statuses,
+    undelivered,
+    wait_until,
+)
 from tests.support.metrics import STAND_IN_ENV, STAND_IN_METRICS
 from tests.support.nats_server import NatsServer
 from tests.support.processes import Process, clean_env
@@ -67,47 +74,8 @@ FREEZE_BATCHES = 5
 REDELIVERED = "delivered again (delivery 2)"
 RUN_DEADLINE_S = 120.0
 SETTLE_DEADLINE_S = 60.0
-PROCESS_CONSUMERS = ("intake", "analyst", "gatekeeper", "executor", "verifier", "notifier",
-                     "librarian")
 CLOSED_LIFE = ["case_opened", "start_analysis", "analysis_done", "plan_ready", "gate_approved",
                "step_result", "exec_done", "verify_result", "verify_pass"]
-FINAL = (CaseStatus.CLOSED, CaseStatus.PARKED)
-
-
-def effect_plan(url: str, case_id: UUID) -> dict[str, Any]:
-    """A low-risk plan (the gatekeeper approves it itself) whose one step POSTs to ``url``."""
-    return {
-        "title": "Tell the downstream service, once",
-        "risk_score": 0.1,
-        "steps": [{"action": "http.request",
-                   "params": {"method": "POST", "url": url, "json": {"case_id": str(case_id)}},
-                   "timeout_s": 10, "retry": 0}],
-        "rollback": {"action": "noop", "params": {"note": "nothing to undo"}},
-        "verify": {"checks": [{"metric": "http_5xx_ratio", "below": 0.01}]},
-    }
-
-
-class EffectPlanner:
-    """The ``planner`` consumer of this test: proposes ``effect_plan`` for the counting server."""
-
-    name = "planner"
-    topics: tuple[str, ...] = (Topic.PLAN_GENERATE,)
-
-    def __init__(self, app: App, url: str) -> None:
-        self.cases = app.cases
-        self.url = url
-
-    def handle(self, delivery: Delivery) -> None:
-        run = current_run(self.cases, self.name, delivery.envelope.payload, CaseStatus.PLANNING)
-        if run is None:
-            return
-        cmd = TransitionCase(run.case_id, CaseEvent.PLAN_READY, actor=self.name,
-                             plan=effect_plan(self.url, run.case_id),
-                             expected_version=run.version,
-                             requester=case_opener(self.cases, run.case_id))
-        reply = self.cases.transition(cmd, run.key, inbox_entry=delivery.inbox_entry)
-        if reply_status(reply) not in (409, 412):
-            reply.data()
 
 
 # -- the world of one run --------------------------------------------------------------------
@@ -239,25 +207,7 @@ def world(tmp_path: Path, pg_engine: Engine, redis_client, redis_prefix: str,
             app.gateway.close()
 
 
-def _effect(seen: Seen) -> Reply:
-    return Reply(200, b'{"applied": true}', {"Content-Type": "application/json"})
-
-
 # -- waiting and checking --------------------------------------------------------------------
-
-
-def wait_until(done, timeout_s: float, what: str, every_s: float = 0.25) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f}s waiting {what}"
-        time.sleep(every_s)
-
-
-def statuses(engine: Engine, case_ids: list[UUID]) -> dict[UUID, str]:
-    with engine.connect() as conn:
-        rows = conn.execute(select(ops_case.c.id, ops_case.c.status)
-                            .where(ops_case.c.id.in_(case_ids))).all()
-    return {row.id: row.status for row in rows}
 
 
 def all_final(engine: Engine, case_ids: list[UUID]) -> bool:
@@ -287,18 +237,6 @@ def unpublished(engine: Engine) -> int:
                    .scalar_one())
 
 
-def undelivered(engine: Engine, topics_of: dict[str, tuple[str, ...]]) -> dict[str, int]:
-    """Per consumer: messages of its topics its inbox has not recorded (lost, or in flight)."""
-    missing = {}
-    with engine.connect() as conn:
-        for consumer, topics in topics_of.items():
-            missing[consumer] = int(conn.execute(text(
-                "select count(*) from outbox o where o.topic = any(:topics) and not exists "
-                "(select 1 from inbox i where i.consumer = :consumer and i.message_id = o.id)"),
-                {"topics": list(topics), "consumer": consumer}).scalar_one())
-    return {consumer: count for consumer, count in missing.items() if count}
-
-
 def pending_entries(world: World, topics_of: dict[str, tuple[str, ...]]) -> int:
     if world.jetstream is not None:
         states = world.jetstream.consumer_states(topics_of)
@@ -311,16 +249,6 @@ def pending_entries(world: World, topics_of: dict[str, tuple[str, ...]]) -> int:
             if client.exists(stream):
                 total += int(client.xpending(stream, consumer)["pending"])
     return total
-
-
-def requests_by_case(server: LocalServer) -> tuple[Counter[str], dict[str, list[str]]]:
-    keys: Counter[str] = Counter()
-    by_case: dict[str, list[str]] = defaultdict(list)
-    for seen in list(server.seen):
-        key = seen.headers.get("idempotency-key", "")
-        keys[key] += 1
-        by_case[json.loads(seen.body)["case_id"]].append(key)
-    return keys, by_case
 
 
 def check_the_run(world: World, case_ids: list[UUID], *, chaos: bool) -> dict[str, Any]:

@@ -18,10 +18,10 @@ from core.domain.promql import QueryBounds
 from core.errors import GuardFailed
 from core.evidence.prometheus import PrometheusSource
 from core.evidence.sources import QueryTimedOut
-from tests.integration.test_verifier import Loop, changed_at, next_reading_at, verifying_case
 from tests.support.cases import PLAN, case_in, command, key, snapshot
 from tests.support.clock import Clock
 from tests.support.plan_runs import S, make_app, notes, status
+from tests.support.verification import Loop, changed_at, next_reading_at, verifying_case
 
 ISSUE_VERIFY = {"metric": "count(count_over_time({__name__=~\".+\"}[10000d:1s]))", "below": 1e12}
 """The issue's payload, as written: it took a real Prometheus over 15 s and 9.8 GB."""
