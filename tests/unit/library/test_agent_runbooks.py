@@ -12,7 +12,7 @@ from agent.tool_specs import tool_specs
 from core.domain.plan_templates import template_names
 from core.library.runbooks import find_runbooks, load_runbooks, runbooks_folder
 
-RUNBOOKS = Path(__file__).resolve().parents[2] / "docs" / "runbooks"
+RUNBOOKS = Path(__file__).resolve().parents[3] / "docs" / "runbooks"
 
 
 def test_the_shipped_runbooks_name_only_catalog_templates() -> None:

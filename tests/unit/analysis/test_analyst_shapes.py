@@ -13,7 +13,7 @@ from core.analysis.findings import find, summary_line
 from core.analysis.sources import RecordedSource
 from core.analysis.stats import analyse, change_point, linear_fit
 
-SERIES = Path(__file__).parents[1] / "fixtures" / "series"
+SERIES = Path(__file__).parents[2] / "fixtures" / "series"
 START = datetime(2026, 11, 23, 6, 0, tzinfo=UTC)
 SPECS = catalog()
 ALL = list(SPECS.values())

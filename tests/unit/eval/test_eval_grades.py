@@ -197,5 +197,5 @@ def test_percentiles_and_the_documented_fields():
     assert percentile([], 0.5) == 0.0
     assert percentile([3.0, 1.0, 2.0, 4.0], 0.5) == 2.0
     assert percentile([float(n) for n in range(1, 21)], 0.95) == 19.0
-    documented = (Path(__file__).resolve().parents[2] / "docs" / "eval.md").read_text()
+    documented = (Path(__file__).resolve().parents[3] / "docs" / "eval.md").read_text()
     assert all(f"`{name}`" in documented for name in FIELDS)
