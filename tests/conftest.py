@@ -50,8 +50,8 @@ SUITE_KNOBS = "OPSGATE_TEST_"
 LANES = {
     "heavy": ("tests/e2e/test_loop_processes.py", "tests/e2e/test_signal_story.py",
               "tests/chaos/test_gateway_chaos.py", "tests/chaos/test_loop_faults.py",
-              "tests/integration/test_concurrency.py",
-              "tests/integration/test_gateway_semantics.py",
+              "tests/integration/cases/test_concurrency.py",
+              "tests/integration/gateway/test_gateway_semantics.py",
               "tests/mcp/test_mcp_server.py::test_twenty_concurrent_identical_calls_open_one_case"),
     "sandbox_browser": ("tests/e2e/test_sandbox_browser.py",),
 }

@@ -390,7 +390,7 @@ def test_kill_9_of_nats_server_and_a_consumer_frozen_past_ack_wait_lose_and_repe
     # the freeze by a second at most, so it may hold nothing (on a loaded machine, 5 batches in
     # a row): then it is thawed once every case of the batch ended and nothing is
     # unacknowledged, and frozen again for the next batch. That a held message goes to the
-    # other reader after AckWait, once, is shown deterministically by tests/integration/
+    # other reader after AckWait, once, is shown deterministically by tests/integration/messaging/
     # test_jetstream.py::test_a_message_held_by_a_frozen_reader_goes_to_another_after_ack_wait…;
     # here the freeze must cost no case and repeat no step.
     for _batch in range(FREEZE_BATCHES):

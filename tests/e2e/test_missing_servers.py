@@ -16,7 +16,7 @@ from tests.support.peers import free_port
 ROOT = Path(__file__).resolve().parents[2]
 NEEDS_POSTGRES = ("tests/bot/test_bot_delivery.py::"
                   "test_four_deliveries_one_agent_run_one_plan_message")
-NEEDS_REDIS = ("tests/integration/test_relay.py::"
+NEEDS_REDIS = ("tests/integration/messaging/test_relay.py::"
                "test_redis_streams_bus_publishes_one_entry_per_message")
 
 

@@ -1,6 +1,6 @@
 """A case at verification and the relay that runs its readings, on the verifier's clock (the
-verifier's tests, ``tests/integration/test_verifier.py``, and the bounded PromQL of
-``tests/integration/test_promql_bounds.py``)."""
+verifier's tests, ``tests/integration/consumers/test_verifier.py``, and the bounded PromQL of
+``tests/integration/evidence/test_promql_bounds.py``)."""
 
 from __future__ import annotations
 

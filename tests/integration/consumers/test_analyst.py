@@ -31,7 +31,7 @@ from tests.support.metrics import STAND_IN_METRICS
 from tests.support.peers import Prometheus
 from tests.support.plan_runs import envelope_of, make_app, notes, status
 
-SERIES = Path(__file__).parents[1] / "fixtures" / "series"
+SERIES = Path(__file__).parents[2] / "fixtures" / "series"
 FINDINGS = "evt.analysis.findings.v1"
 
 

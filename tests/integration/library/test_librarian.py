@@ -26,7 +26,7 @@ from tests.support.metrics import STAND_IN_METRICS
 from tests.support.plan_runs import envelope_of
 
 E = CaseEvent
-RUNBOOKS = Path(__file__).parents[1] / "fixtures" / "runbooks"
+RUNBOOKS = Path(__file__).parents[2] / "fixtures" / "runbooks"
 
 
 QUERIES: list[tuple[str, int]] = [
