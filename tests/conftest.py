@@ -39,7 +39,8 @@ settings.load_profile("opsgate")
 # planner model into ChatOpenAI, an OPSGATE_APPROVERS changes who may approve. Kept: the
 # suite's own OPSGATE_TEST_* knobs (where PostgreSQL, Redis and the peers' binaries are, the
 # shuffle seed), which opsgate never reads (Settings ignores names it does not declare) and the
-# child pytest runs of tests/e2e/test_missing_servers.py and the MCP conformance test inherit.
+# child pytest runs of tests/e2e/support/test_missing_servers.py and the MCP conformance test
+# inherit.
 CLEARED = ("OPSGATE_", "OPENAI_", "SLACK_")
 SUITE_KNOBS = "OPSGATE_TEST_"
 
@@ -48,12 +49,12 @@ SUITE_KNOBS = "OPSGATE_TEST_"
 # starve two cores' leases and deadlines, or come near PostgreSQL's 100 connections); the
 # browser stories share one module's server. Every other test is handed out singly.
 LANES = {
-    "heavy": ("tests/e2e/test_loop_processes.py", "tests/e2e/test_signal_story.py",
-              "tests/chaos/test_gateway_chaos.py", "tests/chaos/test_loop_faults.py",
+    "heavy": ("tests/e2e/core/test_loop_processes.py", "tests/e2e/core/test_signal_story.py",
+              "tests/chaos/gateway/test_gateway_chaos.py", "tests/chaos/core/test_loop_faults.py",
               "tests/integration/cases/test_concurrency.py",
               "tests/integration/gateway/test_gateway_semantics.py",
               "tests/mcp/test_mcp_server.py::test_twenty_concurrent_identical_calls_open_one_case"),
-    "sandbox_browser": ("tests/e2e/test_sandbox_browser.py",),
+    "sandbox_browser": ("tests/e2e/sandbox/test_sandbox_browser.py",),
 }
 
 

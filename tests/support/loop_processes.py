@@ -1,5 +1,5 @@
-"""The closed loop run as processes (``tests/e2e/test_loop_processes.py`` and the chaos run of
-``tests/chaos/test_loop_faults.py``): its planner, whose one step calls a counting server,
+"""The closed loop run as processes (``tests/e2e/core/test_loop_processes.py`` and the chaos run of
+``tests/chaos/core/test_loop_faults.py``): its planner, whose one step calls a counting server,
 that server's answer, and the waits and counts that check a run."""
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from tests.support.servers import REDIS_URL
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.loop]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DOC = ROOT / "docs" / "api.md"
 SECTION = "## A session with curl"
 DOC_API = "API=http://127.0.0.1:8080"

@@ -26,7 +26,7 @@ from bot.sandbox.serving import free_port
 from tests.support.processes import clean_env, command
 
 CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[3] / "artifacts"
 START_TIMEOUT_S = 30.0
 STEP_TIMEOUT_MS = 20_000
 

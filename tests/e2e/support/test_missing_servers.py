@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.peers import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NEEDS_POSTGRES = ("tests/bot/test_bot_delivery.py::"
                   "test_four_deliveries_one_agent_run_one_plan_message")
 NEEDS_REDIS = ("tests/integration/messaging/test_relay.py::"

@@ -23,7 +23,7 @@ from tests.support.local_http import Reply, Seen, local_server
 from tests.support.openai_stub import PATH, ChatStub, StubTurn, completion
 from tests.support.peers import free_port
 
-FLOOR = Path(__file__).resolve().parents[2] / "docs" / "eval-floor.json"
+FLOOR = Path(__file__).resolve().parents[3] / "docs" / "eval-floor.json"
 SCENARIOS = len(load_scenarios())
 ADVERSARIAL = sum(s.adversarial is not None for s in load_scenarios())
 
