@@ -1,4 +1,19 @@
-"""Shared fixtures: a migrated database per test, on SQLite (a temp file) and on the real local
+"""Where a test is: ``tests/<tier>/<package>/test_<what>.py``. The tier says what the test
+needs: ``unit`` (pure, no server; ``make unit``), ``integration`` (the real PostgreSQL, SQLite,
+Redis and NATS, in the test's process), ``e2e`` (``opsgate`` run as processes), ``chaos`` (faults
+through a proxy), ``ops`` (what an operator sees: alerts, metrics, export, reconcile, trace), and
+the tiers named for one layer or package: ``bot``, ``agent``, ``mcp``, ``sandbox``. The package is
+the one the test exercises most, named as in the code: the first package below a layer
+(``core/cases/`` → ``cases``, ``core/steps/adapters/`` → ``steps``, ``bot/sandbox/`` →
+``sandbox``, ``agent/eval/`` → ``eval``), a module directly in a layer → the layer
+(``core/loop.py``, ``core/migrate.py`` → ``core``), ``tests/support/`` itself → ``support``. In
+a tier named for a layer the tier is the package: its files sit flat and a sub-package has a
+folder (``tests/agent/eval/``). So the gate on real databases is tested in
+``tests/integration/cases/``, the FSM in ``tests/unit/domain/``, the JetStream bus in
+``tests/integration/messaging/``. A test module never imports another: what tests share is in
+``tests/support/``, their data in ``tests/fixtures/`` and ``tests/scenarios/``.
+
+Shared fixtures: a migrated database per test, on SQLite (a temp file) and on the real local
 PostgreSQL (a schema of its own, dropped afterwards), the test's app and its REST client, and the
 real monitoring peers of ``tests/support/peers.py``. An unreachable PostgreSQL or Redis, or a
 missing Prometheus or Alertmanager, fails the run (``tests/support/servers.missing``)."""
