@@ -1,4 +1,19 @@
-"""Shared fixtures: a migrated database per test, on SQLite (a temp file) and on the real local
+"""Where a test is: ``tests/<tier>/<package>/test_<what>.py``. The tier says what the test
+needs: ``unit`` (pure, no server; ``make unit``), ``integration`` (the real PostgreSQL, SQLite,
+Redis and NATS, in the test's process), ``e2e`` (``opsgate`` run as processes), ``chaos`` (faults
+through a proxy), ``ops`` (what an operator sees: alerts, metrics, export, reconcile, trace), and
+the tiers named for one layer or package: ``bot``, ``agent``, ``mcp``, ``sandbox``. The package is
+the one the test exercises most, named as in the code: the first package below a layer
+(``core/cases/`` → ``cases``, ``core/steps/adapters/`` → ``steps``, ``bot/sandbox/`` →
+``sandbox``, ``agent/eval/`` → ``eval``), a module directly in a layer → the layer
+(``core/loop.py``, ``core/migrate.py`` → ``core``), ``tests/support/`` itself → ``support``. In
+a tier named for a layer the tier is the package: its files sit flat and a sub-package has a
+folder (``tests/agent/eval/``). So the gate on real databases is tested in
+``tests/integration/cases/``, the FSM in ``tests/unit/domain/``, the JetStream bus in
+``tests/integration/messaging/``. A test module never imports another: what tests share is in
+``tests/support/``, their data in ``tests/fixtures/`` and ``tests/scenarios/``.
+
+Shared fixtures: a migrated database per test, on SQLite (a temp file) and on the real local
 PostgreSQL (a schema of its own, dropped afterwards), the test's app and its REST client, and the
 real monitoring peers of ``tests/support/peers.py``. An unreachable PostgreSQL or Redis, or a
 missing Prometheus or Alertmanager, fails the run (``tests/support/servers.missing``)."""
@@ -39,7 +54,8 @@ settings.load_profile("opsgate")
 # planner model into ChatOpenAI, an OPSGATE_APPROVERS changes who may approve. Kept: the
 # suite's own OPSGATE_TEST_* knobs (where PostgreSQL, Redis and the peers' binaries are, the
 # shuffle seed), which opsgate never reads (Settings ignores names it does not declare) and the
-# child pytest runs of tests/e2e/test_missing_servers.py and the MCP conformance test inherit.
+# child pytest runs of tests/e2e/support/test_missing_servers.py and the MCP conformance test
+# inherit.
 CLEARED = ("OPSGATE_", "OPENAI_", "SLACK_")
 SUITE_KNOBS = "OPSGATE_TEST_"
 
@@ -48,13 +64,26 @@ SUITE_KNOBS = "OPSGATE_TEST_"
 # starve two cores' leases and deadlines, or come near PostgreSQL's 100 connections); the
 # browser stories share one module's server. Every other test is handed out singly.
 LANES = {
-    "heavy": ("tests/e2e/test_loop_processes.py", "tests/e2e/test_signal_story.py",
-              "tests/chaos/test_gateway_chaos.py", "tests/chaos/test_loop_faults.py",
-              "tests/integration/test_concurrency.py",
-              "tests/integration/test_gateway_semantics.py",
+    "heavy": ("tests/e2e/core/test_loop_processes.py", "tests/e2e/core/test_signal_story.py",
+              "tests/chaos/gateway/test_gateway_chaos.py", "tests/chaos/core/test_loop_faults.py",
+              "tests/integration/cases/test_concurrency.py",
+              "tests/integration/gateway/test_gateway_semantics.py",
               "tests/mcp/test_mcp_server.py::test_twenty_concurrent_identical_calls_open_one_case"),
-    "sandbox_browser": ("tests/e2e/test_sandbox_browser.py",),
+    "sandbox_browser": ("tests/e2e/sandbox/test_sandbox_browser.py",),
 }
+
+
+def _lanes_name_real_files() -> None:
+    """A lane naming a moved or renamed file would silently stop grouping its tests: fail the
+    run at once instead, naming the path."""
+    here = Path(__file__).resolve().parent.parent
+    for lane, places in LANES.items():
+        for place in places:
+            found = (here / place.split("::")[0]).is_file()
+            assert found, f"lane {lane} names {place}: no such file"
+
+
+_lanes_name_real_files()
 
 
 def lane_of(nodeid: str) -> str | None:

@@ -83,7 +83,7 @@ def with_stand_in(settings: Settings, series: Mapping[str, Series]) -> Settings:
 class SeriesSource:
     """The verifier's metric source for one world: ``read`` answers the worst value over the
     window ending at ``at`` (samples every ``STEP_S``), by metric name, as Prometheus does
-    (``tests/integration/test_eval_series.py`` holds the two to the same answers)."""
+    (``tests/integration/eval/test_eval_series.py`` holds the two to the same answers)."""
 
     scenario: str
     series: Mapping[str, Series]
