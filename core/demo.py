@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, TextIO
@@ -25,6 +25,7 @@ import httpx
 from core import principals
 from core.api import create_api
 from core.bootstrap import App
+from core.cases.timeline import Entry, entries_of
 from core.errors import OpsgateError
 from core.loop import InProcessLoop
 from core.settings import Settings
@@ -114,19 +115,18 @@ class Walk:
                              f"got {response.status_code}: {response.text[:300]}")
         return response
 
-    async def timeline(self) -> list[dict[str, Any]]:
+    async def timeline(self) -> tuple[Entry, ...]:
         response = await self.client.get(f"/case/{self.case_id}/timeline", headers={
             "Authorization": f"Bearer {self.tokens[REQUESTER]}"})
-        rows: list[dict[str, Any]] = response.json()["data"]
-        return rows
+        return entries_of(response.json()["data"])
 
-    async def watch(self, until: Callable[[list[dict[str, Any]]], bool], what: str) -> None:
+    async def watch(self, until: Callable[[Sequence[Entry]], bool], what: str) -> None:
         """Print the timeline rows the consumers add until ``until(rows)`` holds."""
         deadline = time.monotonic() + WATCH_TIMEOUT_S
         while True:
             rows = await self.timeline()
-            for row in rows[self.shown_rows:]:
-                self._show(row)
+            for entry in rows[self.shown_rows:]:
+                self._show(entry)
             self.shown_rows = len(rows)
             if until(rows):
                 return
@@ -134,17 +134,16 @@ class Walk:
                 raise DemoFailed(f"the consumers did not {what} within {WATCH_TIMEOUT_S:.0f} s")
             await asyncio.sleep(WATCH_EVERY_S)
 
-    def _show(self, row: dict[str, Any]) -> None:
-        meta = row["meta"]
-        by_consumer = row["actor"] not in (REQUESTER, APPROVER)  # the loop's, or the agent's
-        if meta.get("outcome") == "accepted":
+    def _show(self, entry: Entry) -> None:
+        by_consumer = entry.actor not in (REQUESTER, APPROVER)  # the loop's, or the agent's
+        if entry.accepted:
             self.moves_by_consumers += by_consumer
-            what = f"{meta['from']} -> {meta['to']} v{meta['version']}"
+            what = f"{entry.source} -> {entry.target} v{entry.version}"
         else:
-            what = str(meta.get("outcome", ""))
-        reason = f"  {row['reason']}" if row.get("reason") else ""
+            what = entry.outcome or ""
+        reason = f"  {entry.reason}" if entry.reason else ""
         who = "loop" if by_consumer else "hand"
-        print(f"    {who}: {row['actor']:<10} {row['event']:<17} {what}{reason}"[:150],
+        print(f"    {who}: {entry.actor:<10} {entry.event:<17} {what}{reason}"[:150],
               file=self.out, flush=True)
 
 
@@ -207,7 +206,7 @@ async def _walk_as(walk: Walk, started: float) -> None:
         timeline = (await walk.call("read the timeline", "GET", "/case/{id}/timeline",
                                     200)).json()
     print(file=out)
-    print(timeline_table(timeline["data"]), file=out)
+    print(timeline_table(entries_of(timeline["data"])), file=out)
     status = case.json()["data"]["status"]
     elapsed = time.perf_counter() - started
     print(f"\ncase {walk.case_id} {status} in {elapsed:.2f} s: {walk.moves_by_consumers} moves "
@@ -231,25 +230,24 @@ async def _open(walk: Walk) -> None:
         raise DemoFailed("a replayed Idempotency-Key did not return the first reply's bytes")
 
 
-def _at_the_gate(rows: list[dict[str, Any]]) -> bool:
+def _at_the_gate(rows: Sequence[Entry]) -> bool:
     """The gatekeeper has spoken: it noted who must approve, or approved itself."""
-    return any(row["event"] in ("awaiting_approval", "gate_approved", "gate_rejected")
-               for row in rows)
+    return any(entry.event in ("awaiting_approval", "gate_approved", "gate_rejected")
+               for entry in rows)
 
 
-def _waiting_for_a_person(rows: list[dict[str, Any]]) -> bool:
-    return bool(rows[-1]["event"] == "awaiting_approval")
+def _waiting_for_a_person(rows: Sequence[Entry]) -> bool:
+    return rows[-1].event == "awaiting_approval"
 
 
-def _ended(rows: list[dict[str, Any]]) -> bool:
-    return rows[-1]["meta"].get("to") in ("CLOSED", "PARKED") and \
-        rows[-1]["meta"].get("outcome") == "accepted"
+def _ended(rows: Sequence[Entry]) -> bool:
+    return rows[-1].target in ("CLOSED", "PARKED") and rows[-1].accepted
 
 
 async def _plan_hash(walk: Walk) -> str:
-    for row in reversed(await walk.timeline()):
-        if row["event"] == "plan_ready" and "plan_hash" in row["meta"]:
-            return str(row["meta"]["plan_hash"])
+    for entry in reversed(await walk.timeline()):
+        if entry.event == "plan_ready" and entry.plan_hash is not None:
+            return entry.plan_hash
     raise DemoFailed("the planner's plan_ready row has no plan hash")
 
 
@@ -274,7 +272,7 @@ async def _refusals(walk: Walk) -> None:
     before = len(await walk.timeline())
     await _decide(walk, "the requester approves own plan", REQUESTER, expect=422)
     after = await walk.timeline()
-    if len(after) != before + 1 or after[-1]["meta"]["outcome"] != "refused":
+    if len(after) != before + 1 or after[-1].outcome != "refused":
         raise DemoFailed("a refused approval must add exactly one timeline row")
     await walk.watch(lambda _rows: True, "show the refusal")
     print("    the refusal added one timeline row; status and version unchanged",
@@ -285,10 +283,10 @@ async def _approve(walk: Walk) -> None:
     await _decide(walk, f"{APPROVER} approves that exact plan", APPROVER)
 
 
-def timeline_table(rows: list[dict[str, Any]]) -> str:
+def timeline_table(rows: Sequence[Entry]) -> str:
     """The timeline as a fixed-width table: time, event, from -> to, actor, outcome."""
     header = ("time", "event", "from -> to", "actor", "outcome")
-    lines = [header] + [_timeline_line(row) for row in rows]
+    lines = [header] + [_timeline_line(entry) for entry in rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     rendered = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
                 .rstrip() for line in lines]
@@ -296,15 +294,12 @@ def timeline_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(rendered)
 
 
-def _timeline_line(row: dict[str, Any]) -> tuple[str, str, str, str, str]:
-    meta = row["meta"]
-    moment = datetime.fromisoformat(row["created_at"]).strftime("%H:%M:%S.%f")[:-3]
-    move = f"{meta.get('from') or '-'} -> {meta.get('to') or '-'}"
-    if meta.get("outcome") == "note":
-        move = "-"
-    outcome = str(meta.get("outcome", ""))
+def _timeline_line(entry: Entry) -> tuple[str, str, str, str, str]:
+    moment = datetime.fromisoformat(str(entry.at)).strftime("%H:%M:%S.%f")[:-3]
+    move = "-" if entry.noted else f"{entry.source or '-'} -> {entry.target or '-'}"
+    outcome = entry.outcome or ""
     if outcome == "refused":
-        outcome += f" ({len(meta.get('problems', []))} problems)"
-    if "plan_hash" in meta:
-        outcome += f" (plan {str(meta['plan_hash'])[:12]})"
-    return moment, row["event"], move, principals.shown_actor(row["actor"], meta), outcome
+        outcome += f" ({len(entry.problems)} problems)"
+    if entry.plan_hash is not None:
+        outcome += f" (plan {entry.plan_hash[:12]})"
+    return moment, entry.event, move, entry.shown_actor, outcome

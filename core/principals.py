@@ -272,10 +272,3 @@ def _channels(scope: Any) -> frozenset[str] | None:
     if not isinstance(channels, list) or not all(isinstance(c, str) for c in channels):
         return frozenset()
     return frozenset(channels)
-
-
-def shown_actor(actor: str, meta: Mapping[str, Any]) -> str:
-    """A timeline row's actor as people read it: ``svc-ci for sre@acme`` when the request
-    stated another actor than the principal that made it."""
-    stated = meta.get("stated_actor")
-    return f"{actor} for {stated}" if stated else actor

@@ -28,6 +28,7 @@ from agent.runner import Agent, TurnResult
 from agent.tools import ACTOR
 from core.analysis.store import write_findings
 from core.bootstrap import App, bootstrap
+from core.cases.timeline import entries_of
 from core.consumers.analyst import Analyst
 from core.db.database import make_engine, transaction
 from core.domain.commands import NoteCase, OpenCase, TransitionCase
@@ -188,10 +189,10 @@ def observe(app: App, scenario: str, case_id: UUID, agent: RecordingAgent,
     """What the run left on the case (``error``: a delivery that went to the dead letters)."""
     turn = agent.last
     timeline = app.cases.timeline(case_id)
-    usage = [row["meta"]["context"] for row in timeline if row["event"] == "agent_usage"]
+    usage = [entry.context for entry in entries_of(timeline) if entry.event == "agent_usage"]
     tools: dict[str, int] = {}
-    for entry in usage:
-        for name, count in (entry.get("tools") or {}).items():
+    for facts in usage:
+        for name, count in (facts.get("tools") or {}).items():
             tools[name] = tools.get(name, 0) + int(count)
     stored = app.cases.proposed_plan(case_id)
     plan = None if stored is None else stored["plan"]

@@ -1,6 +1,7 @@
 """A case's timeline read through typed shapes: each row's meta (the move: outcome, from, to,
-version, plan hash; a yes: the approvers so far; who a request stated; a note's facts) is read
-once here into an ``Entry``, so no reader keys into the free-form JSON the service stores."""
+version, plan hash; a refusal's problems; a yes: the approvers so far; who a request stated; a
+note's facts) is read once here into an ``Entry``, so no reader keys into the free-form JSON the
+service stores."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from core.domain.views import TimelineEntry
-from core.principals import shown_actor
 
 MOVED = ("opened", "accepted")
 """The outcomes of a row that moved the case (its ``to`` is where the case went)."""
@@ -34,6 +34,7 @@ class Entry:
     approvers: tuple[str, ...] = ()  # a yes that is not yet enough: the yeses so far
     needs: int | None = None  # …and how many more it needed then
     stated_actor: str | None = None  # the actor a principal's request stated
+    problems: tuple[str, ...] = ()  # a refused row's: what was wrong with the request
     context: Mapping[str, Any] = field(default_factory=dict)
     id: int = 0
     correlation_id: str | None = None
@@ -53,8 +54,9 @@ class Entry:
 
     @property
     def shown_actor(self) -> str:
-        """The row's actor as people read it (``core.principals.shown_actor``)."""
-        return shown_actor(self.actor, {"stated_actor": self.stated_actor})
+        """The row's actor as people read it: ``svc-ci for sre@acme`` when the request stated
+        another actor than the principal that made it."""
+        return f"{self.actor} for {self.stated_actor}" if self.stated_actor else self.actor
 
     @property
     def facts(self) -> Mapping[str, Any]:
@@ -67,7 +69,12 @@ class Entry:
     def facts_as(self, shape: type[F]) -> F:
         """The row's facts read as the shape its event writes (``core.domain.messages``), as
         ``payload_as`` reads an outbox payload: ``mypy`` checks every key a reader reads."""
-        return cast(F, self.facts)
+        return facts_as(self.facts, shape)
+
+    @property
+    def noted_plan(self) -> str | None:
+        """The plan a note's facts name (its context's plan hash); None when they name none."""
+        return _text(self.context.get("plan_hash"))
 
     @property
     def plan_named(self) -> str:
@@ -82,7 +89,7 @@ class Entry:
         return not self.plan_hash or self.plan_hash == digest
 
 
-def entry_of(row: TimelineEntry | Mapping[str, Any]) -> Entry:
+def entry_of(row: TimelineEntry | Mapping[Any, Any]) -> Entry:
     """A timeline row (``CaseService.timeline``'s, or a ``case_timeline`` row) read once."""
     meta: Mapping[str, Any] = row.get("meta") or {}
     context = meta.get("context")
@@ -96,12 +103,19 @@ def entry_of(row: TimelineEntry | Mapping[str, Any]) -> Entry:
         approvers=tuple(str(a) for a in meta.get("approvers") or ()),
         needs=None if needs is None else int(needs),
         stated_actor=_text(meta.get("stated_actor")),
+        problems=tuple(str(p) for p in meta.get("problems") or ()),
         context=context if isinstance(context, Mapping) else {},
         id=int(row.get("id") or 0), correlation_id=row.get("correlation_id"))
 
 
-def entries_of(rows: Iterable[TimelineEntry | Mapping[str, Any]]) -> tuple[Entry, ...]:
+def entries_of(rows: Iterable[TimelineEntry | Mapping[Any, Any]]) -> tuple[Entry, ...]:
     return tuple(entry_of(row) for row in rows)
+
+
+def facts_as(facts: Mapping[str, Any], shape: type[F]) -> F:
+    """A note's facts (a row's, or a ``NoteCase.meta`` before it is written) read as the shape
+    its event writes (``core.domain.messages``)."""
+    return cast(F, facts)
 
 
 def _text(value: object) -> str | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, delete, func, select, update
 
+from core.cases.timeline import entry_of
 from core.clock import Clock
 from core.db.case_store import as_utc
 from core.db.database import transaction
@@ -291,11 +292,11 @@ def _unknown_outcome(entry: LedgerEntry) -> Finding:
 
 
 def _accepted_moves(conn: Connection) -> dict[str, list[CaseEvent]]:
-    query = (select(case_timeline.c.case_id, case_timeline.c.event, case_timeline.c.meta)
+    query = (select(case_timeline.c.case_id, case_timeline.c.event, case_timeline.c.actor,
+                    case_timeline.c.meta)
              .order_by(case_timeline.c.case_id, case_timeline.c.id))
     moves: dict[str, list[CaseEvent]] = {}
     for row in conn.execute(query).mappings():
-        meta = row["meta"] or {}
-        if meta.get("outcome") == "accepted":
+        if entry_of(row).accepted:
             moves.setdefault(str(row["case_id"]), []).append(CaseEvent(row["event"]))
     return moves

@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
+from core.cases.timeline import entry_of
 from core.db.case_store import as_utc
 from core.db.tables import case_timeline, dead_letter, inbox, tool_call_ledger
 from core.domain.messages import Topic
@@ -70,18 +71,18 @@ def _write_times(timeline: Sequence[Mapping[Any, Any]]) -> dict[tuple[str, int, 
     """When each (case, version, event) was written: the outbox rows of that write share it."""
     times: dict[tuple[str, int, str], datetime] = {}
     for row in timeline:
-        meta = row["meta"] or {}
-        times.setdefault((str(row["case_id"]), int(meta.get("version") or 0), row["event"]),
+        entry = entry_of(row)
+        times.setdefault((str(row["case_id"]), entry.version or 0, entry.event),
                          as_utc(row["created_at"]))
     return times
 
 
 def _timeline_hop(row: Mapping[Any, Any]) -> Hop:
-    meta = dict(row["meta"] or {})
-    return Hop(as_utc(row["created_at"]), "timeline", int(row["id"]), {
-        "case_id": str(row["case_id"]), "event": row["event"], "actor": row["actor"],
-        "outcome": meta.get("outcome"), "from": meta.get("from"), "to": meta.get("to"),
-        "version": meta.get("version"), "reason": row["reason"]})
+    entry = entry_of(row)
+    return Hop(as_utc(row["created_at"]), "timeline", entry.id, {
+        "case_id": str(row["case_id"]), "event": entry.event, "actor": entry.actor,
+        "outcome": entry.outcome, "from": entry.source, "to": entry.target,
+        "version": entry.version, "reason": entry.reason})
 
 
 def _message_hop(row: Mapping[Any, Any], written: dict[tuple[str, int, str], datetime]) -> Hop:

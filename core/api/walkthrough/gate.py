@@ -9,9 +9,11 @@ from uuid import UUID
 from core.api.walkthrough.consumers import Consumers
 from core.api.walkthrough.once import Caller, caller_run, once
 from core.cases.replies import Reply
+from core.cases.timeline import facts_as
 from core.consumers.runs import CommandRun
 from core.domain.commands import ApprovePlan
 from core.domain.fsm import CaseStatus
+from core.domain.messages import AwaitingApprovalFacts
 
 
 def evaluate_gate(loop: Consumers, case_id: UUID, caller: Caller) -> Reply[Any]:
@@ -32,7 +34,7 @@ def _evaluate(loop: Consumers, case_id: UUID, caller: Caller) -> Reply[Any]:
     noted = cases.note(verdict, f"{run.key}:awaiting_approval").data()
     case = {key: value for key, value in noted.items() if key != "note"}
     pending = {**_pending(loop, run, str(verdict.reason)),
-               "expires_at": verdict.meta.get("expires_at")}
+               "expires_at": facts_as(verdict.meta, AwaitingApprovalFacts).get("expires_at")}
     return Reply.of_data({**case, "plan_hash": run.plan_hash, "approval": pending})
 
 

@@ -17,6 +17,7 @@ from sqlalchemy import Engine, select
 from core import principals
 from core.api import create_api
 from core.bootstrap import App
+from core.cases.timeline import entry_of
 from core.cli import main
 from core.db.tables import api_principal, case_timeline, plan_approved, plan_proposed
 from core.domain.commands import ApprovePlan
@@ -130,7 +131,7 @@ def test_a_body_actor_naming_an_approver_is_kept_as_stated_and_grants_nothing(cl
     assert {row["actor"] for row in rows} == {"api-token"}
     assert all(row["meta"]["stated_actor"] == "U0LEAD" for row in rows)
     assert all(row["meta"]["principal"] == "api-token" for row in rows)
-    assert principals.shown_actor(rows[0]["actor"], rows[0]["meta"]) == "api-token for U0LEAD"
+    assert entry_of(rows[0]).shown_actor == "api-token for U0LEAD"
     forged = write(client, "PATCH", f"/case/{case_id}/transition", SERVICE,
                    {"event": "gate_approved", "actor": "U0LEAD",
                     "plan_hash": plan_hash(LOW_RISK)})
