@@ -3,7 +3,8 @@ become cases and notes, one open case per alert group (its ``groupKey``), whatev
 number of its notifications.
 
 - The first alerts seen firing open the group's case (idempotent open, keyed by the group and
-  its recurrence) and are noted on it with their evidence (``alert_firing``).
+  its recurrence) and are noted on it with their evidence (``alert_firing``), in the open's
+  transaction.
 - An alert (fingerprint + startsAt) not seen before, in a group whose case is open, is one
   ``alert_new`` note; a repeat is nothing.
 - A group that fires a new alert after its case CLOSED opens its next case, noted as
@@ -12,8 +13,9 @@ number of its notifications.
   an alert never seen firing, while the group has no open case, waits for the group's next case.
 
 Every note carries ``evt.alert.noted.v1`` (one line in the case's thread) and writes the
-alert's labels, annotations and graph link as evidence (``core.analysis.store``) in its own
-transaction. The bookkeeping is ``core.alerts.store``'s; what a notification says is read by
+alert's labels, annotations and graph link as evidence (``core.analysis.store``) in the same
+transaction: a first notification commits two (its alerts recorded; the case opened and
+noted). The bookkeeping is ``core.alerts.store``'s; what a notification says is read by
 ``core.alerts.model``.
 """
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -43,7 +45,7 @@ from core.alerts.model import (
 from core.alerts.store import OPENED, GroupOutcome, Seen
 from core.alerts.text import cut, shortened
 from core.analysis.store import EvidenceRow, write_evidence
-from core.cases.service import CaseService
+from core.cases.service import CaseService, FirstNote
 from core.domain.commands import NoteCase, OpenCase
 from core.domain.messages import (
     AlertGroupFacts,
@@ -123,13 +125,13 @@ class _Settling:
 
     def case_of(self, recurrence: int) -> UUID:
         """The case of a recurrence that has fired: known, or opened now (or replayed)."""
-        if recurrence in self.case_ids:
-            return self.case_ids[recurrence]
-        known = self._known_case(recurrence)
-        if known is None:
-            known = self._open(recurrence)
-        self.case_ids[recurrence] = known
-        return known
+        if recurrence not in self.case_ids:
+            known = self._known_case(recurrence)
+            if known is None:
+                self._open(recurrence)
+            else:
+                self.case_ids[recurrence] = known
+        return self.case_ids[recurrence]
 
     def _known_case(self, recurrence: int) -> UUID | None:
         group = self.group
@@ -141,25 +143,31 @@ class _Settling:
         return next((row.case_id for row in rows
                      if row.recurrence == recurrence and row.case_id is not None), None)
 
-    def _open(self, recurrence: int) -> UUID:
+    def _open(self, recurrence: int, first: FirstNote | None = None) -> bool:
+        """Open the recurrence's case, with ``first`` (its first note) in the same transaction:
+        whether it was opened now (False: the open, and its note, replayed)."""
         cmd = OpenCase(title=self.group.title, actor=ACTOR, severity=self.group.severity,
                        correlation_id=current())
         digest = self.group.digest
         key = f"alertmanager:{digest}" if recurrence == 1 else f"alertmanager:{digest}:{recurrence}"
-        reply = self.cases.open_case(cmd, key)
-        case_id = UUID(reply.data()["case_id"])
         self.unrecorded.add(recurrence)  # named by its first note, in the note's transaction
-        if not reply.replayed:
-            self.intake.opened = True
-            log.info("alert group %s opened case %s (recurrence %d)", digest[:16], case_id,
-                     recurrence)
-        return case_id
+        reply = self.cases.open_case(cmd, key, note=first)
+        case_id = self.case_ids[recurrence] = UUID(reply.data()["case_id"])
+        if reply.replayed:
+            return False
+        if first is not None:
+            self.unrecorded.discard(recurrence)
+        self.intake.opened = True
+        log.info("alert group %s opened case %s (recurrence %d)", digest[:16], case_id,
+                 recurrence)
+        return True
 
     # -- notes ------------------------------------------------------------------------------
 
     def _note_opening(self, recurrence: int, rows: Sequence[Seen]) -> int:
-        """The alerts that opened a recurrence's case: one note with their evidence; from the
-        second recurrence on it names the previous case."""
+        """The alerts that opened a recurrence's case: one note with their evidence, written
+        with the case when it opens now; from the second recurrence on it names the previous
+        case."""
         alerts = [_said(row) for row in rows]
         meta: AlertsOpeningFacts = {"group": self.group.digest[:16], "recurrence": recurrence,
                                     "alerts": alerts[:LISTED_MAX], "alert_count": len(alerts)}
@@ -172,8 +180,15 @@ class _Settling:
             meta["previous_case_id"], meta["title"] = previous, self.group.title
             event = "alert_recurrence"
             reason = f"recurrence {recurrence} of {self.group.title}, previous case {previous}"
-        return self._note(recurrence, event, reason, meta, f"opened:{recurrence}",
-                          rows, resolved=False)
+        key = f"opened:{recurrence}"
+        if recurrence not in self.case_ids and self._known_case(recurrence) is None:
+            first = FirstNote(self._key(key),
+                              lambda case_id: self._cmd(case_id, event, reason, meta),
+                              self._rows_of(recurrence, rows, resolved=False))
+            if self._open(recurrence, first):
+                return 1
+        # Known, or its open replayed: the note is written (or replayed) under its own key.
+        return self._note(recurrence, event, reason, meta, key, rows, resolved=False)
 
     def _note_new(self, row: Seen) -> int:
         said = _said(row)
@@ -193,26 +208,38 @@ class _Settling:
 
     def _note(self, recurrence: int, event: str, reason: str, meta: AlertGroupFacts,
               key: str, rows: Sequence[Seen], *, resolved: bool) -> int:
-        """One note on the recurrence's case, with its rows marked, its evidence written and
-        (a case opened here) the case named in the group, in the same transaction: 1 if written
-        now, 0 if it was already."""
+        """One note on the recurrence's case, with its rows (``_rows_of``) in the same
+        transaction: 1 if written now, 0 if it was already."""
         case_id = self.case_of(recurrence)
+        rows_of_the_note = self._rows_of(recurrence, rows, resolved=resolved)
+        reply = self.cases.note(self._cmd(case_id, event, reason, meta), self._key(key),
+                                also=lambda conn: rows_of_the_note(conn, case_id))
+        reply.data()
+        if not reply.replayed:
+            self.unrecorded.discard(recurrence)
+        return 0 if reply.replayed else 1
+
+    def _cmd(self, case_id: UUID, event: str, reason: str, meta: AlertGroupFacts) -> NoteCase:
+        return NoteCase(case_id, event, ACTOR, reason=reason, meta=meta,
+                        topic=Topic.ALERT_NOTED, correlation_id=current())
+
+    def _key(self, key: str) -> str:
+        return f"alertmanager:{self.group.digest[:32]}:{key}"
+
+    def _rows_of(self, recurrence: int, rows: Sequence[Seen], *,
+                 resolved: bool) -> Callable[[Connection, UUID], None]:
+        """A note's own rows, written with it: its alerts marked, their evidence and (a case
+        opened here) the case named in the group."""
         digest = self.group.digest
         status = "resolved" if resolved else "firing"
 
-        def rows_of_the_note(conn: Connection) -> None:
+        def write(conn: Connection, case_id: UUID) -> None:
             if recurrence in self.unrecorded:
                 store.record_case(conn, digest, recurrence, case_id)
             store.mark_noted(conn, digest, rows, resolved=resolved)
             write_evidence(conn, case_id, "alert", [_evidence(row, status) for row in rows])
 
-        note = NoteCase(case_id, event, ACTOR, reason=reason, meta=meta,
-                        topic=Topic.ALERT_NOTED, correlation_id=current())
-        reply = self.cases.note(note, f"alertmanager:{digest[:32]}:{key}", also=rows_of_the_note)
-        reply.data()
-        if not reply.replayed:
-            self.unrecorded.discard(recurrence)
-        return 0 if reply.replayed else 1
+        return write
 
 
 def _said(row: Seen) -> AlertSaid:

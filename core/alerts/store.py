@@ -7,7 +7,8 @@ group row locked (``SELECT … FOR UPDATE`` on PostgreSQL; SQLite serialises wri
 not seen before joins the group's current case, or, when that case is CLOSED, opens the next
 recurrence. The intake then writes the cases and notes the rows call for; each note marks its
 rows (``mark_noted``), and an opening note names its case (``record_case``), in the note's own
-transaction, so a row still unmarked is work a later delivery finishes.
+transaction (an opening note's is its case's open), so a row still unmarked is work a later
+delivery finishes.
 """
 
 from __future__ import annotations
@@ -99,8 +100,8 @@ def record_notification(engine: Engine, claim: Mapping[str, Any],
 
 
 def record_case(conn: Connection, digest: str, recurrence: int, case_id: UUID) -> None:
-    """In the opening note's transaction: the group and its alerts of that recurrence name the
-    case opened for it."""
+    """In the opening note's transaction (the case's open): the group and its alerts of that
+    recurrence name the case opened for it."""
     conn.execute(update(alert_group)
                  .where(alert_group.c.group_key_hash == digest,
                         alert_group.c.recurrence == recurrence,

@@ -2,13 +2,15 @@
 
 A write locks the case row, answers a repeated Idempotency-Key with the first reply, checks the
 fence and the expected version, asks the pure FSM and the gate, and writes case (version + 1),
-timeline, outbox and the reply together (``uow``, ``handlers``, ``gate``). Every business
+timeline, outbox and the reply together (``uow``, ``handlers``, ``gate``); an open may bring the
+case's first note into its transaction (``FirstNote``). Every business
 outcome, refusals included, is a ``Reply[T]``. Reads are ``queries.CaseReads``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from uuid import UUID
 
 from sqlalchemy import Connection, Engine
@@ -21,7 +23,7 @@ from core.cases.queries import CaseReads, Channels
 from core.cases.replies import Reply
 from core.cases.rows import case_view, timeline_view
 from core.cases.timeline import entries_of
-from core.cases.uow import Row, UnitOfWork, fingerprint
+from core.cases.uow import FollowUp, Row, UnitOfWork, Work, fingerprint
 from core.clock import Clock, utcnow
 from core.db import case_store as store
 from core.domain.commands import ApprovePlan, Fence, NoteCase, OpenCase, RejectPlan, TransitionCase
@@ -29,6 +31,17 @@ from core.domain.policy import ApprovalPolicy
 from core.domain.promql import QueryBounds
 from core.domain.views import ApprovalView, CaseView, MovedCase, NotedCase
 from core.errors import InvalidRequest, NotFound
+
+
+@dataclass(frozen=True)
+class FirstNote:
+    """The note an open writes on the case it makes, in the open's transaction: ``of`` builds
+    it for the new case, ``key`` is its own idempotency key (a ``note`` repeated under it
+    replays it) and ``also`` writes its own rows, given the case, only when it is recorded."""
+
+    key: str
+    of: Callable[[UUID], NoteCase]
+    also: Callable[[Connection, UUID], None] | None = None
 
 
 class CaseService(CaseReads):
@@ -58,13 +71,24 @@ class CaseService(CaseReads):
 
     # -- writes ---------------------------------------------------------------------------
 
-    def open_case(self, cmd: OpenCase, key: str) -> Reply[CaseView]:
-        """Open a case in NEW (version 0), once per idempotency key."""
+    def open_case(self, cmd: OpenCase, key: str, *,
+                  note: FirstNote | None = None) -> Reply[CaseView]:
+        """Open a case in NEW (version 0), once per idempotency key; with ``note``, its first
+        note in the same transaction, so a repeat of the key replays the open and the note
+        together and no open case is ever without it."""
+        then = None if note is None else (
+            lambda view: self._first_note(note, UUID(view["case_id"])))
         return self.uow.run(
             key, fingerprint(cmd.intent()), None,
             lambda _conn, _case, writes: handlers.open_case(cmd, writes, tenant=self.tenant,
                                                             now=self.clock()),
-            created=True)
+            created=True, then=then)
+
+    def _first_note(self, first: FirstNote, case_id: UUID) -> FollowUp:
+        cmd, also = first.of(case_id), first.also
+        return FollowUp(first.key, fingerprint(cmd.intent()), case_id,
+                        self._noting(cmd, None if also is None
+                                     else lambda conn: also(conn, case_id)))
 
     def transition(self, cmd: TransitionCase, key: str, *,
                    inbox_entry: tuple[str, int] | None = None) -> Reply[MovedCase]:
@@ -82,14 +106,19 @@ class CaseService(CaseReads):
         """Record a fact on the case's timeline (and ``cmd.topic`` in the outbox) without moving
         it, once per idempotency key. ``also`` writes the fact's own rows (the analyst's
         evidence) in the same transaction, only when the note is recorded, never on a replay."""
+        return self.uow.run(key, fingerprint(cmd.intent()), cmd.case_id,
+                            self._noting(cmd, also), inbox_entry=inbox_entry)
+
+    def _noting(self, cmd: NoteCase,
+                also: Callable[[Connection], None] | None) -> Work[NotedCase]:
+        """The work of a note: its rows, then (when it is recorded) ``also``'s."""
         def work(conn: Connection, case: Row | None, writes: store.Writes) -> NotedCase:
             data = handlers.note(case, cmd, writes, now=self.clock())
             if also is not None:
                 also(conn)
             return data
 
-        return self.uow.run(key, fingerprint(cmd.intent()), cmd.case_id, work,
-                            inbox_entry=inbox_entry)
+        return work
 
     def approve_plan(self, cmd: ApprovePlan, key: str, *,
                      inbox_entry: tuple[str, int] | None = None) -> Reply[ApprovalView]:

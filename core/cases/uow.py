@@ -1,6 +1,7 @@
 """The unit of work: one database transaction per request. It locks the case and recalls the
 Idempotency-Key (a repeat gets the first reply), checks the fence, runs the handler's work, and
-writes what the work gathered (or its refusal's audit row) together with the key's reply."""
+writes what the work gathered (or its refusal's audit row) together with the key's reply; a
+request may bring one keyed follow-up (an opened case's first note) into the same transaction."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -30,6 +32,18 @@ T = TypeVar("T")
 Row = Mapping[Any, Any]
 # What a write does inside the transaction: read what it needs, gather its rows, return its data.
 Work = Callable[[Connection, Row | None, store.Writes], T]
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """A keyed request that follows another in its transaction, on the case it concerns:
+    recalled by its own key (a repeat replays it) and written only when the first request's
+    rows were (never after its replay or refusal)."""
+
+    key: str
+    digest: str
+    case_id: UUID
+    work: Work[Any]
 
 
 class _Refusal(Exception):
@@ -66,26 +80,39 @@ class UnitOfWork:
 
     def run(self, key: str, digest: str, case_id: UUID | None, work: Work[T], *,
             fence: Fence | None = None, created: bool = False,
-            inbox_entry: tuple[str, int] | None = None) -> Reply[T]:
+            inbox_entry: tuple[str, int] | None = None,
+            then: Callable[[T], FollowUp] | None = None) -> Reply[T]:
         """``work`` once per ``key`` (whose request has the fingerprint ``digest``), on the case
-        ``case_id`` locked (None: a new case); a consumer's ``inbox_entry`` commits with it."""
+        ``case_id`` locked (None: a new case); a consumer's ``inbox_entry`` commits with it, and
+        so does the ``FollowUp`` that ``then`` makes of the work's data once it is written."""
         # A concurrent first arrival of the same key loses the primary-key race: run again and
         # the second pass replays the winner's reply.
         for attempt in (1, 2):
             try:
                 with self.transaction() as conn:
                     reply, writes = _once(conn, key, digest, case_id, work, fence, created)
+                    done: list[tuple[Reply[Any], store.Writes | None]] = [(reply, writes)]
+                    if then is not None and writes is not None and reply.ok:
+                        follow = then(reply.data())
+                        done.append(_once(conn, follow.key, follow.digest, follow.case_id,
+                                          follow.work, None, False))
                     if inbox_entry is not None:
                         inbox.mark(conn, *inbox_entry)
-                timeline = None if writes is None else writes.timeline
-                count_write(reply.error, reply.replayed, timeline)
-                if timeline is not None and log.isEnabledFor(logging.INFO):
-                    _log_written(timeline, reply.outcome)
+                for each, its_writes in done:
+                    _account(each, its_writes)
                 return reply
             except IntegrityError:
                 if attempt == 2:
                     raise
         raise AssertionError("unreachable")
+
+
+def _account(reply: Reply[Any], writes: store.Writes | None) -> None:
+    """Count and log one committed request."""
+    timeline = None if writes is None else writes.timeline
+    count_write(reply.error, reply.replayed, timeline)
+    if timeline is not None and log.isEnabledFor(logging.INFO):
+        _log_written(timeline, reply.outcome)
 
 
 def _once(conn: Connection, key: str, digest: str, case_id: UUID | None, work: Work[T],

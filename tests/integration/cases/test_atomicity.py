@@ -12,8 +12,8 @@ from sqlalchemy import Engine, event
 
 from core.api.statuses import reply_status
 from core.cases.replies import Reply
-from core.cases.service import CaseService
-from core.domain.commands import ChatThread, OpenCase
+from core.cases.service import CaseService, FirstNote
+from core.domain.commands import ChatThread, NoteCase, OpenCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from tests.support.cases import case_in, command, key, snapshot
 
@@ -58,6 +58,7 @@ def failing_after(engine: Engine, n: int) -> Iterator[None]:
 SCENARIOS: dict[str, CaseStatus | None] = {
     "open_case": None,
     "open_case_in_thread": None,
+    "open_case_with_first_note": None,
     "plan_ready": S.PLANNING,
     "gate_approved": S.WAIT_GATE,
     "guard_refusal": S.PLANNING,
@@ -70,6 +71,11 @@ def _write_for(name: str, service: CaseService, case_id) -> Callable[[str], Repl
     if name == "open_case_in_thread":
         thread = ChatThread("T1", "C1", f"{uuid4().int % 10**10}.000100")
         return lambda k: service.open_case(OpenCase("db down", "U1", thread=thread), k)
+    if name == "open_case_with_first_note":
+        def first(k: str) -> FirstNote:
+            return FirstNote(f"{k}:note", lambda new: NoteCase(new, "alert_firing", "pager",
+                                                               topic="evt.alert.noted.v1"))
+        return lambda k: service.open_case(OpenCase("db down", "pager"), k, note=first(k))
     if name == "plan_ready":
         return lambda k: service.transition(command(case_id, E.PLAN_READY), k)
     if name == "gate_approved":
