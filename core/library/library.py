@@ -21,6 +21,7 @@ from sqlalchemy import Connection, Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from core.analysis.tables import evidence_link
+from core.cases.timeline import entry_of
 from core.db import case_store
 from core.db.database import connection, transaction
 from core.domain.fsm import CaseStatus
@@ -234,7 +235,7 @@ def _closed_on_stand_in(timeline: Sequence[Mapping[Any, Any]]) -> bool:
     """Whether the verdict that closed the case was read from a stand-in table."""
     for row in reversed(timeline):
         if row["event"] == "verify_result":
-            return bool(((row["meta"] or {}).get("context") or {}).get("stand_in"))
+            return bool(entry_of(row).context.get("stand_in"))
     return False
 
 
