@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from core.cases.replies import Reply
-from core.errors import InternalError, OpsgateError, StaleFence, Unavailable
-from core.gateway import BusinessRefusal
+from core.errors import InternalError, StaleFence
+from core.gateway import reply_data as gateway_reply_data
 
 T = TypeVar("T")
 
@@ -35,16 +35,8 @@ class ToolReply:
 
 
 def reply_data(reply: Reply[T]) -> T:
-    """A case-service reply's data; a business refusal raises ``BusinessRefusal`` (stored and
-    replayed by the gateway), a stale fence ``LostLock``, an outage ``Unavailable``."""
-    if reply.ok:
-        return reply.data()
+    """``core.gateway.reply_data``, where a stale fence ends the run (``LostLock``)."""
     try:
-        reply.data()
-    except OpsgateError as error:
-        if isinstance(error, StaleFence):
-            raise LostLock(error.message) from error
-        if isinstance(error, Unavailable):
-            raise
-        raise BusinessRefusal(error.message, code=error.code, **error.details) from error
-    raise AssertionError("unreachable")
+        return gateway_reply_data(reply)
+    except StaleFence as error:
+        raise LostLock(error.message) from error

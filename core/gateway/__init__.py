@@ -32,6 +32,7 @@ from core.gateway.model import (
     DirectSideEffectCall,
     ToolCall,
     ToolCallFailed,
+    reply_data,
 )
 from core.gateway.redis_store import Claim, RedisClaimStore
 from core.gateway.registry import SideEffect, side_effect
@@ -70,6 +71,7 @@ __all__ = [
     "case_of_session",
     "holding",
     "redis_client",
+    "reply_data",
     "session_of",
     "side_effect",
 ]

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
-from core.errors import InternalError, OpsgateError, error_from_body
+from core.errors import InternalError, OpsgateError, StaleFence, Unavailable, error_from_body
 
 ToolBody = Callable[[Mapping[str, Any]], Any]
 """The function behind a tool: it receives the call's arguments and does the side effect."""
@@ -83,6 +83,27 @@ class BusinessRefusal(OpsgateError):
 
     def to_error(self) -> dict[str, Any]:
         return dict(self.to_body()["error"])
+
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Answer(Protocol[T_co]):
+    """A case-service reply, as a side effect reads it: its data, or the error it carries."""
+
+    def data(self) -> T_co: ...
+
+
+def reply_data(reply: Answer[T_co]) -> T_co:
+    """A case-service reply's data inside a side effect: a refusal raises ``BusinessRefusal``
+    (stored and replayed by the gateway); an outage (``Unavailable``) and a stale fence
+    (``StaleFence``: the caller no longer holds its lock) pass as they are, nothing stored."""
+    try:
+        return reply.data()
+    except (Unavailable, StaleFence):
+        raise
+    except OpsgateError as error:
+        raise BusinessRefusal(error.message, code=error.code, **error.details) from error
 
 
 class DirectSideEffectCall(OpsgateError):

@@ -11,17 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 from uuid import UUID
 
 from core.analysis.store import case_findings
 from core.bootstrap import App
-from core.cases.replies import Reply
 from core.domain.commands import NoteCase, OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.plans import plan_hash
-from core.errors import OpsgateError, Unavailable
-from core.gateway import BusinessRefusal
+from core.gateway import BusinessRefusal, reply_data
 from core.library import Library
 from core.library.runbooks import find_runbooks, runbooks_folder
 from core.principals import Principal
@@ -54,7 +52,6 @@ from core.tools.catalogue import (
     routes,
 )
 
-T = TypeVar("T")
 Write = Callable[[str], dict[str, Any]]
 
 
@@ -66,17 +63,6 @@ class Intent:
     key: str
     fingerprint: dict[str, Any]
     run: Write
-
-
-def reply_data(reply: Reply[T]) -> T:
-    """A case-service reply's data; a refusal raises ``BusinessRefusal`` (stored and replayed
-    by the gateway), an outage ``Unavailable`` (nothing stored: the caller may retry)."""
-    try:
-        return reply.data()
-    except Unavailable:
-        raise
-    except OpsgateError as error:
-        raise BusinessRefusal(error.message, code=error.code, **error.details) from error
 
 
 class CaseTools:
