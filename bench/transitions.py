@@ -29,6 +29,7 @@ from core.cases.service import CaseService
 from core.db.database import make_engine
 from core.domain.commands import OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent
+from core.domain.policy import ApprovalPolicy
 from core.migrate import upgrade_engine
 
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -55,6 +56,10 @@ CYCLE: tuple[tuple[CaseEvent, dict[str, Any] | None], ...] = (
 CYCLE_START = {"PARKED": 0, "PLANNING": 1, "WAIT_GATE": 2}
 TO_PARKED = (CaseEvent.START_ANALYSIS, CaseEvent.ANALYSIS_DONE, CaseEvent.PLAN_READY,
              CaseEvent.GATE_REJECTED)
+
+
+# The gate's deciders are named (nobody decides otherwise): every worker's approver.
+POLICY = ApprovalPolicy(approvers=frozenset(f"bench-approver-{n}" for n in range(64)))
 
 
 def actor(event_name: CaseEvent, worker: int) -> str:
@@ -105,7 +110,7 @@ def insert_loop(engine: Engine, worker: int) -> Loop:
 def transition_loop(engine: Engine, worker: int, case_id: uuid.UUID) -> Loop:
     """One real transition through the case service, a fresh Idempotency-Key each time,
     going on round the cycle from wherever the case stands."""
-    service = CaseService(engine)
+    service = CaseService(engine, policy=POLICY, reads_metrics=True)  # a metric check
     step = CYCLE_START[service.get_case(case_id)["status"]]
 
     def once() -> None:
@@ -216,7 +221,7 @@ def run_phase(ctx: Any, kind: str, workers: int, url: str, case_ids: list[uuid.U
 
 def park_cases(engine: Engine, count: int) -> list[uuid.UUID]:
     """One case per worker, walked from NEW to PARKED so the cycle can start."""
-    service = CaseService(engine)
+    service = CaseService(engine, policy=POLICY, reads_metrics=True)  # a metric check
     case_ids = []
     for n in range(count):
         opened = service.open_case(OpenCase(title=f"bench case {n}", actor="bench"),
