@@ -37,7 +37,6 @@ from core.gateway import (
 from core.gateway.keys import short_digest, text_key
 from core.library.runbooks import find_runbooks, runbooks_folder
 from core.mcp.remote import RemoteUnavailable
-from core.mrkdwn import escape
 from core.strict_json import non_finite_problems
 from core.tools.args import (
     CaseRef,
@@ -295,7 +294,7 @@ class CaseTools:
             note = NoteCase(case_id, "agent_update", ACTOR, reason=args.text,
                             correlation_id=self.correlation_id)
             reply_data(self.cases.note(note, f"agent:{key}"))
-            return {"posted": self.app.chat.post(str(case_id), escape(args.text))}
+            return {"posted": self.app.chat.say(str(case_id), (args.text,))}
 
         try:  # ledgered as "post_update", the tool's name before the catalogue
             return self._through_gateway("post_update", IntentKey(key, named.fingerprint), run)
@@ -315,7 +314,7 @@ class CaseTools:
                            correlation_id=self.correlation_id)
             data = reply_data(self.cases.note(cmd, f"agent:{key}"))
             if post:
-                self.app.chat.post(str(self.case_id), escape(reason))
+                self.app.chat.say(str(self.case_id), (reason,))
             return {"note": data.get("note")}
 
         call = ToolCall("agent.note", {"event": event, "reason": reason, "meta": meta},

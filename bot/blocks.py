@@ -2,7 +2,7 @@
 
 ``text`` is the notification and screen-reader fallback Slack requires beside blocks; blocks are
 short sections that stay readable on a phone. Both are mrkdwn: every text that came from outside
-(titles, reasons, plan steps, findings, names) goes through ``core.mrkdwn``, so it pings nobody
+(titles, reasons, plan steps, findings, names) goes through ``bot.mrkdwn``, so it pings nobody
 and links nowhere.
 """
 
@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.ids import COMMAND, REASON_BLOCK, REASON_INPUT, Action, Subcommand, View
+from bot.mrkdwn import escape, shown
 from core.cases.timeline import entries_of
 from core.domain.plans import ParsedPlan, PlanStep, parsed_or_none
 from core.domain.policy import NO_APPROVERS, ApprovalPolicy, PlanLike, plan_risk
 from core.domain.views import CaseView, TimelineEntry
 from core.library.render import evidence_text
-from core.mrkdwn import escape, shown
 
 Block = dict[str, Any]
 Message = tuple[str, list[Block]]

@@ -28,12 +28,12 @@ from bot.card_state import (
     step_lines,
     waiting_reading,
 )
+from bot.mrkdwn import drawn, escape, link, shown
 from core.alerts.text import shortened
 from core.cases.progress import Pin, StepAttempt
 from core.cases.timeline import Entry
 from core.consumers.notifier_text import alert_text
 from core.domain.messages import StepResultPayload, TransitionPayload
-from core.mrkdwn import escape, link, shown
 
 CARD_BLOCK = "case_card"
 """The ``block_id`` of the card's first block; the card's other blocks start with it too."""
@@ -94,8 +94,8 @@ def _summary(state: CaseState) -> str:
 
 def _happening(state: CaseState) -> list[str]:
     lines = _findings(state)
-    lines += [f"🔔 {_cut(text, LINE_LIMIT)}" for entry in alert_entries(state)
-              if (text := alert_text({"event": entry.event, **entry.facts}))]
+    lines += [f"🔔 {_cut(drawn(said), LINE_LIMIT)}" for entry in alert_entries(state)
+              if (said := alert_text({"event": entry.event, **entry.facts}))]
     if not lines:
         lines = ["_the analysis is under way_" if state.status in ("NEW", "ANALYZING")
                  else "_nothing found yet_"]

@@ -23,6 +23,7 @@ from bot.agent import Agent
 from bot.blocks import short_id, who
 from bot.card_keeper import CardKeeper
 from bot.card_state import CaseState
+from bot.mrkdwn import escape, from_slack
 from bot.settings import SlackSettings
 from bot.slack_store import ApprovalRef, SlackStore
 from core.bootstrap import App
@@ -34,7 +35,6 @@ from core.domain.views import ApprovalView, CaseView, MovedCase
 from core.errors import InvalidRequest, NotFound
 from core.gateway import ToolCall
 from core.library import Library
-from core.mrkdwn import escape, from_slack
 
 log = logging.getLogger(__name__)
 

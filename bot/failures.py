@@ -11,9 +11,9 @@ from uuid import uuid4
 
 from slack_sdk.errors import SlackApiError
 
+from bot.mrkdwn import escape
 from core.errors import InternalError, OpsgateError
 from core.gateway import ToolCall
-from core.mrkdwn import escape
 
 if TYPE_CHECKING:
     from bot.cases import SlackCases

@@ -22,11 +22,12 @@ from bot.blocks import PlanDecisionView, plan_message
 from bot.card import outcome_post, unknown_outcome_post
 from bot.card_keeper import CardKeeper
 from bot.ids import Action
+from bot.mrkdwn import drawn
 from bot.slack_store import SlackStore
 from core.cases.progress import decision_of
 from core.cases.timeline import Entry
 from core.chat import Blocks, deliverable
-from core.consumers.notifier import Notifier, Payload
+from core.consumers.notifier import Notifier, Payload, render
 from core.domain.messages import StepResultPayload, Topic, TransitionPayload, payload_as
 from core.domain.views import CaseView
 from core.gateway import ToolCall, session_of
@@ -53,12 +54,22 @@ class SlackNotifier(Notifier):
         self.store = store or SlackStore(app.engine)
         self.cards = CardKeeper(app, sink=self.sink)
 
+    def post_of(self, topic: str, payload: Payload) -> dict[str, Any] | None:
+        """What the thread is told, drawn for Slack (``text``, and ``blocks`` for the plan with
+        its buttons): the plan, PARKED with why, CLOSED; every other fact is on the card
+        only."""
+        message = self.message(topic, payload)
+        if message is None:
+            return None
+        text, blocks = message
+        return {"text": text} if blocks is None else {"text": text, "blocks": blocks}
+
     def message(self, topic: str, payload: Payload) -> tuple[str, Blocks | None] | None:
-        """What the thread is told: the plan with its buttons, PARKED with why, CLOSED; every
-        other fact is on the card only."""
+        """The mrkdwn text (and blocks) of ``post_of``; None when the thread is not told."""
         if topic == Topic.PLAN_PROPOSED:
-            return (self._plan_message(payload_as(TransitionPayload, payload))
-                    or super().message(topic, payload))
+            plan = self._plan_message(payload_as(TransitionPayload, payload))
+            said = render(topic, payload)  # the plan is gone: the core's words, drawn
+            return plan or (None if said is None else (drawn(said), None))
         if topic == Topic.CASE_TRANSITION:
             text = outcome_post(payload_as(TransitionPayload, payload))
             return None if text is None else (text, None)
@@ -81,7 +92,8 @@ class SlackNotifier(Notifier):
         self.cards.refresh(case_id)
 
     def _post(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        posted = super()._post(args)
+        posted = self.sink.post(str(args["case_id"]), str(args["text"]), args.get("blocks"),
+                                thread_key=str(args["thread_key"]))
         approval_id = _approval_id(args.get("blocks"))
         if approval_id is not None and posted.get("ts") and posted.get("channel"):
             self.store.place_approval(approval_id, str(posted["channel"]), str(posted["ts"]))

@@ -21,11 +21,11 @@ from uuid import UUID
 from slack_sdk.errors import SlackApiError
 
 from bot.cases import SlackCases
+from bot.mrkdwn import from_slack
 from core.chat import PINNED_EVENT
 from core.domain.commands import NoteCase
 from core.domain.messages import ChatPinnedFacts, Topic
 from core.errors import KeyReuse
-from core.mrkdwn import from_slack
 
 log = logging.getLogger(__name__)
 

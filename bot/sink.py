@@ -13,8 +13,9 @@ from uuid import UUID
 
 from slack_sdk import WebClient
 
+from bot.mrkdwn import drawn
 from bot.slack_store import SlackStore
-from core.chat import Blocks
+from core.chat import Blocks, Said
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,10 @@ class SlackChatSink:
         self.store = store
         self.incident_channel = incident_channel
         self._team = team  # the workspace's id, which events carry (auth.test, once)
+
+    def say(self, case_id: str, said: Said, thread_key: str | None = None) -> dict[str, Any]:
+        """What the core says (the agent's update), drawn in mrkdwn (``drawn``)."""
+        return self.post(case_id, drawn(said), thread_key=thread_key)
 
     def post(self, case_id: str, text: str, blocks: Blocks | None = None,
              thread_key: str | None = None) -> dict[str, Any]:

@@ -3,6 +3,9 @@ through, ``RecordingSink``, which keeps posts in memory (tests), and ``HeldChat`
 nothing and says so (``ChatNotConfigured``), so a post without Slack is held, never recorded as
 sent.
 
+What the core says is ``Said``: plain words and the links opsgate itself adds (an alert's graph),
+never a chat format; a sink's ``say`` draws it in its own (Slack: mrkdwn, escaped, in the bot).
+``post`` and ``update`` carry a front end's own drawing (the bot's text and Block Kit).
 The Slack front end plugs in its own sink (``chat.postMessage`` / ``chat.update``); the core
 never imports it.
 """
@@ -17,12 +20,52 @@ from core.messaging.consumer import Held
 
 Blocks = list[dict[str, Any]]
 
+
+@dataclass(frozen=True)
+class Link:
+    """A link opsgate itself adds to what it says (an alert's graph): where to, and its label."""
+
+    url: str
+    label: str
+
+
+Said = tuple["str | Link", ...]
+"""What the core says in a chat, in order: plain words and opsgate's own links."""
+
+
+def graph_of(url: object, label: str = "graph") -> Said:
+    """A space and opsgate's link to ``url``, when it is an http(s) address; else nothing."""
+    target = "" if url is None else str(url).strip()
+    return (" ", Link(target, label)) if target.startswith(("http://", "https://")) else ()
+
+
+def plain(said: Said) -> str:
+    """``said`` as plain text: a link reads as its label and address."""
+    return "".join(part if isinstance(part, str) else f"{part.label} ({part.url})"
+                   for part in said)
+
+
+def said_to_json(said: Said) -> list[Any]:
+    """``said`` as JSON (a gateway call's arguments): words as strings, links as objects."""
+    return [part if isinstance(part, str) else {"url": part.url, "label": part.label}
+            for part in said]
+
+
+def said_from_json(parts: list[Any]) -> Said:
+    return tuple(part if isinstance(part, str) else Link(str(part["url"]), str(part["label"]))
+                 for part in parts)
+
 PINNED_EVENT = "message_pinned"
 """The timeline note of a chat message someone pinned to the case (author, text, permalink in
 its meta); ``opsgate export`` lists them in the postmortem's timeline."""
 
 
 class ChatSink(Protocol):
+    def say(self, case_id: str, said: Said, thread_key: str | None = None) -> dict[str, Any]:
+        """Post what the core says in the case's thread, drawn in the chat's own format (words
+        from outside shown as words, never as a mention or link); returns ``post``'s answer."""
+        ...
+
     def post(self, case_id: str, text: str, blocks: Blocks | None = None,
              thread_key: str | None = None) -> dict[str, Any]:
         """Post ``text`` (and Block Kit ``blocks``) in the case's thread; returns at least
@@ -51,6 +94,10 @@ class RecordingSink:
     posts: list[ChatMessage] = field(default_factory=list)
     updates: list[ChatMessage] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def say(self, case_id: str, said: Said, thread_key: str | None = None) -> dict[str, Any]:
+        """Kept as plain text (``plain``)."""
+        return self.post(case_id, plain(said), thread_key=thread_key)
 
     def post(self, case_id: str, text: str, blocks: Blocks | None = None,
              thread_key: str | None = None) -> dict[str, Any]:
@@ -84,6 +131,9 @@ class HeldChat:
     the notifier's messages are held until a process with Slack delivers them."""
 
     why: str
+
+    def say(self, case_id: str, said: Said, thread_key: str | None = None) -> dict[str, Any]:
+        raise ChatNotConfigured(self.why)
 
     def post(self, case_id: str, text: str, blocks: Blocks | None = None,
              thread_key: str | None = None) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from bot.cases import Asker, SlackCases, title_of
 from bot.failures import correlation_id, failure_text
 from bot.ids import COMMAND, Subcommand
 from bot.listeners import Body, lazy
-from core.mrkdwn import escape
+from bot.mrkdwn import escape
 
 
 def register(bolt: Bolt, cases: SlackCases) -> None:

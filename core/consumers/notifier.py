@@ -2,8 +2,8 @@
 thread. Every post goes through the gateway with the message id as business key, so a
 redelivered event never posts twice; the Slack front end plugs in its own ``ChatSink``. Without
 a chat (no Slack) a post is held, never recorded as sent; a notifier that can post hands the
-held messages out again when it starts. A post is chat mrkdwn: what came from outside (titles,
-reasons, names) is escaped (``core.mrkdwn``)."""
+held messages out again when it starts. What it says is plain words (``core.chat.Said``); the
+chat's sink draws them in its own format (Slack: mrkdwn, escaped, in the bot)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,15 @@ from contextlib import suppress
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from core.chat import Blocks, ChatSink, RecordingSink, can_post, deliverable
+from core.chat import (
+    ChatSink,
+    RecordingSink,
+    Said,
+    can_post,
+    deliverable,
+    said_from_json,
+    said_to_json,
+)
 from core.consumers.notifier_text import alert_text, findings_text
 from core.domain.messages import (
     ApprovalRecordedPayload,
@@ -27,7 +35,6 @@ from core.domain.messages import (
 )
 from core.gateway import ToolCall, session_of
 from core.messaging.consumer import Delivery, release_held
-from core.mrkdwn import escape
 
 if TYPE_CHECKING:
     from core.bootstrap import App
@@ -50,74 +57,74 @@ def _short(digest: object) -> str:
 
 def _opened(raw: Payload) -> str:
     p = payload_as(OpenedPayload, raw)
-    return f"Case opened by {escape(p['actor'])}: {escape(p['title'])} ({escape(p['severity'])})"
+    return f"Case opened by {p['actor']}: {p['title']} ({p['severity']})"
 
 
 def _moved(raw: Payload) -> str | None:
     p = payload_as(TransitionPayload, raw)
     if p["event"] in _TOLD_BY_PLAN_EVENTS:
         return None
-    line = f"{p['from']} → {p['to']}: {p['event']} by {escape(p['actor'])}"
-    return f"{line} — {escape(p['reason'])}" if p.get("reason") else line
+    line = f"{p['from']} → {p['to']}: {p['event']} by {p['actor']}"
+    return f"{line} — {p['reason']}" if p.get("reason") else line
 
 
 def _proposed(raw: Payload) -> str:
     p = payload_as(TransitionPayload, raw)
-    return (f"Plan {_short(p.get('plan_hash'))} proposed by {escape(p['actor'])}; waiting at "
+    return (f"Plan {_short(p.get('plan_hash'))} proposed by {p['actor']}; waiting at "
             "the gate")
 
 
 def _approval(raw: Payload) -> str:
     p = payload_as(ApprovalRecordedPayload, raw)
-    return (f"{escape(p['actor'])} approved plan {_short(p['plan_hash'])}; "
+    return (f"{p['actor']} approved plan {_short(p['plan_hash'])}; "
             f"{p['needs']} more approval(s) needed")
 
 
 def _awaiting(raw: Payload) -> str:
     p = payload_as(AwaitingApprovalPayload, raw)
-    return f"Plan {_short(p['plan_hash'])}: {escape(p['reason'])}"
+    return f"Plan {_short(p['plan_hash'])}: {p['reason']}"
 
 
 def _approved(raw: Payload) -> str:
     p = payload_as(TransitionPayload, raw)
     # The reason names every approver ("approved by bob, carol"); the actor only the last one.
-    how = escape(p.get("reason") or f"approved by {p['actor']}")
+    how = p.get("reason") or f"approved by {p['actor']}"
     return f"Plan {_short(p.get('plan_hash'))} {how}; executing"
 
 
 def _rejected(raw: Payload) -> str:
     p = payload_as(TransitionPayload, raw)
-    return (f"Plan {_short(p.get('plan_hash'))} rejected by {escape(p['actor'])}: "
-            f"{escape(p.get('reason'))}")
+    return (f"Plan {_short(p.get('plan_hash'))} rejected by {p['actor']}: "
+            f"{p.get('reason') or ''}")
 
 
 def _expired(raw: Payload) -> str:
     p = payload_as(TransitionPayload, raw)
-    why = escape(p.get("reason") or "approval expired")
+    why = p.get("reason") or "approval expired"
     return f"Plan {_short(p.get('plan_hash'))}: {why}; the case is parked — ask for a fresh plan"
 
 
 def _step(raw: Payload) -> str:
     p = payload_as(StepResultPayload, raw)
     mark = "✓" if p["ok"] else "✗"
-    return f"{mark} {escape(p['reason'])}"
+    return f"{mark} {p['reason']}"
 
 
 def _verify_waiting(raw: Payload) -> str:
     p = payload_as(VerifyWaitingPayload, raw)
     observed = p["observed"]
-    now = f"now {observed:g}" if isinstance(observed, int | float) else escape(p["reason"])
+    now = f"now {observed:g}" if isinstance(observed, int | float) else p["reason"]
     if p.get("stand_in") and isinstance(observed, int | float):
         now = f"{now}, a stand-in reading"  # the reason says so itself
-    deadline = escape(p["deadline"] or "")
+    deadline = str(p["deadline"] or "")
     with suppress(ValueError):
         deadline = f"{datetime.fromisoformat(deadline).astimezone(UTC):%H:%M:%S} UTC"
-    what = escape(p.get("waiting_for") or "the verify block to hold")
+    what = p.get("waiting_for") or "the verify block to hold"
     return (f"Verifying plan {_short(p['plan_hash'])}: waiting for {what} ({now}); "
             f"deadline {deadline}")
 
 
-_RENDERERS: dict[str, Callable[[Payload], str | None]] = {
+_RENDERERS: dict[str, Callable[[Payload], str | Said | None]] = {
     Topic.CASE_OPENED: _opened,
     Topic.CASE_TRANSITION: _moved,
     Topic.PLAN_PROPOSED: _proposed,
@@ -133,10 +140,11 @@ _RENDERERS: dict[str, Callable[[Payload], str | None]] = {
 }
 
 
-def render(topic: str, payload: Payload) -> str | None:
-    """The update one event makes in the case's thread; None when it adds nothing."""
+def render(topic: str, payload: Payload) -> Said | None:
+    """What one event says in the case's thread; None when it adds nothing."""
     renderer = _RENDERERS.get(topic)
-    return None if renderer is None else renderer(payload)
+    said = None if renderer is None else renderer(payload)
+    return (said,) if isinstance(said, str) else said
 
 
 class Notifier:
@@ -153,15 +161,12 @@ class Notifier:
 
     def handle(self, delivery: Delivery) -> None:
         envelope = delivery.envelope
-        message = self.message(envelope.topic, envelope.payload)
-        if message is None:
+        post = self.post_of(envelope.topic, envelope.payload)
+        if post is None:
             return
         deliverable(self.sink)  # no chat: the message is held, nothing claimed
-        text, blocks = message
         case_id = str(envelope.payload.get("case_id", envelope.key))
-        args: dict[str, Any] = {"case_id": case_id, "text": text, "thread_key": case_id}
-        if blocks is not None:
-            args["blocks"] = blocks
+        args: dict[str, Any] = {"case_id": case_id, "thread_key": case_id, **post}
         call = ToolCall(tool="chat.post", args=args,
                         actor=self.name, session_id=session_of(case_id),
                         business_key=f"message:{envelope.message_id}")
@@ -171,12 +176,13 @@ class Notifier:
         # Still in progress elsewhere, or refused: raise so the runner retries, then buries.
         result.raise_for_error(f"chat post for message {envelope.message_id}")
 
-    def message(self, topic: str, payload: Payload) -> tuple[str, Blocks | None] | None:
-        """The text (and Block Kit blocks) one event posts; None when it adds nothing. A chat
-        front end refines it (the Slack bot renders the plan with its buttons)."""
-        text = render(topic, payload)
-        return None if text is None else (text, None)
+    def post_of(self, topic: str, payload: Payload) -> dict[str, Any] | None:
+        """What one event posts, as the chat post's arguments: the core's words (``said``),
+        which the sink draws; None when it adds nothing. A chat front end draws its own (the
+        Slack bot: the plan with its buttons)."""
+        said = render(topic, payload)
+        return None if said is None else {"said": said_to_json(said)}
 
     def _post(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        return self.sink.post(str(args["case_id"]), str(args["text"]), args.get("blocks"),
-                              thread_key=str(args["thread_key"]))
+        return self.sink.say(str(args["case_id"]), said_from_json(args["said"]),
+                             thread_key=str(args["thread_key"]))

@@ -26,6 +26,7 @@ from bot.card import card_message, catchup_message, outcome_post, unknown_outcom
 from bot.card_state import CaseState
 from bot.cases import title_of
 from bot.failures import failure_text
+from bot.mrkdwn import drawn, escape, from_slack, link, shown
 from core.cases.progress import progress_of
 from core.consumers.notifier import render
 from core.consumers.notifier_text import alert_text, findings_text
@@ -33,7 +34,6 @@ from core.domain.messages import Topic
 from core.domain.policy import ApprovalPolicy
 from core.domain.views import CaseView, ProposedPlan, TimelineEntry
 from core.errors import InvalidRequest
-from core.mrkdwn import escape, from_slack, link, shown
 from tests.support.cases import PLAN
 from tests.support.hostile import EVIL_NAME, EVIL_SUMMARY, hostile, mrkdwn_texts, slack_tokens
 
@@ -150,10 +150,10 @@ def rendered(title: str, said: str, upto: int, verdict: str) -> Iterator[str]:
                         "to": to, "actor": said, "correlation_id": None, "reason": said,
                         "plan_hash": DIGEST}
         yield from texts(outcome_post(payload))
-        yield from texts(render(Topic.CASE_TRANSITION, payload))
+        yield from texts(drawn(render(Topic.CASE_TRANSITION, payload) or ()))
         for topic in (Topic.PLAN_PROPOSED, Topic.PLAN_APPROVED, Topic.PLAN_REJECTED,
                       Topic.PLAN_EXPIRED):
-            yield from texts(render(topic, payload))
+            yield from texts(drawn(render(topic, payload) or ()))
     note: Any = {"case_id": CASE_ID, "version": 5, "correlation_id": None, "actor": said,
                  "reason": said, "refused": "unknown_outcome", "ok": False, "title": said,
                  "severity": said, "plan_hash": DIGEST, "needs": 1, "observed": None,
@@ -166,10 +166,11 @@ def rendered(title: str, said: str, upto: int, verdict: str) -> Iterator[str]:
     yield from texts(unknown_outcome_post(note))
     for topic in (Topic.CASE_OPENED, Topic.APPROVAL_RECORDED, Topic.AWAITING_APPROVAL,
                   Topic.EXEC_STEP_RESULT, Topic.VERIFY_WAITING, Topic.ANALYSIS_FINDINGS):
-        yield from texts(render(topic, note))
-    yield findings_text(note)
+        yield from texts(drawn(render(topic, note) or ()))
+    yield drawn((findings_text(note),))
     for entry in story(said)[1:5]:
-        yield from texts(alert_text({"event": entry["event"], **entry["meta"]["context"]}))
+        said = alert_text({"event": entry["event"], **entry["meta"]["context"]})
+        yield from texts(drawn(said or ()))
 
 
 @settings(max_examples=150, deadline=None)

@@ -150,8 +150,9 @@ def test_the_thread_is_told_once_what_verification_waits_on(engine):
     assert told["waiting_for"] == "checkout_p95 below 1 for 300s after the change"
     assert told["observed"] == 2.4
     assert as_utc(datetime.fromisoformat(told["deadline"])) == since + timedelta(seconds=900)
+    from core.chat import plain
     from core.consumers.notifier import render
-    assert render(Topic.VERIFY_WAITING, told) == (
+    assert plain(render(Topic.VERIFY_WAITING, told) or ()) == (
         f"Verifying plan {told['plan_hash'][:12]}: waiting for checkout_p95 below 1 for 300s "
         f"after the change (now 2.4); deadline {since + timedelta(seconds=900):%H:%M:%S} UTC")
     assert status(app, case_id) == S.PARKED

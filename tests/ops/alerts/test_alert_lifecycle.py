@@ -16,6 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, select
 
+from bot.mrkdwn import drawn
 from core.alerts.intake import AlertIntake
 from core.alerts.model import Notification
 from core.analysis.tables import evidence_link
@@ -80,11 +81,12 @@ def alert_notes(engine: Engine, case_id: Any = None) -> list[dict[str, Any]]:
 
 
 def thread_lines(engine: Engine, case_id: Any) -> list[str]:
-    """What the notifier posts for the case's alert events (their outbox rows, rendered)."""
+    """What the thread shows of the case's alert events (their outbox rows, as the bot draws
+    the core's words)."""
     query = select(outbox.c.payload).where(outbox.c.topic == Topic.ALERT_NOTED,
                                            outbox.c.key == str(case_id)).order_by(outbox.c.id)
     with engine.connect() as conn:
-        return [str(render(Topic.ALERT_NOTED, p)) for p in conn.execute(query).scalars()]
+        return [drawn(render(Topic.ALERT_NOTED, p) or ()) for p in conn.execute(query).scalars()]
 
 
 def state(engine: Engine) -> dict[str, Any]:
@@ -305,7 +307,8 @@ def test_the_notifier_posts_each_alert_note_once_in_the_case_thread(app, client,
         [case] = cases(engine)
         posts = lambda: app.chat.thread(str(case["id"]))  # noqa: E731
         assert loop.wait_for(lambda: loop.unpublished() == 0 and len(posts()) >= 4, 30)
-    graph = "<http://prometheus.example.org:9090/graph?g0.expr=probe_success+%3D%3D+0|graph>"
+    # The core's words in plain text (a Slack sink draws the graph as a link: test_alert_render).
+    graph = "graph (http://prometheus.example.org:9090/graph?g0.expr=probe_success+%3D%3D+0)"
     assert posts() == [f"Case opened by alertmanager: {TITLE} (SEV1)",
                        f"Firing: ProbeFailure: ProbeFailure on a {graph}",
                        f"New alert in this group: ProbeFailure: ProbeFailure on b {graph}",

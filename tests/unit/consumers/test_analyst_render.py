@@ -23,7 +23,7 @@ def test_the_text_lists_findings_similar_cases_and_runbooks():
         "• latency_p95_ms stepped up 222% (confidence 99%)",
         "Similar: checkout slow after deploy (resolved by Roll back checkout)",
         "Runbook: Latency after a deploy"]
-    assert render(Topic.ANALYSIS_FINDINGS, PAYLOAD) == findings_text(PAYLOAD)
+    assert render(Topic.ANALYSIS_FINDINGS, PAYLOAD) == (findings_text(PAYLOAD),)
 
 
 def test_no_finding_says_so():

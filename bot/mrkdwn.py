@@ -5,7 +5,8 @@ no link (``<url|label>``) survives; formatting marks (``*``, ``_``) stay, as wor
 
 Links opsgate itself adds (an alert's graph, a pinned message) are built by ``link``; what a
 Slack message said is read back as plain words by ``from_slack`` before it is shown again.
-Pure functions; the bot and the core's chat renders import them from here.
+What the core says (``core.chat.Said``: plain words and opsgate's own links) is drawn in mrkdwn
+by ``drawn``. Pure functions: Slack formatting is the bot's alone.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import re
 
 from core.alerts.text import shortened
+from core.chat import Said
 
 _TOKEN = re.compile(r"<([^<>\n]*)>")
 _URL_ENDS = {"|": "%7C", "<": "%3C", ">": "%3E", " ": "%20", "\n": "%0A", "\t": "%09"}
@@ -39,6 +41,13 @@ def link(url: object, label: str) -> str:
     for char, code in _URL_ENDS.items():
         target = target.replace(char, code)
     return f"<{target}|{escape(label)}>"
+
+
+def drawn(said: Said) -> str:
+    """What the core says, as mrkdwn: its words escaped, its links drawn by ``link`` (a link
+    that is not http or https is left out)."""
+    return "".join(escape(part) if isinstance(part, str) else link(part.url, part.label)
+                   for part in said)
 
 
 def from_slack(text: object) -> str:
