@@ -142,9 +142,10 @@ def noted(engine: Engine, count: int) -> dict[str, Any] | None:
     """The group's one case once all ``count`` alerts are noted on it: the case, its opening
     note's alert count, its alert evidence rows."""
     with engine.connect() as conn:
-        unnoted = conn.execute(select(func.count()).select_from(alert_seen)
-                               .where(alert_seen.c.noted_at.is_(None))).scalar_one()
-        seen = conn.execute(select(func.count()).select_from(alert_seen)).scalar_one()
+        # One statement: read apart, "none unnoted" could be read before the alerts were
+        # recorded and "all seen" after, while the case was still being opened.
+        seen, unnoted = conn.execute(select(
+            func.count(), func.count().filter(alert_seen.c.noted_at.is_(None)))).one()
         if seen < count or unnoted:
             return None
         [case] = conn.execute(select(ops_case)).mappings().all()
