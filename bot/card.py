@@ -135,17 +135,17 @@ def _plan(state: CaseState) -> str:
 
 
 def _gate(state: CaseState) -> str:
-    """Where the plan stands at the gate, with the quorum's progress."""
-    decided = state.progress.decision
-    if decided is not None:
-        if decided.event == "gate_rejected":
-            return f"⛔ Rejected by {who(decided.actor)} at {_clock(decided.at)}: " \
-                   f"{shown(decided.reason, LINE_LIMIT)}"
-        if decided.event == "gate_expired":
-            return f"⌛ Nobody decided in time: {shown(decided.reason, LINE_LIMIT)} " \
-                   f"(at {_clock(decided.at)})"
-        return f"✅ Approved by {_people(decided.approvers)} at {_clock(decided.at)}"
-    so_far = state.progress.yeses
+    """Where the plan stands at the gate (by its approval rows), with the quorum's progress."""
+    gate = state.progress.gate
+    if gate is not None and gate.state == "rejected":
+        return f"⛔ Rejected by {who(gate.rejected_by)} at {_clock(gate.decided_at)}: " \
+               f"{shown(gate.reason, LINE_LIMIT)}"
+    if gate is not None and gate.state == "expired":
+        return f"⌛ Nobody decided in time: {shown(gate.reason, LINE_LIMIT)} " \
+               f"(at {_clock(gate.decided_at)})"
+    if gate is not None and gate.state == "approved":
+        return f"✅ Approved by {_people(gate.approvers)} at {_clock(gate.decided_at)}"
+    so_far = state.yeses
     plan = state.progress.plan
     requester = plan.proposed_by if plan else None
     progress = f"approvals {len(so_far)} of {state.needs}" + \

@@ -41,9 +41,15 @@ class CaseState:
         return self.progress.entries
 
     @property
+    def yeses(self) -> tuple[str, ...]:
+        """The yeses recorded for the plan at the gate, by its approval rows."""
+        gate = self.progress.gate
+        return () if gate is None else gate.recorded
+
+    @property
     def more_needed(self) -> int:
         """How many more yeses the plan at the gate waits for (at least one)."""
-        return max(self.needs - len(self.progress.yeses), 1)
+        return max(self.needs - len(self.yeses), 1)
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,7 @@ from bot.card_keeper import CardKeeper
 from bot.ids import Action
 from bot.mrkdwn import drawn
 from bot.slack_store import SlackStore
-from core.cases.progress import decision_of
-from core.cases.timeline import Entry
+from core.cases.approvals import GateStatus
 from core.chat import Blocks, deliverable
 from core.consumers.notifier import Notifier, Payload, render
 from core.domain.messages import StepResultPayload, Topic, TransitionPayload, payload_as
@@ -135,22 +134,31 @@ class SlackNotifier(Notifier):
         result.raise_for_error(f"chat.update of plan message {ts}")
 
     def _decision(self, case_id: UUID, digest: str, version: int) -> PlanDecisionView | None:
-        """Where the proposal made at case ``version`` stands at the gate: its latest gate
-        fact in the timeline (who decided, when, why; or the yeses so far), never the event
-        that asked, so a late or redelivered event does not show less than the message does."""
-        facts = self.cases.progress(case_id).gate_facts(version, digest)
-        return None if not facts else _decision_of(facts[-1])
+        """Where the proposal made at case ``version`` stands at the gate, by its approval rows
+        (``GateStatus``): who decided, when, why, or the yeses so far; None before any yes."""
+        status = self.cases.gate_status(case_id, digest, version=version)
+        return None if status is None else decision_view(status)
 
 
-def _decision_of(entry: Entry) -> PlanDecisionView:
-    """What the plan message shows of one gate fact."""
-    at = str(entry.at)[:19].replace("T", " ") + " UTC"
-    if entry.event in ("gate_approved", "gate_rejected", "gate_expired"):
-        decided = decision_of(entry)
-        verdict = decided.event.removeprefix("gate_")
-        reason = None if decided.event == "gate_approved" else decided.reason
-        return PlanDecisionView(verdict, list(decided.approvers), at, reason=reason)
-    return PlanDecisionView("pending", list(entry.approvers), at, needs=entry.needs or 0)
+def decision_view(status: GateStatus) -> PlanDecisionView | None:
+    """What the plan message shows of where the gate stands; None while nobody said yes."""
+    if status.state == "approved":
+        return PlanDecisionView("approved", list(status.approvers), _at(status.decided_at))
+    if status.state == "rejected":
+        return PlanDecisionView("rejected", [str(status.rejected_by)], _at(status.decided_at),
+                                reason=status.reason)
+    if status.state == "expired":
+        return PlanDecisionView("expired", [], _at(status.decided_at), reason=status.reason)
+    if not status.recorded:
+        return None
+    needs = status.needs if status.needs is not None else status.needed - len(status.recorded)
+    return PlanDecisionView("pending", list(status.recorded), _at(status.last_yes_at),
+                            needs=max(needs, 1))
+
+
+def _at(moment: str | None) -> str:
+    """A decision's time as the plan message shows it."""
+    return str(moment or "")[:19].replace("T", " ") + " UTC"
 
 
 def _approval_id(blocks: object) -> str | None:

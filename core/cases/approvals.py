@@ -52,6 +52,8 @@ class GateStatus:
     rejected_by: str | None = None
     automatic: str | None = None  # why the plan does not approve itself; None: it does
     expires_at: datetime | None = None  # while the case waits at the gate on this plan
+    decided_at: str | None = None  # when the gate closed: the no, the expiry or the last yes
+    last_yes_at: str | None = None  # when the latest yes was recorded (ISO 8601, UTC)
 
     @property
     def decided(self) -> bool:
@@ -71,17 +73,28 @@ def gate_status(conn: Connection, policy: ApprovalPolicy, case: Row, plan: Row) 
     reason, rejected_by = standing["reason"], None
     no = next((d for d in decisions if d.get("verdict") == "rejected"), None)
     expired = expiry_of(decisions)
+    last_yes_at = _last_yes_at(decisions)
+    decided_at = last_yes_at if state == "approved" else None
     if no is not None:
         state, reason, rejected_by = "rejected", no.get("reason", ""), no["approver"]
+        decided_at = no.get("at")
     elif expired is not None:
         state, reason = "expired", expired
+        decided_at = next(d.get("at") for d in decisions if d.get("verdict") == "expired")
     return GateStatus(
         case_id=plan["case_id"], plan_hash=str(plan["plan_hash"]), requester=requester,
         state=state, approvers=tuple(standing["approvers"]),
         recorded=tuple(dict.fromkeys(yes.approver for yes in yeses)),
         needed=policy.required(plan["plan"]), needs=standing["needs"], reason=reason,
         rejected_by=rejected_by, automatic=policy.refusal(AUTO_APPROVER, requester, plan["plan"]),
-        expires_at=_expires_at(conn, policy, case, plan, state))
+        expires_at=_expires_at(conn, policy, case, plan, state), decided_at=decided_at,
+        last_yes_at=last_yes_at)
+
+
+def _last_yes_at(decisions: Sequence[ApprovalDecision]) -> str | None:
+    """When the latest yes among ``decisions`` was recorded; None before any."""
+    yeses = [d for d in decisions if d.get("verdict", "approved") == "approved"]
+    return yeses[-1].get("at") if yeses else None
 
 
 def _expires_at(conn: Connection, policy: ApprovalPolicy, case: Row, plan: Row,

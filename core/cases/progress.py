@@ -17,10 +17,6 @@ from core.domain.messages import ChatPinnedFacts, StepResultFacts, VerifyWaiting
 from core.domain.plans import ParsedPlan, parsed_or_none
 from core.domain.views import CaseView, ProposedPlan, TimelineEntry
 
-DECISIONS = ("gate_approved", "gate_rejected", "gate_expired")
-"""The moves that close the gate on a plan."""
-GATE_FACTS = (*DECISIONS, "plan_approval")
-"""…and a yes that is not yet enough."""
 STEP_EVENTS = ("step_result", "rollback_result")
 ENDS = ("CLOSED", "PARKED")
 
@@ -64,23 +60,6 @@ def current_plan(proposed: ProposedPlan | Mapping[Any, Any]) -> CurrentPlan:
     version, by = proposed.get("case_version"), proposed.get("proposed_by")
     return CurrentPlan(str(proposed["plan_hash"]), None if by is None else str(by),
                        None if version is None else int(version), plan, parsed_or_none(plan))
-
-
-@dataclass(frozen=True)
-class GateDecision:
-    """The move that closed the gate on the current plan, as its timeline row says it."""
-
-    event: str  # gate_approved, gate_rejected or gate_expired
-    actor: str
-    at: str | None
-    reason: str | None
-    approvers: tuple[str, ...]  # an approval's approvers; the actor otherwise
-
-
-def decision_of(entry: Entry) -> GateDecision:
-    listed = entry.facts.get("approvers") if entry.event == "gate_approved" else None
-    approvers = tuple(str(a) for a in listed or [entry.actor])
-    return GateDecision(entry.event, entry.actor, entry.at, entry.reason, approvers)
 
 
 @dataclass(frozen=True)
@@ -205,20 +184,6 @@ class CaseProgress:
         return [e for e in self.since_proposed if e.event in events and e.about(self.plan_hash)]
 
     @cached_property
-    def decision(self) -> GateDecision | None:
-        """The move that closed the gate on the current plan; None while it is open."""
-        decided = [e for e in self.of_plan(*DECISIONS) if e.accepted]
-        return decision_of(decided[-1]) if decided else None
-
-    @cached_property
-    def yeses(self) -> tuple[str, ...]:
-        """The yeses to the current plan so far, as its latest yes that was not enough says."""
-        yes = [e for e in self.of_plan("plan_approval") if e.noted]
-        if not yes:
-            return ()
-        return yes[-1].approvers or (yes[-1].actor,)
-
-    @cached_property
     def steps(self) -> tuple[StepProgress, ...]:
         """Each step of the current plan with its attempts (none yet: not run)."""
         if self.plan is None:
@@ -257,18 +222,6 @@ class CaseProgress:
     @cached_property
     def pins(self) -> tuple[Pin, ...]:
         return tuple(pin_of(e) for e in self.entries if e.event == PINNED_EVENT)
-
-    def gate_facts(self, version: int, digest: str) -> list[Entry]:
-        """The gate's facts (decisions, yeses not yet enough) about the proposal of ``digest``
-        made at case ``version``, up to the next proposal, oldest first."""
-        start = next((n for n, e in enumerate(self.entries)
-                      if _proposal(e) and e.version == version), None)
-        if start is None:
-            return []
-        after = self.entries[start + 1:]
-        after = after[:next((n for n, e in enumerate(after) if _proposal(e)), len(after))]
-        return [e for e in after if e.event in GATE_FACTS and e.outcome in ("accepted", "note")
-                and e.plan_hash in (None, digest)]
 
 
 def progress_of(case: CaseView, rows: Iterable[TimelineEntry | Mapping[str, Any]],

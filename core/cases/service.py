@@ -159,15 +159,21 @@ class CaseService(CaseReads):
             return self.gate.may_reject(conn, case, plan_hash, person,
                                         expected_version=expected_version)
 
-    def gate_status(self, case_id: UUID, plan_hash: str | None = None) -> GateStatus | None:
-        """Where the gate stands for the case's plan ``plan_hash`` (its latest plan when None),
-        read from its approval rows; None when the case has no such plan."""
+    def gate_status(self, case_id: UUID, plan_hash: str | None = None, *,
+                    version: int | None = None) -> GateStatus | None:
+        """Where the gate stands for the case's plan ``plan_hash`` (its latest plan when None;
+        with ``version``, its proposal made at that case version), read from its approval rows;
+        None when the case has no such plan."""
         with self.uow.connection() as conn:
             case = store.read_case(conn, case_id)
             if case is None:
                 raise NotFound(f"no case {case_id}", case_id=str(case_id))
-            plan = (store.latest_plan(conn, case_id) if plan_hash is None
-                    else store.plan_by_hash(conn, case_id, plan_hash))
+            if plan_hash is None:
+                plan = store.latest_plan(conn, case_id)
+            elif version is None:
+                plan = store.plan_by_hash(conn, case_id, plan_hash)
+            else:
+                plan = store.plan_of_version(conn, case_id, version, plan_hash)
             return None if plan is None else gate_status(conn, self.policy, case, plan)
 
     def progress(self, case_id: UUID, *, channels: Channels = None) -> CaseProgress:

@@ -186,6 +186,15 @@ def plan_by_hash(conn: Connection, case_id: UUID, digest: str) -> RowMapping | N
     return conn.execute(query).mappings().first()
 
 
+def plan_of_version(conn: Connection, case_id: UUID, version: int,
+                    digest: str) -> RowMapping | None:
+    """The case's plan ``digest`` as proposed at case ``version`` (one proposal of it)."""
+    query = select(plan_proposed).where(plan_proposed.c.case_id == case_id,
+                                        plan_proposed.c.case_version == version,
+                                        plan_proposed.c.plan_hash == digest)
+    return conn.execute(query).mappings().first()
+
+
 def plan_decisions(conn: Connection, plan_id: UUID) -> list[ApprovalDecision]:
     """The approvers' decisions recorded for one proposed plan, oldest first."""
     query = (select(plan_approved.c.decision).where(plan_approved.c.plan_id == plan_id)

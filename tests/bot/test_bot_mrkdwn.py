@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+from uuid import UUID
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,6 +28,7 @@ from bot.card_state import CaseState
 from bot.cases import title_of
 from bot.failures import failure_text
 from bot.mrkdwn import drawn, escape, from_slack, link, shown
+from core.cases.approvals import GateStatus
 from core.cases.progress import progress_of
 from core.consumers.notifier import render
 from core.consumers.notifier_text import alert_text, findings_text
@@ -123,7 +125,12 @@ def rendered(title: str, said: str, upto: int, verdict: str) -> Iterator[str]:
     rows = story(said)[:upto]
     proposed: ProposedPlan = {"plan_hash": DIGEST, "plan": plan(said), "case_version": 4,
                               "proposed_by": said}
-    state = CaseState(progress_of(case(title), rows, proposed if upto >= 9 else None), 2, said)
+    gate = GateStatus(UUID(CASE_ID), DIGEST, said, verdict, (said, "U0BOB"), (said, "U0BOB"),
+                      3, 0 if verdict == "approved" else 1, said, rejected_by=said,
+                      decided_at="2026-11-23T07:12:00+00:00",
+                      last_yes_at="2026-11-23T07:11:00+00:00")
+    state = CaseState(progress_of(case(title), rows, *((proposed, gate) if upto >= 9 else ())),
+                      2, said)
     decision = PlanDecisionView(verdict, [said, "U0BOB"], "2026-11-23 07:10:00 UTC",
                                 reason=said, needs=1)
     yield from texts(plan_message(case(title), plan(said), DIGEST, "ap_1", said, POLICY))
