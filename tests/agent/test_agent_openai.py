@@ -4,7 +4,6 @@ effect happening twice, and an unreachable, slow or failing server leaves only a
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 from langchain_openai import ChatOpenAI
@@ -19,6 +18,7 @@ from core.domain.fsm import CaseStatus
 from core.domain.plan_templates import load_template
 from tests.support.agents import agent_app, case_at, events, plans, timeline_count
 from tests.support.openai_stub import StubTurn, chat_stub, tool_call
+from tests.support.peers import free_port
 
 NOOP = load_template("noop")
 
@@ -99,9 +99,8 @@ def test_malformed_arguments_from_the_server_are_answered(sqlite_engine: Engine)
 
 
 def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port nothing listens on (free a moment ago, outside the ephemeral range)."""
+    return free_port()
 
 
 def assert_only_a_note(app: App, case_id: Any, reply: str, rows_before: int) -> None:

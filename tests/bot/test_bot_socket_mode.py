@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +28,7 @@ from core.bootstrap import Extensions, bootstrap
 from core.db.database import make_engine
 from core.migrate import upgrade_engine
 from tests.support.local_http import Reply
+from tests.support.peers import free_port
 from tests.support.slack import (
     FORM,
     SECRET,
@@ -157,9 +157,7 @@ def test_opsgate_serve_socket_mode_process(tmp_path: Path) -> None:
         migrated = make_engine(env["OPSGATE_DATABASE_URL"])
         upgrade_engine(migrated)
         migrated.dispose()
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        port = free_port()
         serve_cmd = [sys.executable, "-m", "bot.cli", "serve", "--socket-mode", "--port",
                      str(port), "--no-loop"]
         process = subprocess.Popen(serve_cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,

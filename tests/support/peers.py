@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import socket
@@ -50,11 +51,32 @@ class PeerError(RuntimeError):
     """A peer did not start, stopped answering, or refused a query."""
 
 
+# Ports for the servers a test starts, below Linux's ephemeral range (32768-60999 by default):
+# a port the OS hands out for "any free port" is in that range, and a client connection (the
+# other worker's PostgreSQL, Redis and NATS clients) can take it as its local port between the
+# probe and the server's bind; it then failed to bind (k-2: opsgate serve, "address already in
+# use"). Each xdist worker draws from its own share of the range; a port is handed out once.
+_PORTS = range(20000, 32000)
+_handed: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A TCP port on 127.0.0.1, free a moment ago and below the ephemeral range, that this
+    process has not handed out before."""
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    workers = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")), worker + 1)
+    share = _PORTS[worker::workers]
+    for port in random.sample(share, len(share)):
+        if port in _handed:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed.add(port)
+        return port
+    raise AssertionError(f"no free port left in {_PORTS} for worker {worker}")
 
 
 def poll(check: Callable[[], T | None], timeout_s: float, what: str, interval_s: float = 0.1) -> T:
