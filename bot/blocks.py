@@ -99,7 +99,7 @@ def plan_message(case: CaseView, plan: PlanLike, plan_hash: str,
     risk, needed = plan_risk(parsed), policy.required(parsed)
     blocks = _plan_sections(case, parsed, plan_hash, requester, policy, risk, needed)
     if decision is None or decision.verdict == "pending":
-        if not policy.approvers:
+        if policy.nobody_named:
             blocks.append(section(f"⛔ *Nobody can approve this plan yet*: {NO_APPROVERS}. It "
                                   "waits at the gate until someone is named."))
         confirm = approve_confirm(parsed.title, risk, policy) if needed == 2 else None

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy import Engine
 
 from core.cases.service import CaseService
+from core.catalog.files import CatalogSource
 from core.chat import ChatSink, RecordingSink
 from core.db.database import make_engine
 from core.domain.policy import ApprovalPolicy, GroupMembers
 from core.evidence.configured import has_metrics_source, promql_bounds
 from core.gateway import Gateway, build_gateway
+from core.policy.files import catalog_problems, load_rules
+from core.policy.rules import PolicyError
 from core.settings import OpsgateSettings, Settings, load_settings
 
 if TYPE_CHECKING:
@@ -67,16 +70,26 @@ class App:
         self.engine.dispose()
 
 
-def policy_from_settings(settings: Settings,
-                         members: GroupMembers | None = None) -> ApprovalPolicy:
-    """The approval policy of ``settings``; ``members`` resolves user groups on the approver
-    list (the Slack front end passes its cached resolver; none: groups have no members)."""
-    extra = {} if members is None else {"members": members}
-    return ApprovalPolicy(approvers=frozenset(settings.approvers),
-                          two_person_risk=settings.two_person_risk,
-                          auto_approve=settings.auto_approve,
-                          auto_approve_max_risk=settings.auto_approve_max_risk,
-                          approval_ttl_s=settings.approval_ttl_s, **extra)
+def policy_from_settings(settings: Settings, members: GroupMembers | None = None,
+                         catalog: CatalogSource | None = None) -> ApprovalPolicy:
+    """The approval policy of ``settings``: the Cedar policies of ``OPSGATE_POLICY`` (else the
+    shipped default), judged with the catalog of ``OPSGATE_CATALOG`` as it is at each click.
+    ``members`` resolves Slack user groups (the Slack front end passes its cached resolver;
+    none: groups have no members). ``PolicyError`` or ``CatalogError`` when either cannot be
+    used, or when the policies name a group or component the catalog does not have."""
+    source = catalog or CatalogSource(settings.catalog)
+    rules = None if settings.policy is None else load_rules(settings.policy)
+    if rules is not None:
+        unknown = catalog_problems(rules, source.current())
+        if unknown:
+            raise PolicyError(unknown)
+    policy = ApprovalPolicy(approvers=frozenset(settings.approvers),
+                            two_person_risk=settings.two_person_risk,
+                            auto_approve=settings.auto_approve,
+                            auto_approve_max_risk=settings.auto_approve_max_risk,
+                            approval_ttl_s=settings.approval_ttl_s, rules=rules,
+                            catalog=source.current)
+    return policy if members is None else replace(policy, members=members)
 
 
 def bootstrap(settings: Settings | None = None, *, engine: Engine | None = None,

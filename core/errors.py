@@ -29,6 +29,8 @@ carries a stable ``code``; the REST API alone maps them to HTTP statuses (``core
     │   └── ChatNotConfigured     (core.chat) no chat (Slack) to post in: the post is held
     ├── DirectSideEffectCall      (core.gateway) a side effect called around the gateway
     ├── InvalidSettings           (core.settings_errors) a setting that cannot be used
+    ├── CatalogError              (core.catalog.problems) a service catalog that cannot be used
+    ├── PolicyError               (core.policy.rules) approval policies that cannot decide
     ├── NonFiniteNumber           (core.strict_json) NaN or ±Infinity in JSON; also a ValueError
     ├── CliError                  (core.cli.command) an expected command failure, told as it is
     ├── DemoFailed                (core.demo) the demo did not get the promised reply

@@ -91,8 +91,9 @@ def _run(args: argparse.Namespace) -> int:
         for problem in bad.problems:
             _fail(problem)
         return EXIT_BAD_SETTINGS
-    except OpsgateError as error:
-        return _fail(error.message)
+    except OpsgateError as error:  # a policy or catalog that cannot be used is a setting's
+        unusable = error.code in ("policy_invalid", "catalog_invalid")
+        return _fail(error.message, EXIT_BAD_SETTINGS if unusable else EXIT_FAILED)
     except SQLAlchemyError as exc:
         return _fail(f"database error: {first_line(exc)}")
     except KeyboardInterrupt:

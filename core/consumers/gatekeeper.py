@@ -42,7 +42,7 @@ def waiting_note(policy: ApprovalPolicy, plan: PlanLike, requester: str) -> str:
     count = ("two distinct approvers (risk "
              f"{plan_risk(plan):g} ≥ {policy.two_person_risk:g})" if needed == 2
              else "one approver")
-    if not policy.approvers:
+    if policy.nobody_named:
         return (f"waiting: {NO_APPROVERS}, so nobody can approve this plan until someone is "
                 f"named; it needs {count}")
     return (f"waiting for approval by {policy.describe_approvers()}: {count}; "

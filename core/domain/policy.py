@@ -1,28 +1,51 @@
 """The approval policy: who may approve a plan, how many must, which plans approve themselves,
 and how long a plan may wait for people before its approval expires.
 
-Pure: ``evaluate`` judges a plan and the approvals recorded for it without I/O; the case service
-runs it inside the transaction that locks the case (docs/approvals.md says where each rule bites).
-The policy judges the ``ParsedPlan`` (a stored plan is read with ``parse_plan``, the executor's
-reading); a plan that does not meet the contract is judged the most cautious way: two approvers,
-never automatic.
+Cedar decides (``core.policy``): the policies of ``OPSGATE_POLICY``, else the shipped default
+rendered from ``OPSGATE_APPROVERS``, ``OPSGATE_TWO_PERSON_RISK`` and ``OPSGATE_AUTO_APPROVE``;
+this module asks it about each yes and says its answers in words. Pure: ``evaluate`` judges a
+plan and the approvals recorded for it without I/O; the case service runs it inside the
+transaction that locks the case (docs/approvals.md says where each rule bites). The policy
+judges the ``ParsedPlan`` (a stored plan is read with ``parse_plan``, the executor's reading); a
+plan that does not meet the contract is never approved, and people are judged on it as on the
+riskiest plan.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any, Literal
 
-from core.domain.plans import UNSTATED_RISK, ParsedPlan, parsed_or_none
+from core.catalog.model import EMPTY_CATALOG, Catalog, Component
+from core.domain.plans import UNSTATED_RISK, ParsedPlan, parsed_or_none, plan_hash
 from core.domain.refusal import Refused
+from core.policy.judge import (
+    GATEKEEPER,
+    Judgement,
+    People,
+    Subject,
+    judge,
+    plan_components,
+    quorum_for,
+    sequence_words,
+)
+from core.policy.rules import (
+    APPROVERS_GROUP,
+    REQUESTER_RULE,
+    Rules,
+    cedar_decimal,
+    default_rules,
+)
 
 AutoApprove = Literal["off", "noop_only", "low_risk"]
 AUTO_APPROVE_MODES: tuple[AutoApprove, ...] = ("off", "noop_only", "low_risk")
 
-AUTO_APPROVER = "gatekeeper"
+AUTO_APPROVER = GATEKEEPER
 """The actor an automatic approval is recorded under: it counts only for plans the policy lets
 approve themselves, so naming it by hand gains nothing."""
 
@@ -47,12 +70,18 @@ class Approval:
     plan_hash: str
 
 
+def _no_catalog() -> Catalog:
+    return EMPTY_CATALOG
+
+
 @dataclass(frozen=True)
 class Satisfied:
-    """Enough distinct, eligible approvers said yes: the plan may run."""
+    """Enough distinct, eligible approvers said yes: the plan may run. ``policies``: the
+    permits that admitted them."""
 
     approvers: tuple[str, ...]
     reason: str
+    policies: tuple[str, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -62,6 +91,7 @@ class Pending:
     needs: int
     reason: str
     approvers: tuple[str, ...] = ()
+    policies: tuple[str, ...] = field(default=(), compare=False)
 
 
 Verdict = Satisfied | Pending | Refused
@@ -71,10 +101,12 @@ PlanLike = ParsedPlan | Mapping[str, Any]
 
 @dataclass(frozen=True)
 class ApprovalPolicy:
-    """Who may approve and how many must. ``approvers`` holds user ids and/or user group ids;
-    empty means nobody may approve (nor reject) until someone is named; the requester never may.
-    Automatic approval is its own setting and does not need the list. A plan nobody decided
-    ``approval_ttl_s`` seconds after it reached the gate expires."""
+    """Who may approve and how many must, as Cedar decides it. ``rules``: the policies of
+    ``OPSGATE_POLICY``; None: the shipped default for ``approvers`` (user ids and/or user
+    group ids; empty means nobody may approve nor reject until someone is named),
+    ``two_person_risk`` and ``auto_approve``. The requester never may. ``catalog`` answers with
+    the catalog as it is now; ``members`` with a Slack user group's members. A plan nobody
+    decided ``approval_ttl_s`` seconds after it reached the gate expires."""
 
     approvers: frozenset[str] = frozenset()
     two_person_risk: float = 0.7
@@ -82,6 +114,8 @@ class ApprovalPolicy:
     auto_approve_max_risk: float = 0.3
     members: GroupMembers = field(default=_no_groups, compare=False, repr=False)
     approval_ttl_s: float = 3600.0
+    rules: Rules | None = field(default=None, compare=False, repr=False)
+    catalog: Callable[[], Catalog] = field(default=_no_catalog, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.auto_approve not in AUTO_APPROVE_MODES:
@@ -90,52 +124,131 @@ class ApprovalPolicy:
         for name in ("two_person_risk", "auto_approve_max_risk"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be within 0..1")
+            if Decimal(cedar_decimal(getattr(self, name))) != Decimal(repr(getattr(self, name))):
+                raise ValueError(f"{name} must have four decimal places at most (Cedar's "
+                                 "decimals)")
         if not (math.isfinite(self.approval_ttl_s) and self.approval_ttl_s > 0):
             raise ValueError("approval_ttl_s must be a positive number of seconds")
+        if self.rules is None:
+            object.__setattr__(self, "rules", default_rules(
+                two_person_risk=self.two_person_risk, auto_approve=self.auto_approve,
+                auto_approve_max_risk=self.auto_approve_max_risk))
+
+    @property
+    def cedar(self) -> Rules:
+        """The policies that decide (the default's when ``OPSGATE_POLICY`` is unset)."""
+        assert self.rules is not None, "__post_init__ sets the rules"
+        return self.rules
+
+    @property
+    def version(self) -> str:
+        """The policy set's version: the hash of the policies, the catalog and the approver
+        list (12 hex digits), recorded with every decision."""
+        catalog = self.catalog()
+        text = "\0".join((self.cedar.version, catalog.version, *sorted(self.approvers)))
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    @property
+    def nobody_named(self) -> bool:
+        """Whether the default policy decides and names nobody (``OPSGATE_APPROVERS`` empty)."""
+        return self.cedar.default and not self.approvers
+
+    def people(self) -> People:
+        return People(self.catalog(), self.members, self.approvers, self.cedar.groups())
+
+    def subject(self, plan: PlanLike, requester: str, components: Iterable[str] = (),
+                now: datetime | None = None) -> Subject:
+        """What Cedar judges: the plan (a plan that does not meet the contract: as the riskiest
+        plan), its requester, the components it touches and the moment."""
+        parsed = parsed_or_none(plan) or _riskiest(plan)
+        catalog = self.catalog()
+        return Subject(parsed, requester, plan_components(parsed, components, catalog),
+                       now or datetime.now(UTC))
+
+    def judge(self, subject: Subject, person: str) -> Judgement:
+        return judge(self.cedar, self.people(), subject, person)
 
     # -- who -------------------------------------------------------------------------------
 
     def may_approve(self, user: str) -> bool:
-        """Whether ``user`` is on the approver list, directly or through a group on it."""
-        if user in self.approvers:
-            return True
-        return any(user in self.members(group) for group in self.approvers)
+        """Whether ``user`` is among the approvers at all: in a group the policies name, or on
+        the approver list (directly or through a user group on it)."""
+        return bool(self.people().groups_of(user) & (self.cedar.groups() | {APPROVERS_GROUP}))
 
-    def refusal(self, approver: str, requester: str, plan: PlanLike) -> str | None:
+    def refusal(self, approver: str, requester: str, plan: PlanLike, *,
+                components: Iterable[str] = (), now: datetime | None = None) -> str | None:
         """Why ``approver`` may not decide ``plan`` for ``requester``; None when they may."""
-        if approver == AUTO_APPROVER:
-            return None if self.auto_approves(plan) else self._no_auto_reason()
-        if not self.approvers:
+        subject = self.subject(plan, requester, components, now)
+        judged = self.judge(subject, approver)
+        if judged.allowed:
+            return None
+        return self._refusal_words(approver, subject, judged)
+
+    def _refusal_words(self, person: str, subject: Subject, judged: Judgement) -> str:
+        if person == AUTO_APPROVER:
+            return self._no_auto_reason(judged)
+        if self.nobody_named:
             return f"{NO_APPROVERS}: nobody may decide this plan until someone is named"
-        if approver == requester:
-            return f"{approver} requested this plan and cannot approve it"
-        if not self.may_approve(approver):
-            return f"{approver} is not an approver ({self.describe_approvers()} may approve)"
-        return None
+        if REQUESTER_RULE in judged.forbids:
+            return f"{person} requested this plan and cannot approve it"
+        if judged.forbids:
+            return f"{person} may not approve this plan: {self._forbidden(judged.forbids)}"
+        if self.cedar.default:
+            return f"{person} is not an approver ({self.describe_approvers()} may approve)"
+        return f"{person} may not approve this plan: {self.describe_who(subject)}"
+
+    def _forbidden(self, names: Iterable[str]) -> str:
+        rules = self.cedar.named(tuple(names))
+        said = "; ".join(f"policy {rule.name}" + (f" ({rule.reason})" if rule.reason else "")
+                         for rule in rules)
+        return f"refused by {said}"
 
     def describe_approvers(self) -> str:
         """Who may approve, in words, for refusals and "waiting for approval" notes."""
-        if not self.approvers:
+        if self.nobody_named:
             return f"nobody ({NO_APPROVERS})"
-        return ", ".join(sorted(self.approvers))
+        if self.cedar.default:
+            return ", ".join(sorted(self.approvers))
+        scopes = sorted({rule.principal[1] or rule.name for rule in self.cedar.rules.values()
+                         if rule.effect == "permit" and "approve" in (rule.actions or {"approve"})
+                         and rule.name != AUTO_APPROVER})
+        return ", ".join(_scope_words(scope) for scope in scopes) or "nobody"
+
+    def describe_who(self, subject: Subject) -> str:
+        """Who may approve ``subject``'s plan, as a sentence: "only payments-oncall may approve
+        changes to payments-api"."""
+        _quorum, permits = quorum_for(self.cedar, self.people(), subject)
+        who = sorted({_permit_who(rule.principal, rule.name, subject)
+                      for rule in self.cedar.named(permits)})
+        touched = sequence_words([c.name for c in subject.components])
+        changes = f" changes to {touched}" if touched else " this plan"
+        if not who:
+            return f"no policy lets anyone approve{changes}"
+        return f"only {sequence_words(who)} may approve{changes}"
 
     # -- how many ---------------------------------------------------------------------------
 
-    def required(self, plan: PlanLike) -> int:
-        """Distinct approvers ``plan`` needs: two from ``two_person_risk`` up, else one."""
-        return 2 if plan_risk(plan) >= self.two_person_risk else 1
+    def required(self, plan: PlanLike, *, components: Iterable[str] = (),
+                 now: datetime | None = None) -> int:
+        """Distinct approvers ``plan`` needs before anyone said yes: the highest ``@quorum``
+        among the permits that could admit someone (the default: two from
+        ``two_person_risk`` up, else one)."""
+        subject = self.subject(plan, "", components, now)
+        return quorum_for(self.cedar, self.people(), subject)[0]
 
-    def auto_approves(self, plan: PlanLike) -> bool:
+    def auto_approves(self, plan: PlanLike, *, components: Iterable[str] = (),
+                      now: datetime | None = None) -> bool:
         """Whether the gatekeeper may approve ``plan`` without a human: only a plan that meets
         the contract, judged on exactly the steps and rollback steps the executor would run."""
-        parsed = parsed_or_none(plan)
-        if self.auto_approve == "off" or parsed is None:
+        if parsed_or_none(plan) is None:
             return False
-        if parsed.noop_only:
-            return True
-        return self.auto_approve == "low_risk" and plan_risk(parsed) < self.auto_approve_max_risk
+        return self.judge(self.subject(plan, "", components, now), AUTO_APPROVER).allowed
 
-    def _no_auto_reason(self) -> str:
+    def _no_auto_reason(self, judged: Judgement) -> str:
+        if judged.forbids:
+            return f"automatic approval is {self._forbidden(judged.forbids)}"
+        if not self.cedar.default:
+            return "no policy permits automatic approval of this plan"
         if self.auto_approve == "off":
             return "automatic approval is off"
         if self.auto_approve == "noop_only":
@@ -155,40 +268,98 @@ class ApprovalPolicy:
 
     # -- the verdict ------------------------------------------------------------------------
 
-    def evaluate(self, plan: PlanLike, requester: str,
-                 approvals: Iterable[Approval]) -> Verdict:
+    def evaluate(self, plan: PlanLike, requester: str, approvals: Iterable[Approval], *,
+                 components: Iterable[str] = (), now: datetime | None = None) -> Verdict:
         """Judge ``approvals`` of ``plan`` proposed for ``requester``.
 
         Approvals of another plan hash do not count; one approver counts once however often
         they approved; any approval by someone who may not approve refuses the lot; a plan that
-        does not meet the contract is never approved.
+        does not meet the contract is never approved. Enough is the highest ``@quorum`` among
+        the permits that admitted the yeses counted (before any: ``required``).
         """
         parsed = parsed_or_none(plan)
         if parsed is None:
             return Refused("the plan does not meet the ChangePlan schema; it cannot be approved")
-        digest = parsed.digest
+        subject = self.subject(parsed, requester, components, now)
         approvers: list[str] = []
+        permits: dict[str, None] = {}
+        quorum = 1
         for approval in approvals:
-            if approval.plan_hash != digest or approval.approver in approvers:
+            if approval.plan_hash != parsed.digest or approval.approver in approvers:
                 continue
-            refused = self.refusal(approval.approver, requester, parsed)
-            if refused is not None:
-                return Refused(refused)
+            judged = self.judge(subject, approval.approver)
+            if not judged.allowed:
+                return Refused(self._refusal_words(approval.approver, subject, judged),
+                               policies=judged.forbids)
             approvers.append(approval.approver)
-        if AUTO_APPROVER in approvers:
-            return Satisfied(tuple(approvers), f"approved by {AUTO_APPROVER} "
-                             f"(automatic approval policy: {self.auto_approve})")
-        needed = self.required(parsed)
-        if len(approvers) >= needed:
-            return Satisfied(tuple(approvers), f"approved by {', '.join(approvers)}")
-        return Pending(needed - len(approvers), self._pending_reason(parsed, approvers, needed),
-                       tuple(approvers))
+            permits.update(dict.fromkeys(judged.permits))
+            quorum = max(quorum, judged.quorum)
+        return self._verdict(subject, tuple(approvers), tuple(permits), quorum)
 
-    def _pending_reason(self, plan: ParsedPlan, approvers: list[str], needed: int) -> str:
-        why = (f"risk {plan_risk(plan):g} ≥ {self.two_person_risk:g} needs two distinct "
-               "approvers" if needed == 2 else "needs one approver")
+    def _verdict(self, subject: Subject, approvers: tuple[str, ...], permits: tuple[str, ...],
+                 quorum: int) -> Verdict:
+        if AUTO_APPROVER in approvers:
+            why = (f"automatic approval policy: {self.auto_approve}" if self.cedar.default
+                   else f"policy {', '.join(permits)}")
+            return Satisfied(approvers, f"approved by {AUTO_APPROVER} ({why})", permits)
+        if not approvers:
+            quorum, permits = quorum_for(self.cedar, self.people(), subject)
+        if len(approvers) >= quorum:
+            return Satisfied(approvers, f"approved by {', '.join(approvers)}", permits)
+        return Pending(quorum - len(approvers),
+                       self._pending_reason(subject, approvers, quorum, permits),
+                       approvers, permits)
+
+    def _pending_reason(self, subject: Subject, approvers: tuple[str, ...], needed: int,
+                        permits: tuple[str, ...]) -> str:
+        count = "one approver" if needed == 1 else f"{_number(needed)} distinct approvers"
+        if self.cedar.default:
+            why = (f"risk {plan_risk(subject.plan):g} ≥ {self.two_person_risk:g} needs {count}"
+                   if needed > 1 else f"needs {count}")
+        else:
+            why = f"needs {count} (policy {', '.join(permits)})" if permits else f"needs {count}"
         have = f"; approved so far by {', '.join(approvers)}" if approvers else ""
         return f"{why}{have}"
+
+
+def _number(count: int) -> str:
+    words = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+    return words[count] if count < len(words) else str(count)
+
+
+def _scope_words(scope: str) -> str:
+    """A policy scope's entity as people say it: a group or person by name."""
+    kind, _, name = scope.partition("::")
+    return name.strip('"') if kind in ("Group", "User") else scope
+
+
+def _permit_who(scope: tuple[str, str | None], name: str, subject: Subject) -> str:
+    """Whom one permit admits, in words: the group or person its scope names; the plan's
+    owners when its scope is open (a rule on ``resource.owners``); else the rule by name."""
+    op, entity = scope
+    if entity is not None and op in ("in", "=="):
+        return _scope_words(entity)
+    if subject.owners:
+        return sequence_words(list(subject.owners))
+    return f"the people policy {name} admits"
+
+
+def _riskiest(plan: PlanLike) -> ParsedPlan:
+    """How people are judged on a plan that does not meet the contract: as the riskiest plan,
+    changing something unknown."""
+    try:
+        digest = plan_hash(dict(plan) if isinstance(plan, Mapping) else {})
+    except (TypeError, ValueError):
+        digest = "unreadable"
+    return ParsedPlan(title="", risk=UNSTATED_RISK, steps=(), rollback=(), verify={},
+                      digest=digest)
+
+
+def components_of(plan: PlanLike, components: Iterable[str], catalog: Catalog
+                  ) -> tuple[Component, ...]:
+    """The catalog's components ``plan`` touches (see ``core.policy.judge.plan_components``)."""
+    parsed = parsed_or_none(plan) or _riskiest(plan)
+    return plan_components(parsed, components, catalog)
 
 
 def duration_words(seconds: float) -> str:

@@ -5,11 +5,13 @@ approver, the requester, an ineligible automatic approval): nothing of it is rec
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
 class Refused:
-    """A pure rule said no; ``reason`` says why, in words a person can act on."""
+    """A pure rule said no; ``reason`` says why, in words a person can act on; ``policies``:
+    the approval policies that refused (Cedar's forbids), when a policy did."""
 
     reason: str
+    policies: tuple[str, ...] = field(default=(), compare=False, kw_only=True)

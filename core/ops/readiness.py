@@ -142,7 +142,7 @@ NO_SLACK = ("Slack is not configured (SLACK_BOT_TOKEN): chat posts are held, non
 def check_approvers(app: App) -> Check:
     """Whether anyone may approve: with no approvers named, plans wait at the gate. The process
     still serves (``ok``); ``warning`` says what is missing."""
-    if app.policy.approvers:
+    if not app.policy.nobody_named:
         return {"ok": True, "configured": True}
     return {"ok": True, "configured": False,
             "warning": f"{NO_APPROVERS}: nobody approves, plans wait at the gate until someone "

@@ -3,6 +3,7 @@ the executor adapters that make them (docs/approvals.md, docs/executor.md)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -25,16 +26,31 @@ class GateSettings(BaseModel):
         "noop-only plans and those with risk below OPSGATE_AUTO_APPROVE_MAX_RISK.",
     )
     auto_approve_max_risk: float = Field(
-        default=0.3, ge=0, le=1, description="low_risk auto-approval: risk strictly below this."
+        default=0.3, ge=0, le=1, multiple_of=0.0001,
+        description="low_risk auto-approval: risk strictly below this (four decimal places "
+        "at most, as Cedar's decimals).",
     )
     two_person_risk: float = Field(
-        default=0.7, ge=0, le=1,
-        description="Plans with at least this risk need two distinct approvers.",
+        default=0.7, ge=0, le=1, multiple_of=0.0001,
+        description="Plans with at least this risk need two distinct approvers (four decimal "
+        "places at most, as Cedar's decimals).",
     )
     approval_ttl_s: float = Field(
         default=3600.0, ge=1, le=7 * 86400,
         description="Seconds a plan may wait at the gate for its approvals; then it expires and "
         "the case parks (ask for a fresh plan). From 1 s to a week; default an hour.",
+    )
+    catalog: Path | None = Field(
+        default=None,
+        description="The service catalog: a Backstage catalog-info.yaml file, or a folder read "
+        "recursively for *.yaml/*.yml (Component, Group, User). Unset: no components are known "
+        "and policies that name owners admit nobody.",
+    )
+    policy: Path | None = Field(
+        default=None,
+        description="The approval policy: a .cedar file, or a folder of them. Unset: the "
+        "shipped default policy (OPSGATE_APPROVERS, OPSGATE_TWO_PERSON_RISK, "
+        "OPSGATE_AUTO_APPROVE) decides; `opsgate policy default` prints it.",
     )
 
 

@@ -1,0 +1,169 @@
+"""The catalog's files: OPSGATE_CATALOG names a ``catalog-info.yaml`` or a folder of them (read
+recursively, sorted); ``load_catalog`` reads them all or says every problem, and
+``CatalogSource`` gives a running service the latest good catalog without a restart."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import yaml  # type: ignore[import-untyped]
+
+from core.catalog.checks import cross_problems
+from core.catalog.descriptors import Entity, read_descriptor
+from core.catalog.model import EMPTY_CATALOG, Catalog, Component, Group, User
+from core.catalog.problems import CatalogError, CatalogProblem
+
+__all__ = ["CatalogError", "CatalogProblem", "CatalogSource", "catalog_files", "catalog_of",
+           "load_catalog"]
+
+SUFFIXES = (".yaml", ".yml")
+EXPECTED = ("expected a Backstage catalog-info.yaml file or a folder of *.yaml files "
+            "(Component, Group, User)")
+
+log = logging.getLogger(__name__)
+
+Stamp = tuple[tuple[str, int, int, int], ...]
+
+
+def catalog_files(path: Path) -> tuple[Path, ...]:
+    """The files ``path`` names: itself, or every *.yaml and *.yml below it (hidden folders
+    such as .git left out), in the order of their paths."""
+    try:
+        if path.is_file():
+            return (path,)
+        if not path.is_dir():
+            raise CatalogError([CatalogProblem(str(path), None, None,
+                                               f"no such file or folder; {EXPECTED}")])
+    except OSError as exc:  # e.g. a folder on the way that we may not enter
+        raise CatalogError([CatalogProblem(str(path), None, None,
+                                           f"cannot be read: {exc.strerror or exc}")]) from exc
+    found = tuple(sorted(_yaml_below(path), key=lambda file: file.relative_to(path).parts))
+    if not found:
+        raise CatalogError([CatalogProblem(str(path), None, None,
+                                           f"no *.yaml or *.yml file in this folder; {EXPECTED}")])
+    return found
+
+
+def load_catalog(path: Path) -> Catalog:
+    """The catalog in ``path``; raises ``CatalogError`` naming every problem in every file."""
+    files = catalog_files(path)
+    entities: list[Entity] = []
+    problems: list[CatalogProblem] = []
+    ignored = 0
+    for file in files:
+        documents, unreadable = _documents(file)
+        problems += unreadable
+        for number, document in enumerate(documents, start=1):
+            if document is None:
+                continue  # an empty document: a "---" at the end, a file of comments
+            read = read_descriptor(document, str(file), number)
+            problems += read.problems
+            ignored += read.ignored
+            entities += [read.entity] if read.entity is not None else []
+    problems += cross_problems(entities)
+    if problems:
+        raise CatalogError(problems)
+    return Catalog.of([e for e in entities if isinstance(e, Component)],
+                      [e for e in entities if isinstance(e, Group)],
+                      [e for e in entities if isinstance(e, User)],
+                      sources=map(str, files), ignored=ignored)
+
+
+def catalog_of(path: Path | None) -> Catalog:
+    """The catalog OPSGATE_CATALOG names; the empty catalog when it names none."""
+    return EMPTY_CATALOG if path is None else load_catalog(path)
+
+
+class CatalogSource:
+    """The catalog of a running service: at most every ``check_every_s`` it looks at the files'
+    sizes and times, and reads them again when they changed. A bad edit keeps the last good
+    catalog, logged once and shown as ``problem`` until the files are good again. The first
+    read is not forgiven: a bad catalog raises ``CatalogError``, so the service does not start."""
+
+    def __init__(self, path: Path | None, *, check_every_s: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self.problem: str | None = None
+        self._every, self._clock = check_every_s, clock
+        self._lock = threading.Lock()
+        self._stamp = _stamp(path)
+        self._catalog = catalog_of(path)
+        self._checked_at = clock()
+
+    def current(self) -> Catalog:
+        """The latest good catalog."""
+        if self.path is None or self._clock() - self._checked_at < self._every:
+            return self._catalog
+        with self._lock:  # callers arriving during a reload wait for it and get its result
+            if self._clock() - self._checked_at >= self._every:
+                try:
+                    self._reload_if_changed(self.path)
+                finally:
+                    self._checked_at = self._clock()
+            return self._catalog
+
+    def _reload_if_changed(self, path: Path) -> None:
+        stamp = _stamp(path)  # before reading: an edit during the read is seen next time
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        try:
+            catalog = load_catalog(path)
+        except CatalogError as error:
+            if str(error) != self.problem:
+                log.warning("catalog %s: still on version %s, the files have problems: %s",
+                            path, self._catalog.version[:12], error)
+            self.problem = str(error)
+            return
+        if catalog.version != self._catalog.version:
+            log.info("catalog %s: version %s", path, catalog.version[:12])
+        self._catalog, self.problem = catalog, None
+
+
+def _yaml_below(folder: Path) -> Iterator[Path]:
+    for root, folders, names in os.walk(folder):  # symbolic links to folders are not followed
+        folders[:] = [name for name in folders if not name.startswith(".")]
+        yield from (Path(root, name) for name in names if name.endswith(SUFFIXES))
+
+
+def _documents(file: Path) -> tuple[list[object], list[CatalogProblem]]:
+    """The YAML documents of ``file`` (``---`` between them), or why there are none."""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return [], [CatalogProblem(str(file), None, None, f"cannot be read: {why}")]
+    try:
+        return list(yaml.safe_load_all(text)), []
+    except yaml.YAMLError as exc:
+        return [], [CatalogProblem(str(file), None, None, _syntax(exc))]
+
+
+def _syntax(exc: yaml.YAMLError) -> str:
+    """"line 12, column 3: not valid YAML: mapping values are not allowed here" """
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}not valid YAML: {what}"
+
+
+def _stamp(path: Path | None) -> Stamp:
+    """What changes when a catalog file is edited, added, removed or replaced."""
+    try:
+        files = catalog_files(path) if path is not None else ()
+    except CatalogError:
+        return ()
+    return tuple(_file_stamp(file) for file in files)
+
+
+def _file_stamp(file: Path) -> tuple[str, int, int, int]:
+    try:
+        found = file.stat()
+    except OSError:
+        return (str(file), -1, -1, -1)
+    return (str(file), found.st_mtime_ns, found.st_size, found.st_ino)

@@ -1,0 +1,56 @@
+"""The policy files: ``OPSGATE_POLICY`` names a ``.cedar`` file or a folder of them (read
+recursively, sorted by path); ``load_rules`` reads them all, or says every problem, each on one
+line naming the file and the policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.catalog.model import Catalog
+from core.policy.rules import PolicyError, PolicyProblem, Rules, read_rules
+
+EXPECTED = "expected a .cedar file or a folder of .cedar files"
+
+
+def policy_files(path: Path) -> tuple[Path, ...]:
+    """The ``.cedar`` files ``path`` names; ``PolicyError`` when there are none."""
+    if path.is_file():
+        return (path,)
+    if path.is_dir():
+        found = tuple(sorted(p for p in path.rglob("*.cedar") if p.is_file()))
+        if found:
+            return found
+        raise PolicyError([PolicyProblem(str(path), None, f"no .cedar file in it; {EXPECTED}")])
+    raise PolicyError([PolicyProblem(str(path), None, f"no such file or folder; {EXPECTED}")])
+
+
+def load_rules(path: Path) -> Rules:
+    """The rules of the files ``path`` names (each named by its path), checked against the
+    schema; ``PolicyError`` naming every problem."""
+    sources: list[tuple[str, str]] = []
+    problems: list[PolicyProblem] = []
+    for file in policy_files(path):
+        try:
+            sources.append((str(file), file.read_text("utf-8")))
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(PolicyProblem(str(file), None, f"cannot be read: {exc}"))
+    if problems:
+        raise PolicyError(problems)
+    return read_rules(sources)
+
+
+def catalog_problems(rules: Rules, catalog: Catalog) -> list[PolicyProblem]:
+    """The groups and components the policies name that the catalog does not have (a Slack
+    user group id, ``S…``, needs no catalog entry)."""
+    problems: list[PolicyProblem] = []
+    for rule in rules.rules.values():
+        if rule.source.startswith("opsgate:"):
+            continue
+        for kind, name in rule.names:
+            known = (name in catalog.groups or name.startswith("S") if kind == "Group"
+                     else name in catalog.components)
+            if not known:
+                problems.append(PolicyProblem(rule.source, rule.name,
+                                              f'{kind}::"{name}" is not in the catalog '
+                                              "(OPSGATE_CATALOG)"))
+    return problems

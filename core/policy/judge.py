@@ -1,0 +1,224 @@
+"""One question to Cedar: may this person (or the gatekeeper) approve this plan now? The plan
+becomes a ``Plan`` entity (risk, actions, the components its steps touch, their owners and
+lifecycles, its requester), the person a ``User`` whose parents are every group they are in
+(catalog groups and their ancestors, Slack user groups, ``opsgate-approvers``), and Cedar's
+answer names the permits that admitted them or the forbids that refused them.
+
+Pure: the catalog and the Slack group members are read from memory.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import cedarpy
+
+from core.catalog.model import Catalog, Component
+from core.domain.plans import UNSTATED_RISK, ParsedPlan, StepAction
+from core.policy.rules import APPROVERS_GROUP, Rules, cedar_decimal
+
+GATEKEEPER = "gatekeeper"  # core.domain.policy.AUTO_APPROVER: it only ever asks auto_approve
+ANYONE = "opsgate:anyone"
+"""The probe of "how many must approve": a member of every group the rules and the catalog
+name (never a person, never asked about a real yes)."""
+
+GroupMembers = Callable[[str], Collection[str]]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Cedar's answer for one person and one plan: allowed or not, the permits that admitted
+    them (and the highest quorum among those), the forbids that refused them."""
+
+    allowed: bool
+    permits: tuple[str, ...]
+    forbids: tuple[str, ...]
+    quorum: int
+    errors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class People:
+    """Who is in which group: the catalog, the Slack user groups (cached members) and the
+    approver list of ``OPSGATE_APPROVERS`` (people and Slack user groups)."""
+
+    catalog: Catalog
+    members: GroupMembers
+    approvers: frozenset[str] = frozenset()
+    named_groups: frozenset[str] = frozenset()  # groups the rules name (Slack ones: S…)
+
+    def groups_of(self, person: str) -> frozenset[str]:
+        """Every group ``person`` is in, ancestors included."""
+        slack = {group for group in self._slack_groups() if person in self.members(group)}
+        groups = set(self.catalog.groups_of(person)) | slack
+        for name, group in self.catalog.groups.items():
+            if group.slack_group in slack:
+                groups |= {name, *self._ancestors(name)}
+        if person in self.approvers or slack & self.approvers:
+            groups.add(APPROVERS_GROUP)
+        return frozenset(groups)
+
+    def everyone(self) -> frozenset[str]:
+        """Everybody the directory knows by Slack id: the people who could be asked."""
+        people = {user.slack_id for user in self.catalog.users.values() if user.slack_id}
+        people |= {a for a in self.approvers if not a.startswith("S")}
+        for group in self._slack_groups():
+            people |= set(self.members(group))
+        return frozenset(people)
+
+    def every_group(self) -> frozenset[str]:
+        return frozenset({*self.catalog.groups, *self._slack_groups(), *self.named_groups,
+                          APPROVERS_GROUP})
+
+    def _slack_groups(self) -> set[str]:
+        listed = {a for a in (*self.approvers, *self.named_groups) if a.startswith("S")}
+        return listed | {g.slack_group for g in self.catalog.groups.values() if g.slack_group}
+
+    def _ancestors(self, group: str) -> set[str]:
+        seen: set[str] = set()
+        todo = [group]
+        while todo:
+            for parent in self.catalog.parents(todo.pop()):
+                if parent not in seen:
+                    seen.add(parent)
+                    todo.append(parent)
+        return seen
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What a decision is about: the plan, who proposed it, the components it touches, when."""
+
+    plan: ParsedPlan
+    requester: str
+    components: tuple[Component, ...]
+    now: datetime
+
+    @property
+    def owners(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c.owner for c in self.components))
+
+    @property
+    def lifecycles(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c.lifecycle for c in self.components))
+
+
+def plan_components(plan: ParsedPlan, case_components: Iterable[str],
+                    catalog: Catalog) -> tuple[Component, ...]:
+    """The components ``plan`` touches: a ``k8s.rollout`` step's namespace/deployment through the
+    catalog's Kubernetes annotations; a step without a target, or one the catalog does not
+    know, counts for the case's components."""
+    found: dict[str, Component] = {}
+    case = [c for c in (catalog.component(name) for name in case_components) if c is not None]
+    for step in (*plan.steps, *plan.rollback):
+        touched = _targets(step.action, step.params, catalog)
+        for component in (touched if touched else case):
+            found.setdefault(component.name, component)
+    return tuple(found.values())
+
+
+def _targets(action: StepAction, params: Mapping[str, Any],
+             catalog: Catalog) -> tuple[Component, ...]:
+    if action is StepAction.NOOP:
+        return ()
+    if action is StepAction.K8S_ROLLOUT and isinstance(params.get("deployment"), str):
+        namespace = params.get("namespace")
+        return catalog.by_kubernetes(namespace if isinstance(namespace, str) else None,
+                                     params["deployment"])
+    return ()
+
+
+def judge(rules: Rules, people: People, subject: Subject, person: str) -> Judgement:
+    """Whether ``person`` may approve ``subject``'s plan (the gatekeeper: approve it
+    automatically), and which rules said so."""
+    action = "auto_approve" if person == GATEKEEPER else "approve"
+    parents = people.groups_of(person) if person != GATEKEEPER else frozenset()
+    answer = _ask(rules.handle, subject, person, parents, action)
+    named = answer.diagnostics.reasons
+    permits = tuple(n for n in named if n in rules.rules and rules.rules[n].effect == "permit")
+    forbids = tuple(n for n in named if n in rules.rules and rules.rules[n].effect == "forbid")
+    quorum = max((rules.rules[n].quorum for n in permits), default=1)
+    return Judgement(answer.allowed, permits if answer.allowed else (), forbids, quorum,
+                     tuple(str(e) for e in answer.diagnostics.errors))
+
+
+def quorum_for(rules: Rules, people: People, subject: Subject) -> tuple[int, tuple[str, ...]]:
+    """How many distinct people the plan needs before anyone said yes: the highest quorum
+    among the permits that would admit a member of every group (1 when none would), and
+    those permits."""
+    parents = people.every_group()
+    answer = _ask(rules.permits, subject, ANYONE, parents, "approve")
+    permits = tuple(n for n in answer.diagnostics.reasons if n in rules.rules)
+    return max((rules.rules[n].quorum for n in permits), default=1), permits
+
+
+def who_may(rules: Rules, people: People, subject: Subject) -> tuple[str, ...]:
+    """The people the directory knows who may approve the plan now (never the requester)."""
+    candidates = sorted(people.everyone() - {subject.requester})
+    return tuple(p for p in candidates if judge(rules, people, subject, p).allowed)
+
+
+def _ask(policies: cedarpy.PolicySet, subject: Subject, person: str,
+         parents: Iterable[str], action: str) -> cedarpy.AuthzResult:
+    request = {"principal": _uid("User", person), "action": _uid("Action", action),
+               "resource": _uid("Plan", subject.plan.digest),
+               "context": {"now": {"__extn": {"fn": "datetime", "arg": _instant(subject.now)}}}}
+    entities = [_user(person, parents), _plan(subject), *map(_component, subject.components)]
+    return cedarpy.is_authorized(request, policies, entities)
+
+
+def _plan(subject: Subject) -> dict[str, Any]:
+    plan = subject.plan
+    attrs = {
+        "risk": {"__extn": {"fn": "decimal", "arg": cedar_decimal(_risk(plan))}},
+        "actions": sorted(str(action) for action in plan.actions),
+        "components": [_ref("Component", c.name) for c in subject.components],
+        "owners": [_ref("Group", owner) for owner in subject.owners],
+        "lifecycles": list(subject.lifecycles),
+        "requester": _ref("User", subject.requester),
+    }
+    return {"uid": {"type": "Plan", "id": plan.digest}, "attrs": attrs, "parents": []}
+
+
+def _risk(plan: ParsedPlan) -> float:
+    """The plan's risk, failing closed: not a number within 0..1 counts as the riskiest."""
+    risk = plan.risk
+    return risk if math.isfinite(risk) and 0 <= risk <= 1 else UNSTATED_RISK
+
+
+def _component(component: Component) -> dict[str, Any]:
+    attrs: dict[str, Any] = {"owner": _ref("Group", component.owner),
+                             "lifecycle": component.lifecycle}
+    if component.system:
+        attrs["system"] = component.system
+    return {"uid": {"type": "Component", "id": component.name}, "attrs": attrs, "parents": []}
+
+
+def _user(person: str, parents: Iterable[str]) -> dict[str, Any]:
+    return {"uid": {"type": "User", "id": person}, "attrs": {},
+            "parents": [{"type": "Group", "id": group} for group in sorted(parents)]}
+
+
+def _ref(kind: str, name: str) -> dict[str, Any]:
+    return {"__entity": {"type": kind, "id": name}}
+
+
+def _uid(kind: str, name: str) -> str:
+    escaped = name.replace("\\", "\\\\").replace('"', '\\"')
+    return f'{kind}::"{escaped}"'
+
+
+def _instant(now: datetime) -> str:
+    moment = now.astimezone(UTC) if now.tzinfo else now.replace(tzinfo=UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def sequence_words(names: Sequence[str]) -> str:
+    """Names as people list them: "a", "a and b", "a, b and c"."""
+    if len(names) <= 1:
+        return "".join(names)
+    return f"{', '.join(names[:-1])} and {names[-1]}"
