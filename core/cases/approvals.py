@@ -12,6 +12,7 @@ from uuid import UUID, uuid4
 
 from sqlalchemy import Connection
 
+from core.cases.rows import case_components
 from core.db import case_store as store
 from core.domain.fsm import CaseStatus
 from core.domain.policy import AUTO_APPROVER, Approval, ApprovalPolicy, Pending, Satisfied, Verdict
@@ -30,6 +31,8 @@ class DecisionRow(TypedDict):
     plan_id: UUID
     plan_hash: str
     decision: ApprovalDecision
+    policies: list[str] | None  # the policies that admitted it (None: not judged by one)
+    policy_version: str | None
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ def gate_status(conn: Connection, policy: ApprovalPolicy, case: Row, plan: Row) 
     decisions = store.plan_decisions(conn, plan["id"])
     requester = str(plan["proposed_by"])
     yeses = recorded_approvals(decisions, plan)
+    policy = policy.at(case_components(case), None)
     verdict = policy.evaluate(plan["plan"], requester, yeses)
     standing = approval_state(verdict, recorded=False)
     state: GateState = standing["state"]
@@ -161,14 +165,17 @@ def expiry_of(decisions: Sequence[ApprovalDecision]) -> str | None:
 
 
 def decision_row(plan: Row, approver: str, kind: DecisionKind, at: datetime,
-                 reason: str | None = None) -> DecisionRow:
+                 reason: str | None = None, *, policies: Sequence[str] | None = None,
+                 policy_version: str | None = None) -> DecisionRow:
     """The ``plan_approved`` row of one approver's decision on one proposal (or of its expiry,
-    recorded under the gatekeeper)."""
+    recorded under the gatekeeper), with the policies that admitted it and their version."""
     decision: ApprovalDecision = {"approver": approver, "at": at.isoformat(), "verdict": kind}
     if reason is not None:
         decision["reason"] = reason
     return {"id": uuid4(), "case_id": plan["case_id"], "plan_id": plan["id"],
-            "plan_hash": str(plan["plan_hash"]), "decision": decision}
+            "plan_hash": str(plan["plan_hash"]), "decision": decision,
+            "policies": None if policies is None else list(policies),
+            "policy_version": policy_version}
 
 
 def approval_state(verdict: Verdict, *, recorded: bool) -> ApprovalState:

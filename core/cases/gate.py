@@ -10,8 +10,9 @@ writes the rows it rules; the Slack front end asks the same rules through the se
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID, uuid4
 
@@ -26,7 +27,13 @@ from core.cases.approvals import (
     waited_plan,
     why_closed,
 )
-from core.cases.rows import TimelineRow, case_view, correlation_of, timeline_row
+from core.cases.rows import (
+    TimelineRow,
+    case_components,
+    case_view,
+    correlation_of,
+    timeline_row,
+)
 from core.cases.uow import refuse
 from core.clock import Clock
 from core.db import case_store as store
@@ -91,10 +98,11 @@ class Ruling:
 
 def automatic_approval(policy: ApprovalPolicy, case_id: UUID, plan: PlanLike, digest: str, *,
                        version: int, correlation_id: str | None,
-                       attribution: Mapping[str, str] | None = None) -> ApprovePlan | None:
+                       attribution: Mapping[str, str] | None = None,
+                       components: Sequence[str] = ()) -> ApprovePlan | None:
     """The gatekeeper's own yes to the plan ``digest`` the case waits on at ``version``, when
     the policy lets the plan approve itself; None when people must decide it."""
-    if not policy.auto_approves(plan):
+    if not policy.at(components, None).auto_approves(plan):
         return None
     return ApprovePlan(case_id, digest, AUTO_APPROVER, correlation_id=correlation_id,
                        expected_version=version, attribution=dict(attribution or {}))
@@ -120,14 +128,16 @@ class Gate:
         EXECUTING when the policy is then satisfied."""
         assert case is not None, "an approval always concerns a locked case"
         plan = self._waiting_plan(conn, case, cmd, "plan_approval")
-        ruling = self.approval(conn, plan, cmd.approver)
+        ruling = self.approval(conn, case, plan, cmd.approver)
         verdict, digest = ruling.verdict, ruling.plan_hash
         if isinstance(verdict, Refused):
-            raise refuse(ApprovalRefused(verdict.reason, approver=cmd.approver),
+            raise refuse(ApprovalRefused(verdict.reason, approver=cmd.approver,
+                                         policies=list(verdict.policies)),
                          self._gate_row(case, "plan_approval", cmd.approver, verdict.reason,
                                         cmd.correlation_id, outcome="refused",
                                         facts={"plan_hash": digest,
                                                "problems": [f"approver: {verdict.reason}"],
+                                               **self._policy_facts(verdict.policies),
                                                **cmd.attribution}))
         if isinstance(verdict, Satisfied):
             approved = TransitionCase(cmd.case_id, CaseEvent.GATE_APPROVED, actor=cmd.approver,
@@ -136,10 +146,12 @@ class Gate:
                                       meta={"approvers": list(verdict.approvers)},
                                       attribution=cmd.attribution)
             moved = handlers.move(conn, case, approved, writes, self, self.clock(), ruling)
+            assert writes.timeline is not None, "the move is on the timeline"
+            writes.timeline["meta"].update(self._policy_facts(verdict.policies))
             return {**moved, "plan_hash": digest, "approval": ruling.state()}
         writes.approval = ruling.approval
         if ruling.approval is not None:
-            self._record_pending(case, cmd, digest, ruling.state(), writes)
+            self._record_pending(case, cmd, digest, ruling, writes)
         return {**case_view(case), "plan_hash": digest, "approval": ruling.state()}
 
     def reject(self, conn: Connection, case: Row | None, cmd: RejectPlan,
@@ -152,19 +164,25 @@ class Gate:
                                   plan_hash=str(plan["plan_hash"]), attribution=cmd.attribution)
         return handlers.move(conn, case, rejected, writes, self, self.clock())
 
-    def _record_pending(self, case: Row, cmd: ApprovePlan, digest: str, state: ApprovalState,
+    def _record_pending(self, case: Row, cmd: ApprovePlan, digest: str, ruling: Ruling,
                         writes: store.Writes) -> None:
         """A yes that is not yet enough: one timeline row and one event for the chat thread."""
+        state = ruling.state()
         facts: ApprovalRecordedFacts = {"plan_hash": digest, "approvers": state["approvers"],
                                         "needs": state["needs"]}
+        policies = self._policy_facts(getattr(ruling.verdict, "policies", ()))
         writes.timeline = self._gate_row(case, "plan_approval", cmd.approver, state["reason"],
                                          cmd.correlation_id, outcome="note",
-                                         facts={**facts, **cmd.attribution})
+                                         facts={**facts, **policies, **cmd.attribution})
         note: NotePayload = {"case_id": str(case["id"]), "version": case["version"],
                              "event": "plan_approval", "actor": cmd.approver,
                              "reason": state["reason"],
                              "correlation_id": writes.timeline["correlation_id"]}
         writes.outbox = [note_message(Topic.APPROVAL_RECORDED, note, facts)]
+
+    def _policy_facts(self, policies: Sequence[str]) -> dict[str, Any]:
+        """Which policies decided, and the version of the policy set they belong to."""
+        return {"policies": list(policies), "policy_version": self.policy.version}
 
     def _waiting_plan(self, conn: Connection, case: Row, cmd: ApprovePlan | RejectPlan,
                       event: str) -> Row:
@@ -199,10 +217,10 @@ class Gate:
         if cmd.event is CaseEvent.PLAN_READY:
             return self._admit_plan(case, cmd, next_version, writes, conn)
         if cmd.event is CaseEvent.GATE_APPROVED:
-            return self._admit_approval(conn, cmd, writes, ruling)
+            return self._admit_approval(conn, case, cmd, writes, ruling)
         if cmd.event is CaseEvent.GATE_REJECTED:
             plan = waited_plan(conn, cmd.case_id, cmd.plan_hash, hash_required=False)
-            writes.approval = self.rejection(plan, cmd.actor, cmd.reason)
+            writes.approval = self.rejection(case, plan, cmd.actor, cmd.reason)
             return str(plan["plan_hash"])
         if cmd.event is CaseEvent.GATE_EXPIRED:
             plan = waited_plan(conn, cmd.case_id, cmd.plan_hash)
@@ -238,13 +256,13 @@ class Gate:
                        "proposed_by": cmd.requester or cmd.actor}
         return digest
 
-    def _admit_approval(self, conn: Connection, cmd: TransitionCase, writes: store.Writes,
-                        ruling: Ruling | None) -> str:
+    def _admit_approval(self, conn: Connection, case: Row, cmd: TransitionCase,
+                        writes: store.Writes, ruling: Ruling | None) -> str:
         """gate_approved only when the gate is decided: by the ruling ``approve`` already made
         on this click, else (a raw gate_approved) by the gate's ruling on the actor's yes."""
         if ruling is None:
             plan = waited_plan(conn, cmd.case_id, cmd.plan_hash)
-            ruling = self.approval(conn, plan, cmd.actor)
+            ruling = self.approval(conn, case, plan, cmd.actor)
         digest = ruling.admitted()
         writes.approval = ruling.approval
         return digest
@@ -268,31 +286,53 @@ class Gate:
                 "made on an outdated view", expected_version=expected_version, version=version)
         return waited_plan(conn, case["id"], digest)
 
-    def approval(self, conn: Connection, plan: Row, approver: str) -> Ruling:
+    def approval(self, conn: Connection, case: Row, plan: Row, approver: str) -> Ruling:
         """``approver``'s yes to ``plan``, judged once with the yeses recorded for this proposal:
-        a yes said before counts once and records nothing new."""
+        a yes said before counts once and records nothing new. The row names the policies that
+        admitted the yeses and the policy set's version."""
         approvals = recorded_approvals(store.plan_decisions(conn, plan["id"]), plan)
         fresh = approver not in {approval.approver for approval in approvals}
         if fresh:
             approvals.append(Approval(approver, str(plan["plan_hash"])))
-        verdict = self.policy.evaluate(plan["plan"], str(plan["proposed_by"]), approvals)
+        policy = self.policy_at(case)
+        verdict = policy.evaluate(plan["plan"], str(plan["proposed_by"]), approvals)
         row = None
         if fresh and not isinstance(verdict, Refused):
-            row = decision_row(plan, approver, "approved", self.clock())
+            row = decision_row(plan, approver, "approved", self._moment(policy),
+                               policies=self._admitting(policy, plan, approver),
+                               policy_version=policy.version)
         return Ruling(plan, verdict, row)
 
-    def refusal(self, plan: Row, person: str) -> str | None:
-        """Why ``person`` may not decide ``plan`` at all (the requester, not an approver, an
-        ineligible gatekeeper); None when they may."""
-        return self.policy.refusal(person, str(plan["proposed_by"]), plan["plan"])
+    def policy_at(self, case: Row) -> ApprovalPolicy:
+        """The policy as it judges a plan of ``case`` now: with the components it names."""
+        return self.policy.at(case_components(case), self.clock())
 
-    def rejection(self, plan: Row, approver: str, reason: str | None) -> DecisionRow:
+    @staticmethod
+    def _moment(policy: ApprovalPolicy) -> datetime:
+        assert policy.now is not None, "policy_at sets the moment"
+        return policy.now
+
+    @staticmethod
+    def _admitting(policy: ApprovalPolicy, plan: Row, person: str) -> list[str]:
+        """The policies that admit ``person``'s decision on ``plan``."""
+        subject = policy.subject(plan["plan"], str(plan["proposed_by"]))
+        return list(policy.judge(subject, person).permits)
+
+    def refusal(self, case: Row, plan: Row, person: str) -> str | None:
+        """Why ``person`` may not decide ``plan`` at all (the requester, not an approver, an
+        ineligible gatekeeper, a policy's forbid); None when they may."""
+        return self.policy_at(case).refusal(person, str(plan["proposed_by"]), plan["plan"])
+
+    def rejection(self, case: Row, plan: Row, approver: str, reason: str | None) -> DecisionRow:
         """``approver``'s no to ``plan`` as its ``plan_approved`` row; ``ApprovalRefused`` when
         they may not decide it."""
-        refused = self.refusal(plan, approver)
+        policy = self.policy_at(case)
+        refused = policy.refusal(approver, str(plan["proposed_by"]), plan["plan"])
         if refused is not None:
             raise ApprovalRefused(refused, problems=[f"approver: {refused}"])
-        return decision_row(plan, approver, "rejected", self.clock(), reason)
+        return decision_row(plan, approver, "rejected", self._moment(policy), reason,
+                            policies=self._admitting(policy, plan, approver),
+                            policy_version=policy.version)
 
     def expiry(self, case: Row, plan: Row, actor: str, reason: str | None) -> DecisionRow:
         """The expiry of ``plan``'s approval as its ``plan_approved`` row, once it has waited the
@@ -316,4 +356,4 @@ class Gate:
                                 event="gate_rejected")
         except OpsgateError:
             return False
-        return self.refusal(plan, person) is None
+        return self.refusal(case, plan, person) is None

@@ -48,7 +48,8 @@ def open_case(cmd: OpenCase, writes: store.Writes, *, tenant: str, now: datetime
     case_id = uuid4()
     row = {"id": case_id, "tenant": cmd.tenant or tenant, "title": cmd.title,
            "severity": cmd.severity, "status": str(INITIAL_STATUS), "version": 0,
-           "created_at": now, "updated_at": now}
+           "created_at": now, "updated_at": now,
+           "components": list(cmd.components) or None}
     writes.new_case = row
     if cmd.thread is not None:
         # Bound with the case, so nothing the case causes (its outbox) finds it threadless.

@@ -50,8 +50,8 @@ def timeline_row(case_id: UUID, event: str, actor: str, reason: str | None,
 
 
 def case_view(row: Mapping[Any, Any]) -> CaseView:
-    """A case as every reply shows it."""
-    return {
+    """A case as every reply shows it (``components`` only when it names some)."""
+    view: CaseView = {
         "case_id": str(row["id"]),
         "tenant": row["tenant"],
         "title": row["title"],
@@ -61,6 +61,16 @@ def case_view(row: Mapping[Any, Any]) -> CaseView:
         "created_at": store.as_utc(row["created_at"]).isoformat(),
         "updated_at": store.as_utc(row["updated_at"]).isoformat(),
     }
+    components = case_components(row)
+    if components:
+        view["components"] = list(components)
+    return view
+
+
+def case_components(row: Mapping[Any, Any]) -> tuple[str, ...]:
+    """The catalog components a case row names (none for a case opened before they were)."""
+    named = row.get("components") if hasattr(row, "get") else None
+    return tuple(str(name) for name in named) if isinstance(named, list) else ()
 
 
 def timeline_view(row: Mapping[Any, Any]) -> TimelineEntry:

@@ -90,7 +90,8 @@ class Gatekeeper:
         assert run.plan_hash is not None
         approval = automatic_approval(self.policy, run.case_id, run.plan, run.plan_hash,
                                       version=run.version, correlation_id=correlation_id,
-                                      attribution=attribution)
+                                      attribution=attribution,
+                                      components=run.case.get("components", ()))
         if approval is not None:
             return approval
         return awaiting_approval(self.cases, self.policy, run, correlation_id)

@@ -256,10 +256,11 @@ class Writes:
 
 _COLUMNS: dict[str, tuple[str, ...]] = {
     "new_case": ("id", "tenant", "title", "severity", "status", "version", "created_at",
-                 "updated_at"),
+                 "updated_at", "components"),
     "thread": ("team", "channel", "thread_ts", "case_id", "created_at"),
     "plan": ("id", "case_id", "case_version", "plan_hash", "plan", "proposed_by"),
-    "approval": ("id", "case_id", "plan_id", "plan_hash", "decision"),
+    "approval": ("id", "case_id", "plan_id", "plan_hash", "decision", "policies",
+                 "policy_version"),
     "moved_case": ("id", "status", "version", "updated_at"),
     "timeline": ("case_id", "event", "actor", "reason", "correlation_id", "meta", "created_at"),
     "reply": ("key", "fingerprint", "outcome", "body"),

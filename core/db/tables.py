@@ -52,6 +52,7 @@ ops_case = Table(
     Column("version", Integer, nullable=False),
     _now(),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("components", Json, nullable=True),  # catalog component names; NULL: none named
     Index("ix_ops_case_status", "status"),
 )
 
@@ -122,6 +123,10 @@ plan_approved = Table(
     Column("plan_hash", String(64), nullable=False),
     Column("decision", Json, nullable=False),
     _now(),
+    # Which approval policies admitted the decision (Cedar's permits; a refusal is a timeline
+    # row) and the policy set's version (policies + catalog + approver list) then.
+    Column("policies", Json, nullable=True),
+    Column("policy_version", String(64), nullable=True),
     Index("ix_plan_approved_case_id", "case_id"),
 )
 

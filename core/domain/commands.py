@@ -45,12 +45,15 @@ class OpenCase:
     correlation_id: str | None = None
     attribution: Attribution = field(default_factory=dict)
     thread: ChatThread | None = None
+    components: tuple[str, ...] = ()  # catalog component names the case concerns
 
     def intent(self) -> dict[str, Any]:
         """What identifies the request for idempotency (not transport metadata)."""
         thread = {} if self.thread is None else {"thread": asdict(self.thread)}
+        named = {"components": list(self.components)} if self.components else {}
         return {"op": "open_case", "title": self.title, "actor": self.actor,
-                "severity": self.severity, "tenant": self.tenant, **_attributed(self), **thread}
+                "severity": self.severity, "tenant": self.tenant, **_attributed(self), **thread,
+                **named}
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from core.catalog.model import EMPTY_CATALOG, Catalog, Component
 from core.domain.plans import UNSTATED_RISK, ParsedPlan, parsed_or_none, plan_hash
@@ -116,6 +116,12 @@ class ApprovalPolicy:
     approval_ttl_s: float = 3600.0
     rules: Rules | None = field(default=None, compare=False, repr=False)
     catalog: Callable[[], Catalog] = field(default=_no_catalog, compare=False, repr=False)
+    components: tuple[str, ...] = field(default=(), compare=False)  # the case's (``at``)
+    now: datetime | None = field(default=None, compare=False)  # None: the clock's time
+
+    def at(self, components: Iterable[str], now: datetime | None) -> Self:
+        """The policy as it judges a plan of a case naming ``components``, at ``now``."""
+        return replace(self, components=tuple(components), now=now)
 
     def __post_init__(self) -> None:
         if self.auto_approve not in AUTO_APPROVE_MODES:
@@ -156,14 +162,13 @@ class ApprovalPolicy:
     def people(self) -> People:
         return People(self.catalog(), self.members, self.approvers, self.cedar.groups())
 
-    def subject(self, plan: PlanLike, requester: str, components: Iterable[str] = (),
-                now: datetime | None = None) -> Subject:
+    def subject(self, plan: PlanLike, requester: str) -> Subject:
         """What Cedar judges: the plan (a plan that does not meet the contract: as the riskiest
         plan), its requester, the components it touches and the moment."""
         parsed = parsed_or_none(plan) or _riskiest(plan)
         catalog = self.catalog()
-        return Subject(parsed, requester, plan_components(parsed, components, catalog),
-                       now or datetime.now(UTC))
+        return Subject(parsed, requester, plan_components(parsed, self.components, catalog),
+                       self.now or datetime.now(UTC))
 
     def judge(self, subject: Subject, person: str) -> Judgement:
         return judge(self.cedar, self.people(), subject, person)
@@ -175,10 +180,9 @@ class ApprovalPolicy:
         the approver list (directly or through a user group on it)."""
         return bool(self.people().groups_of(user) & (self.cedar.groups() | {APPROVERS_GROUP}))
 
-    def refusal(self, approver: str, requester: str, plan: PlanLike, *,
-                components: Iterable[str] = (), now: datetime | None = None) -> str | None:
+    def refusal(self, approver: str, requester: str, plan: PlanLike) -> str | None:
         """Why ``approver`` may not decide ``plan`` for ``requester``; None when they may."""
-        subject = self.subject(plan, requester, components, now)
+        subject = self.subject(plan, requester)
         judged = self.judge(subject, approver)
         if judged.allowed:
             return None
@@ -228,21 +232,18 @@ class ApprovalPolicy:
 
     # -- how many ---------------------------------------------------------------------------
 
-    def required(self, plan: PlanLike, *, components: Iterable[str] = (),
-                 now: datetime | None = None) -> int:
+    def required(self, plan: PlanLike) -> int:
         """Distinct approvers ``plan`` needs before anyone said yes: the highest ``@quorum``
         among the permits that could admit someone (the default: two from
         ``two_person_risk`` up, else one)."""
-        subject = self.subject(plan, "", components, now)
-        return quorum_for(self.cedar, self.people(), subject)[0]
+        return quorum_for(self.cedar, self.people(), self.subject(plan, ""))[0]
 
-    def auto_approves(self, plan: PlanLike, *, components: Iterable[str] = (),
-                      now: datetime | None = None) -> bool:
+    def auto_approves(self, plan: PlanLike) -> bool:
         """Whether the gatekeeper may approve ``plan`` without a human: only a plan that meets
         the contract, judged on exactly the steps and rollback steps the executor would run."""
         if parsed_or_none(plan) is None:
             return False
-        return self.judge(self.subject(plan, "", components, now), AUTO_APPROVER).allowed
+        return self.judge(self.subject(plan, ""), AUTO_APPROVER).allowed
 
     def _no_auto_reason(self, judged: Judgement) -> str:
         if judged.forbids:
@@ -268,8 +269,7 @@ class ApprovalPolicy:
 
     # -- the verdict ------------------------------------------------------------------------
 
-    def evaluate(self, plan: PlanLike, requester: str, approvals: Iterable[Approval], *,
-                 components: Iterable[str] = (), now: datetime | None = None) -> Verdict:
+    def evaluate(self, plan: PlanLike, requester: str, approvals: Iterable[Approval]) -> Verdict:
         """Judge ``approvals`` of ``plan`` proposed for ``requester``.
 
         Approvals of another plan hash do not count; one approver counts once however often
@@ -280,7 +280,7 @@ class ApprovalPolicy:
         parsed = parsed_or_none(plan)
         if parsed is None:
             return Refused("the plan does not meet the ChangePlan schema; it cannot be approved")
-        subject = self.subject(parsed, requester, components, now)
+        subject = self.subject(parsed, requester)
         approvers: list[str] = []
         permits: dict[str, None] = {}
         quorum = 1

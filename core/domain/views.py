@@ -18,6 +18,7 @@ class CaseView(TypedDict):
     version: int
     created_at: str  # ISO 8601, UTC
     updated_at: str
+    components: NotRequired[list[str]]  # the catalog components it concerns, when named
 
 
 class MovedCase(CaseView):

@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.catalog.model import Catalog
-from core.policy.rules import PolicyError, PolicyProblem, Rules, read_rules
+from core.policy.judge import is_slack_group
+from core.policy.rules import APPROVERS_GROUP, PolicyError, PolicyProblem, Rules, read_rules
 
 EXPECTED = "expected a .cedar file or a folder of .cedar files"
 
@@ -41,14 +42,17 @@ def load_rules(path: Path) -> Rules:
 
 def catalog_problems(rules: Rules, catalog: Catalog) -> list[PolicyProblem]:
     """The groups and components the policies name that the catalog does not have (a Slack
-    user group id, ``S…``, needs no catalog entry)."""
+    user group id, ``S0614TZR7``, and ``opsgate-approvers`` need no catalog entry)."""
     problems: list[PolicyProblem] = []
     for rule in rules.rules.values():
         if rule.source.startswith("opsgate:"):
             continue
         for kind, name in rule.names:
-            known = (name in catalog.groups or name.startswith("S") if kind == "Group"
-                     else name in catalog.components)
+            if kind not in ("Group", "Component"):
+                continue
+            known = (name in catalog.components if kind == "Component"
+                     else name in catalog.groups or name == APPROVERS_GROUP
+                     or is_slack_group(name))
             if not known:
                 problems.append(PolicyProblem(rule.source, rule.name,
                                               f'{kind}::"{name}" is not in the catalog '

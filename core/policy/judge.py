@@ -10,6 +10,7 @@ Pure: the catalog and the Slack group members are read from memory.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,6 +28,13 @@ ANYONE = "opsgate:anyone"
 name (never a person, never asked about a real yes)."""
 
 GroupMembers = Callable[[str], Collection[str]]
+
+SLACK_GROUP = re.compile(r"^S[A-Z0-9]{2,}$")
+
+
+def is_slack_group(name: str) -> bool:
+    """Whether ``name`` is a Slack user group id (``S0614TZR7``) rather than a catalog name."""
+    return SLACK_GROUP.match(name) is not None
 
 
 @dataclass(frozen=True)
@@ -138,9 +146,9 @@ def judge(rules: Rules, people: People, subject: Subject, person: str) -> Judgem
     action = "auto_approve" if person == GATEKEEPER else "approve"
     parents = people.groups_of(person) if person != GATEKEEPER else frozenset()
     answer = _ask(rules.handle, subject, person, parents, action)
-    named = answer.diagnostics.reasons
-    permits = tuple(n for n in named if n in rules.rules and rules.rules[n].effect == "permit")
-    forbids = tuple(n for n in named if n in rules.rules and rules.rules[n].effect == "forbid")
+    named = set(answer.diagnostics.reasons)  # in the policy set's order, not Cedar's
+    permits = tuple(n for n, rule in rules.rules.items() if n in named and rule.effect == "permit")
+    forbids = tuple(n for n, rule in rules.rules.items() if n in named and rule.effect == "forbid")
     quorum = max((rules.rules[n].quorum for n in permits), default=1)
     return Judgement(answer.allowed, permits if answer.allowed else (), forbids, quorum,
                      tuple(str(e) for e in answer.diagnostics.errors))
@@ -152,7 +160,8 @@ def quorum_for(rules: Rules, people: People, subject: Subject) -> tuple[int, tup
     those permits."""
     parents = people.every_group()
     answer = _ask(rules.permits, subject, ANYONE, parents, "approve")
-    permits = tuple(n for n in answer.diagnostics.reasons if n in rules.rules)
+    named = set(answer.diagnostics.reasons)
+    permits = tuple(n for n in rules.rules if n in named)
     return max((rules.rules[n].quorum for n in permits), default=1), permits
 
 

@@ -211,7 +211,7 @@ def _quorum(said: str | None, effect: Effect) -> tuple[int, str | None]:
         return 1, None
     if effect == "forbid":
         return 1, "@quorum on a forbid means nothing; put it on a permit"
-    if not said.isdigit() or not 1 <= int(said) <= 20:
+    if not (said.isascii() and said.isdigit()) or not 1 <= int(said) <= 20:
         return 1, f"@quorum({said!r}) must be a whole number of people from 1 to 20"
     return int(said), None
 

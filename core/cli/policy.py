@@ -1,0 +1,428 @@
+"""``opsgate policy check|default|schema|explain``: the approval policy in Cedar (OPSGATE_POLICY)
+as the gate reads it: whether it loads against the schema and the catalog, the shipped default
+to start from, and who may approve one plan and why. No database is needed. Policies or a
+catalog with problems print one line per problem on stderr and exit 2, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from core.cli.command import EXIT_BAD_SETTINGS, EXIT_FAILED, CliError, Command
+
+if TYPE_CHECKING:
+    from core.catalog import Catalog, CatalogProblem
+    from core.domain.policy import ApprovalPolicy
+    from core.policy.judge import Subject
+    from core.policy.rules import PolicyProblem
+    from core.settings import Settings
+
+_POLICY_HELP = "a .cedar file, or a folder of them read recursively (default: $OPSGATE_POLICY; " \
+               "unset: the shipped default policy)"
+_CATALOG_HELP = "a Backstage catalog-info.yaml file, or a folder of *.yaml files (default: " \
+                "$OPSGATE_CATALOG)"
+_SETTINGS = "Settings come from the environment: OPSGATE_POLICY, OPSGATE_CATALOG, " \
+            "OPSGATE_APPROVERS (the members of Group::\"opsgate-approvers\"), " \
+            "OPSGATE_TWO_PERSON_RISK, OPSGATE_AUTO_APPROVE and OPSGATE_AUTO_APPROVE_MAX_RISK."
+_EXPLAIN_EXAMPLE = """\
+exit status: 0 when the person of --as may approve the plan now, 1 when not, 2 when the plan,
+the policies or the catalog cannot be read.
+
+example:
+  opsgate policy explain --plan plan.json --as U0CAROL \\
+      --policy docs/examples/policies --catalog docs/examples/catalog
+"""
+
+
+def policy_arguments(parser: argparse.ArgumentParser) -> None:
+    raw = argparse.RawDescriptionHelpFormatter
+    actions = parser.add_subparsers(dest="policy_action", metavar="ACTION", required=True)
+    checked = actions.add_parser(
+        "check", help="check the policies against the schema and the catalog",
+        description="Read every policy of OPSGATE_POLICY (or the shipped default while it is "
+                    "unset), check each against opsgate's Cedar schema (`opsgate policy "
+                    "schema`) and the groups and components it names against the catalog: "
+                    "one line per problem (file, policy, what is wrong) and exit 2, or one "
+                    "line saying what decides and its version (the one approvals record). "
+                    + _SETTINGS,
+        epilog="example:\n  opsgate policy check --policy docs/examples/policies "
+               "--catalog docs/examples/catalog\n", formatter_class=raw)
+    _sources(checked)
+    actions.add_parser(
+        "default", help="print the shipped default policy for these settings",
+        description="Print the Cedar text of the shipped default policy, rendered with this "
+                    "installation's OPSGATE_TWO_PERSON_RISK, OPSGATE_AUTO_APPROVE and "
+                    "OPSGATE_AUTO_APPROVE_MAX_RISK; OPSGATE_APPROVERS are the members of "
+                    "Group::\"opsgate-approvers\". Then, commented out, the rule that is always "
+                    "on whatever OPSGATE_POLICY says (never-the-requester). Copy it as the start "
+                    "of your own policy.",
+        epilog="example:\n  opsgate policy default > policies/approvers.cedar\n"
+               "  OPSGATE_POLICY=policies opsgate policy check\n", formatter_class=raw)
+    actions.add_parser(
+        "schema", help="print opsgate's Cedar schema",
+        description="Print the Cedar schema every policy is checked against: the entities "
+                    "(User, Group, Component, Plan and its attributes), the actions approve "
+                    "and auto_approve, and the context (now).",
+        epilog="example:\n  opsgate policy schema > opsgate.cedarschema\n",
+        formatter_class=raw)
+    explained = actions.add_parser(
+        "explain", help="who may approve a plan, and why",
+        description="Judge one ChangePlan as the gate would: the components it touches and "
+                    "their owners, who may approve it and how many must, whether the person of "
+                    "--as may, which policies admitted or refused them and why, and whether "
+                    "the gatekeeper would approve it by itself. " + _SETTINGS,
+        epilog=_EXPLAIN_EXAMPLE, formatter_class=raw)
+    explained.add_argument("--plan", metavar="FILE", type=Path, required=True,
+                           help="a ChangePlan as JSON (title, risk_score, steps, rollback, "
+                                "verify)")
+    explained.add_argument("--as", metavar="U…", dest="person", required=True,
+                           help="who would click Approve: a Slack user id, a catalog user's "
+                                "name, or gatekeeper")
+    explained.add_argument("--requester", metavar="U…|agent", default="agent",
+                           help="who proposed the plan, who never approves it (default: agent)")
+    explained.add_argument("--components", metavar="A,B", type=_names, default=(),
+                           help="the case's components (catalog names), which count for the "
+                                "steps without a target the catalog knows (default: none)")
+    explained.add_argument("--at", metavar="ISO8601", type=_instant, default=None,
+                           help="when the click is judged (context.now), e.g. "
+                                "2026-12-24T09:00:00Z (default: now; without an offset: UTC)")
+    _sources(explained)
+
+
+def _sources(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--policy", metavar="PATH", type=Path, help=_POLICY_HELP)
+    parser.add_argument("--catalog", metavar="PATH", type=Path, help=_CATALOG_HELP)
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+
+
+def _instant(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 instant; expected e.g. "
+                                         "2026-12-24T09:00:00Z") from None
+    return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def run_policy(args: argparse.Namespace) -> int:
+    from core.settings import load_settings
+
+    if args.policy_action == "schema":  # needs no setting
+        from core.policy.rules import schema_text
+
+        print(schema_text(), end="", flush=True)
+        return 0
+    named = {"policy": getattr(args, "policy", None), "catalog": getattr(args, "catalog", None)}
+    settings = load_settings(**{name: path for name, path in named.items() if path is not None})
+    if args.policy_action == "check":
+        return _check(settings)
+    if args.policy_action == "default":
+        print(_default_text(settings), end="", flush=True)
+        return 0
+    return _explain(settings, args)
+
+
+# -- check ------------------------------------------------------------------------------------
+
+def _check(settings: Settings) -> int:
+    """Every problem of the policies and the catalog, or one line on what decides."""
+    from core.catalog import CatalogError, catalog_of
+    from core.policy.files import catalog_problems, load_rules
+    from core.policy.rules import PolicyError
+
+    problems: list[PolicyProblem | CatalogProblem] = []
+    catalog = rules = None
+    try:
+        catalog = catalog_of(settings.catalog)
+    except CatalogError as error:
+        problems += error.problems
+    if settings.policy is not None:
+        try:
+            rules = load_rules(settings.policy)
+        except PolicyError as error:
+            problems += error.problems
+        if rules is not None and catalog is not None:
+            problems += catalog_problems(rules, catalog)
+    if problems:
+        return _said(problems)
+    policy = _policy(settings)
+    own = [rule.name for rule in policy.cedar.rules.values()
+           if rule.source != "opsgate:always.cedar"]  # the always-on rule is in every set
+    where = (f"policy {settings.policy}" if settings.policy is not None
+             else "the default policy (OPSGATE_POLICY is unset)")
+    print(f"{where}: {_count(len(own), 'policy', 'policies')} ({', '.join(own)}), "
+          f"{_catalog_words(settings.catalog, policy.catalog())}; version {policy.version}",
+          flush=True)
+    return 0
+
+
+def _catalog_words(path: Path | None, catalog: Catalog) -> str:
+    if path is None:
+        return "no catalog (OPSGATE_CATALOG is unset)"
+    size = ", ".join(_count(n, word, f"{word}s") for n, word in (
+        (len(catalog.components), "component"), (len(catalog.groups), "group"),
+        (len(catalog.users), "user")))
+    return f"catalog {path}: {size}"
+
+
+def _count(number: int, one: str, many: str) -> str:
+    return f"{number} {one if number == 1 else many}"
+
+
+def _said(problems: Iterable[object]) -> int:
+    for problem in problems:
+        print(problem, file=sys.stderr, flush=True)
+    return EXIT_BAD_SETTINGS
+
+
+def _policy(settings: Settings) -> ApprovalPolicy:
+    """The policy the gate would decide with; ``_Unusable`` carrying every problem."""
+    from core.bootstrap import policy_from_settings
+    from core.catalog import CatalogError
+    from core.policy.rules import PolicyError
+
+    try:
+        return policy_from_settings(settings)
+    except (PolicyError, CatalogError) as error:
+        raise _Unusable(error.problems) from error
+
+
+class _Unusable(CliError):
+    """Policies or a catalog the gate cannot use: every problem, each on its own line."""
+
+    def __init__(self, problems: Sequence[object]) -> None:
+        super().__init__(str(problems[0]), exit_code=EXIT_BAD_SETTINGS)
+        self.problems = tuple(problems)
+
+
+# -- default ----------------------------------------------------------------------------------
+
+def _default_text(settings: Settings) -> str:
+    """The default policy as rendered for ``settings``, then the always-on rule commented out:
+    read_rules adds it to every policy set, so a copy that kept it would name it twice."""
+    from core.policy.rules import default_rules
+
+    rules = default_rules(two_person_risk=settings.two_person_risk,
+                          auto_approve=settings.auto_approve,
+                          auto_approve_max_risk=settings.auto_approve_max_risk)
+    rendered = (f"// Rendered for OPSGATE_TWO_PERSON_RISK={settings.two_person_risk:g}, "
+                f"OPSGATE_AUTO_APPROVE={settings.auto_approve},\n"
+                f"// OPSGATE_AUTO_APPROVE_MAX_RISK={settings.auto_approve_max_risk:g}.\n")
+    parts = [rendered]
+    for source, text in rules.texts:
+        if source == "opsgate:always.cedar":
+            parts.append("\n// opsgate adds this rule to every policy set; keep it out of yours.\n"
+                         + "".join(_commented(line) for line in text.splitlines()))
+        else:
+            parts.append(text if text.endswith("\n") else f"{text}\n")
+    return "".join(parts)
+
+
+def _commented(line: str) -> str:
+    return f"{line}\n" if line.startswith("//") or not line else f"// {line}\n"
+
+
+# -- explain ----------------------------------------------------------------------------------
+
+def _explain(settings: Settings, args: argparse.Namespace) -> int:
+    from core.domain.policy import AUTO_APPROVER
+    from core.policy.judge import who_may
+
+    try:
+        plan = _read_plan(args.plan)
+        policy = _policy(settings)
+    except _Unusable as unusable:
+        return _said(unusable.problems)
+    catalog = policy.catalog()
+    components = _known_components(catalog, args.components)
+    person = _person(catalog, args.person)
+    now: datetime = args.at or datetime.now(UTC)
+    policy = policy.at(components, now)
+    subject = policy.subject(plan, args.requester)
+    needed = policy.required(plan)
+    lines = [
+        _setting(settings, policy.version, args.requester, now),
+        _touched(plan, subject),
+        *_owners(catalog, subject),
+        f"{_capital(policy.describe_who(subject))}; it needs {_approvers(needed)}.",
+        _admitting(policy, subject),
+        _who_may(catalog, who_may(policy.cedar, policy.people(), subject)),
+    ]
+    automatic, gatekeeper = _gatekeeper(policy, plan, subject, components)
+    allowed = automatic
+    if person != AUTO_APPROVER:
+        allowed, verdict = _verdict(policy, catalog, person, subject, components)
+        lines += verdict
+    print("\n".join([*lines, gatekeeper]), flush=True)
+    return 0 if allowed else EXIT_FAILED
+
+
+def _read_plan(file: Path) -> dict[str, Any]:
+    import json
+
+    from core.domain.plans import plan_problems
+
+    try:
+        plan = json.loads(file.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise CliError(f"{file}: cannot be read: {why}", exit_code=EXIT_BAD_SETTINGS) from exc
+    except ValueError as exc:
+        raise CliError(f"{file}: not JSON: {exc}", exit_code=EXIT_BAD_SETTINGS) from exc
+    problems = plan_problems(plan)
+    if problems:
+        raise _Unusable([f"{file}: {problem}" for problem in problems])
+    assert isinstance(plan, dict), "plan_problems accepts nothing but an object"
+    return plan
+
+
+def _known_components(catalog: Catalog, names: Sequence[str]) -> tuple[str, ...]:
+    _known, unknown = catalog.resolve(names)
+    if unknown:
+        known = ", ".join(catalog.components) or "none: OPSGATE_CATALOG names no components"
+        raise CliError(f"--components: not in the catalog: {', '.join(unknown)} (known: "
+                       f"{known})", exit_code=EXIT_BAD_SETTINGS)
+    return tuple(names)
+
+
+def _person(catalog: Catalog, said: str) -> str:
+    """A Slack id as given, or the Slack id of the catalog user of that name."""
+    user = catalog.users.get(said)
+    if user is not None and catalog.user_by_slack_id(said) is None:
+        if user.slack_id is None:
+            raise CliError(f"--as {said}: the catalog gives this user no Slack id "
+                           "(slack.com/user-id), so they can never click",
+                           exit_code=EXIT_BAD_SETTINGS)
+        return user.slack_id
+    return said
+
+
+def _called(catalog: Catalog, person: str) -> str:
+    from core.domain.policy import AUTO_APPROVER
+
+    if person == AUTO_APPROVER:
+        return "the gatekeeper"
+    user = catalog.user_by_slack_id(person)
+    return user.called if user is not None else person
+
+
+def _setting(settings: Settings, version: str, requester: str, now: datetime) -> str:
+    where = (f"policy {settings.policy} (version {version})" if settings.policy is not None
+             else f"the default policy (OPSGATE_POLICY is unset; version {version})")
+    return f"Judged by {where} at {now:%Y-%m-%d %H:%M:%S} UTC, for a plan proposed by " \
+           f"{requester}."
+
+
+def _touched(plan: dict[str, Any], subject: Subject) -> str:
+    from core.domain.policy import plan_risk
+
+    risk = (f"risk {plan_risk(plan):g}" if "risk_score" in plan
+            else f"risk unstated, so {plan_risk(plan):g}")
+    actions = ", ".join(sorted(str(action) for action in subject.plan.actions))
+    what = f'The plan "{subject.plan.title}" ({risk}; {actions})'
+    if not subject.components:
+        return (f"{what} touches no component the catalog knows (name the case's with "
+                "--components).")
+    touched = _sequence([f"{c.name} ({c.lifecycle})" for c in subject.components])
+    return f"{what} touches {touched}."
+
+
+def _owners(catalog: Catalog, subject: Subject) -> list[str]:
+    lines = []
+    for owner in subject.owners:
+        people = ", ".join(user.called for user in catalog.users_in(owner))
+        owned = _sequence([c.name for c in subject.components if c.owner == owner])
+        lines.append(f"{owned} is owned by {owner}: {people}." if people
+                     else f"{owned} is owned by {owner}, which has no members in the catalog.")
+    return lines
+
+
+def _approvers(count: int) -> str:
+    return "one approver" if count == 1 else f"{count} distinct approvers"
+
+
+def _admitting(policy: ApprovalPolicy, subject: Subject) -> str:
+    from core.policy.judge import quorum_for
+
+    _needed, permits = quorum_for(policy.cedar, policy.people(), subject)
+    if not permits:
+        return "No policy admits anyone to approve this plan."
+    return f"Approvers of this plan are admitted by {_rules(policy, permits)}."
+
+
+def _who_may(catalog: Catalog, people: Sequence[str]) -> str:
+    if not people:
+        return "Nobody the catalog or OPSGATE_APPROVERS names may approve it now."
+    return f"May approve it now: {', '.join(_called(catalog, p) for p in people)}."
+
+
+def _verdict(policy: ApprovalPolicy, catalog: Catalog, person: str, subject: Subject,
+             components: Sequence[str]) -> tuple[bool, list[str]]:
+    """Whether one person may approve, the policies that said so, and the gate's own words."""
+    judged = policy.judge(subject, person)
+    called = _called(catalog, person)
+    lines = [f"Cedar could not evaluate a policy for {called}: {error}"
+             for error in judged.errors]
+    if judged.allowed:
+        enough = ("their yes alone is enough" if judged.quorum == 1
+                  else f"their yes is one of the {_approvers(judged.quorum)} needed")
+        return True, [*lines, f"{called} may approve it, admitted by "
+                              f"{_rules(policy, judged.permits)}; {enough}."]
+    why = (f"refused by {_rules(policy, judged.forbids)}" if judged.forbids
+           else "no policy admits them")
+    refusal = policy.refusal(person, subject.requester, subject.plan)
+    return False, [*lines, f"{called} may not approve it: {why}.",
+                   f"The gate would answer their click: {refusal}."]
+
+
+def _gatekeeper(policy: ApprovalPolicy, plan: dict[str, Any], subject: Subject,
+                components: Sequence[str]) -> tuple[bool, str]:
+    """Whether the gatekeeper would approve the plan by itself, and which policy lets it."""
+    from core.domain.policy import AUTO_APPROVER
+
+    if policy.auto_approves(plan):
+        permits = policy.judge(subject, AUTO_APPROVER).permits
+        return True, f"The gatekeeper would approve it automatically, admitted by " \
+                     f"{_rules(policy, permits)}."
+    why = policy.refusal(AUTO_APPROVER, subject.requester, plan)
+    return False, f"The gatekeeper would not approve it automatically: {why}."
+
+
+def _rules(policy: ApprovalPolicy, names: Iterable[str]) -> str:
+    """The named policies with their reasons, in the order of the policy set."""
+    named = set(names)
+    return _sequence([f"policy {rule.name}" + (f" ({rule.reason})" if rule.reason else "")
+                      for rule in policy.cedar.rules.values() if rule.name in named])
+
+
+def _sequence(names: Sequence[str]) -> str:
+    from core.policy.judge import sequence_words
+
+    return sequence_words(names)
+
+
+def _capital(sentence: str) -> str:
+    return sentence[:1].upper() + sentence[1:]
+
+
+COMMANDS = (
+    Command(
+        name="policy",
+        summary="check, print or explain the approval policy in Cedar (OPSGATE_POLICY)",
+        description="The approval policy in Cedar: who may approve a plan at the gate, how many "
+                    "must, and which plans approve themselves. `opsgate policy check` checks "
+                    "the policies against the schema and the catalog; `opsgate policy default` "
+                    "prints the shipped default to start from; `opsgate policy schema` prints "
+                    "the Cedar schema; `opsgate policy explain --plan plan.json --as U0ALICE` "
+                    "says who may approve a plan and why. " + _SETTINGS,
+        add_arguments=policy_arguments,
+        run=run_policy,
+    ),
+)
