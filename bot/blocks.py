@@ -17,10 +17,12 @@ from typing import Any
 from bot.ids import COMMAND, REASON_BLOCK, REASON_INPUT, Action, Subcommand, View
 from bot.mrkdwn import escape, shown
 from core.cases.timeline import entries_of
+from core.domain.gate_rule import GateRule, gate_rule
 from core.domain.plans import ParsedPlan, PlanStep, parsed_or_none
 from core.domain.policy import NO_APPROVERS, ApprovalPolicy, PlanLike, plan_risk
 from core.domain.views import CaseView, TimelineEntry
 from core.library.render import evidence_text
+from core.policy.judge import is_slack_group
 
 Block = dict[str, Any]
 Message = tuple[str, list[Block]]
@@ -96,13 +98,15 @@ def plan_message(case: CaseView, plan: PlanLike, plan_hash: str,
     parsed = parsed_or_none(plan)
     if parsed is None:
         return _unreadable_plan(case, plan_hash)
+    policy = policy.at(case.get("components", ()), None)
     risk, needed = plan_risk(parsed), policy.required(parsed)
     blocks = _plan_sections(case, parsed, plan_hash, requester, policy, risk, needed)
+    blocks[2:2] = rule_sections(gate_rule(policy, parsed, requester), policy)
     if decision is None or decision.verdict == "pending":
         if policy.nobody_named:
             blocks.append(section(f"⛔ *Nobody can approve this plan yet*: {NO_APPROVERS}. It "
                                   "waits at the gate until someone is named."))
-        confirm = approve_confirm(parsed.title, risk, policy) if needed == 2 else None
+        confirm = approve_confirm(parsed.title, risk, policy) if needed >= 2 else None
         blocks.append(_buttons(approval_id, confirm))
     if decision is not None:
         blocks.append(_decided(decision))
@@ -125,6 +129,40 @@ def _plan_sections(case: CaseView, parsed: ParsedPlan, plan_hash: str, requester
         context(f"plan `{plan_hash[:12]}` · case version {case.get('version')} · "
                 f"approvers: {escape(policy.describe_approvers())}"),
     ]
+
+
+def rule_sections(rule: GateRule, policy: ApprovalPolicy) -> list[Block]:
+    """Whose system the plan changes and the rule it waits on, in words: the components and
+    their owners, who may approve and how many by which policy, and any forbid that refuses
+    everyone it does not exempt (a freeze). Nothing more while the default policy decides a
+    case that names no component: the sections above say it."""
+    if rule.default and not rule.touched:
+        return []
+    lines = []
+    if rule.touched:
+        lines.append("*Touches* " + ", ".join(
+            f"{escape(t.component)} ({group_mention(t.owner, policy)}, {escape(t.lifecycle)})"
+            for t in rule.touched))
+    count = "1" if rule.needed == 1 else f"{rule.needed} distinct people"
+    whom = " or ".join(group_mention(w, policy) for w in rule.who) or "nobody"
+    named = f" · policy {escape(', '.join(rule.policies))}" if rule.policies else ""
+    lines.append(f"*Who may approve* {count} of {whom}{named}")
+    blocks = [section("\n".join(lines))]
+    for refusing in rule.forbidden:
+        why = escape(refusing.reason or "a policy refuses approvals of this plan")
+        blocks.append(section(f"⛔ *{why}* (policy {escape(refusing.policy)}): only the people "
+                              "it exempts may approve now"))
+    return blocks
+
+
+def group_mention(name: str, policy: ApprovalPolicy) -> str:
+    """A group or person as Slack shows them: a Slack user group (or a catalog group that
+    names one) as its mention, a person by their id as theirs, a catalog group by name."""
+    group = policy.catalog().groups.get(name)
+    slack = group.slack_group if group is not None else (name if is_slack_group(name) else None)
+    if slack is not None:
+        return f"<!subteam^{slack}>"
+    return who(name) if _SLACK_ID.match(name) else f"@{escape(name)}"
 
 
 def _plan_text(case: CaseView, title: str, risk: float,
@@ -161,8 +199,10 @@ CONFIRM_TITLE, CONFIRM_TEXT = 100, 300  # Slack's limits on a confirmation dialo
 def approve_confirm(title: str, risk: float, policy: ApprovalPolicy) -> Block:
     """The dialog Slack shows before a high-risk plan's ``Approve`` click is sent: the plan's
     title and risk, and that the second yes runs it."""
-    rest = (f"” has risk {risk:g} (two approvers from {policy.two_person_risk:g}). It runs in "
-            "production as soon as two distinct people approve it.")
+    why = (f"two approvers from {policy.two_person_risk:g}" if policy.cedar.default
+           else "its policy asks for more than one approver")
+    rest = (f"” has risk {risk:g} ({why}). It runs in production as soon as enough distinct "
+            "people approve it.")
     room = CONFIRM_TEXT - len("Plan “") - len(rest)
     shown = " ".join(title.split())
     shown = shown if len(shown) <= room else shown[:room - 1] + "…"

@@ -89,6 +89,8 @@ def _summary(state: CaseState) -> str:
            f"*Severity* {state.case.get('severity')}"
     if opened is not None:
         line += f"\nOpened by {who(opened.actor)} at {_clock(opened.at)}"
+    if state.touches:
+        line += f"\n*Touches* {escape(state.touches)}"
     return line
 
 

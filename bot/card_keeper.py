@@ -27,6 +27,7 @@ from bot.card import card_message
 from bot.card_state import CaseState
 from bot.card_store import Card, CardStore
 from core.chat import ChatSink, deliverable
+from core.domain.views import CaseView
 from core.errors import InternalError
 from core.gateway import ToolCall, ToolCallFailed, session_of
 
@@ -125,7 +126,14 @@ class CardKeeper:
         progress = self.cases.progress(case_id)
         needs = 1 if progress.gate is None else progress.gate.needed
         return CaseState(progress, needs, self.policy.describe_approvers(),
-                         None if card is None else card.working)
+                         None if card is None else card.working, self._touches(progress.case))
+
+    def _touches(self, case: CaseView) -> str | None:
+        """The case's components with their owners and lifecycles, as the catalog has them."""
+        catalog = self.policy.catalog()
+        known, unknown = catalog.resolve(case.get("components", ()))
+        named = [f"{c.name} (owner {c.owner}, {c.lifecycle})" for c in known] + list(unknown)
+        return ", ".join(named) or None
 
     def _rendered_by_holder(self, case_id: UUID) -> bool:
         """Wait for the holder asked for one more render: True once it let go having rendered,

@@ -27,6 +27,7 @@ class CaseState:
     needs: int = 1  # distinct approvers the plan needs
     approvers: str = "anyone but the requester"  # who may approve, in words
     working: str | None = None  # "… is working on it" while the agent works
+    touches: str | None = None  # the case's components and their owners, in words
 
     @property
     def case(self) -> CaseView:

@@ -147,7 +147,7 @@ class _Settling:
         """Open the recurrence's case, with ``first`` (its first note) in the same transaction:
         whether it was opened now (False: the open, and its note, replayed)."""
         cmd = OpenCase(title=self.group.title, actor=ACTOR, severity=self.group.severity,
-                       correlation_id=current())
+                       correlation_id=current(), components=self._components())
         digest = self.group.digest
         key = f"alertmanager:{digest}" if recurrence == 1 else f"alertmanager:{digest}:{recurrence}"
         self.unrecorded.add(recurrence)  # named by its first note, in the note's transaction
@@ -161,6 +161,16 @@ class _Settling:
         log.info("alert group %s opened case %s (recurrence %d)", digest[:16], case_id,
                  recurrence)
         return True
+
+    def _components(self) -> tuple[str, ...]:
+        """The catalog components the group's alerts name through their ``service``, ``job``
+        and ``namespace`` labels (the catalog's Kubernetes annotations)."""
+        catalog = self.cases.policy.catalog()
+        found: dict[str, None] = {}
+        for row in (*self.outcome.touched, *self.outcome.outstanding):
+            labels = row.alert.get("labels") or {}
+            found.update(dict.fromkeys(c.name for c in catalog.by_labels(labels)))
+        return tuple(found)
 
     # -- notes ------------------------------------------------------------------------------
 

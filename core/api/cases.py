@@ -36,7 +36,8 @@ def create_case(body: CreateCaseBody, write: Writer, cases: Cases,
     """Open a case in NEW at version 0, as the token's principal."""
     cmd = OpenCase(title=body.title, actor=write.actor, severity=body.severity,
                    tenant=body.tenant, correlation_id=correlation_id(x_correlation_id),
-                   attribution=write.attribution(body.actor))
+                   attribution=write.attribution(body.actor),
+                   components=tuple(dict.fromkeys(body.components)))
     return send_reply(cases.open_case(cmd, write.key), location=True)
 
 

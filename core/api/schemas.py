@@ -26,6 +26,7 @@ def _text(max_length: int, min_length: int = 0) -> StringConstraints:
 Title = Annotated[str, _text(200, min_length=1)]
 Actor = Annotated[str, _text(128, min_length=1)]
 Tenant = Annotated[str, _text(64, min_length=1)]
+ComponentName = Annotated[str, _text(63, min_length=1)]
 Reason = Annotated[str, _text(2000)]
 CorrelationId = Annotated[str, _text(128, min_length=1)]
 PlanHash = Annotated[str, _text(64, min_length=1)]
@@ -48,6 +49,10 @@ class CreateCaseBody(_Body):
     severity: Severity = "SEV3"
     tenant: Tenant | None = None
     actor: StatedActor = None
+    components: list[ComponentName] = Field(
+        default_factory=list, max_length=20,
+        description="Catalog components the case concerns (OPSGATE_CATALOG), e.g. "
+                    "[\"payments-api\"]: the approval policy reads their owners.")
 
 
 class FenceBody(_Body):
@@ -145,6 +150,8 @@ class CaseView(BaseModel):
     created_at: str
     updated_at: str
     plan_hash: str | None = Field(default=None, description="On plan_ready and gate_approved.")
+    components: list[str] | None = Field(default=None,
+                                         description="The catalog components it concerns.")
 
 
 class TimelineEntry(BaseModel):

@@ -76,6 +76,7 @@ class CaseService(CaseReads):
         """Open a case in NEW (version 0), once per idempotency key; with ``note``, its first
         note in the same transaction, so a repeat of the key replays the open and the note
         together and no open case is ever without it."""
+        self._check_components(cmd.components)
         then = None if note is None else (
             lambda view: self._first_note(note, UUID(view["case_id"])))
         return self.uow.run(
@@ -83,6 +84,20 @@ class CaseService(CaseReads):
             lambda _conn, _case, writes: handlers.open_case(cmd, writes, tenant=self.tenant,
                                                             now=self.clock()),
             created=True, then=then)
+
+    def _check_components(self, names: tuple[str, ...]) -> None:
+        """``InvalidRequest`` when a case would name a component the catalog does not have."""
+        if not names:
+            return
+        catalog = self.policy.catalog()
+        _known, unknown = catalog.resolve(names)
+        if not unknown:
+            return
+        known = ", ".join(sorted(catalog.components)[:10]) or "none: OPSGATE_CATALOG is unset"
+        raise InvalidRequest(f"unknown component {', '.join(unknown)}: not in the service "
+                             f"catalog (known: {known})",
+                             problems=[f"components: {name} is not in the catalog"
+                                       for name in unknown])
 
     def _first_note(self, first: FirstNote, case_id: UUID) -> FollowUp:
         cmd, also = first.of(case_id), first.also

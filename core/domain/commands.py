@@ -45,15 +45,16 @@ class OpenCase:
     correlation_id: str | None = None
     attribution: Attribution = field(default_factory=dict)
     thread: ChatThread | None = None
-    components: tuple[str, ...] = ()  # catalog component names the case concerns
+    # The catalog components the case concerns. Not part of the intent: an alert's are resolved
+    # through the catalog as it is at each delivery, and a redelivery after a catalog change is
+    # the same open (the first open's components stand).
+    components: tuple[str, ...] = ()
 
     def intent(self) -> dict[str, Any]:
         """What identifies the request for idempotency (not transport metadata)."""
         thread = {} if self.thread is None else {"thread": asdict(self.thread)}
-        named = {"components": list(self.components)} if self.components else {}
         return {"op": "open_case", "title": self.title, "actor": self.actor,
-                "severity": self.severity, "tenant": self.tenant, **_attributed(self), **thread,
-                **named}
+                "severity": self.severity, "tenant": self.tenant, **_attributed(self), **thread}
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,9 @@ from tests.support.slack import (
 )
 
 
-def open_and_wait_for_plan(bot: Stack, ts: str, text: str = "<@U0BOT> checkout errors"
-                           ) -> tuple[UUID, dict[str, Any], str]:
-    bot.mention(text, event_id=f"Ev{ts}", ts=ts)
+def open_and_wait_for_plan(bot: Stack, ts: str, text: str = "<@U0BOT> checkout errors",
+                           **mention: Any) -> tuple[UUID, dict[str, Any], str]:
+    bot.mention(text, event_id=f"Ev{ts}", ts=ts, **mention)
     bot.slack.wait_for(lambda: bool(bot.plan_messages()), what="the plan message")
     plan = bot.plan_messages()[-1]
     case_id = bot.case_of_thread(ts)

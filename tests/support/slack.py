@@ -9,7 +9,7 @@ import hmac
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -480,15 +480,17 @@ def settings_for(slack: FakeSlack, **overrides: Any) -> Settings:
 @contextmanager
 def running_bot(engine: Engine, *, agent: Agent | None = None, loop: bool = True,
                 real_agent: bool = False, assistant: bool = False,
+                consumers: Mapping[str, Any] | None = None,
                 **overrides: Any) -> Iterator[Stack]:
     """The bot serving ``POST /slack/events`` on 127.0.0.1 with the in-process loop; with
     ``real_agent`` the agent package (converse and its planner) instead of a scripted agent;
-    with ``assistant`` an app that may set the thread's status."""
-    consumers: dict[str, Any] = {"notifier": SlackNotifier}
+    with ``assistant`` an app that may set the thread's status; ``consumers`` replace the
+    loop's by name (a planner that proposes the test's plan)."""
+    plugged: dict[str, Any] = {"notifier": SlackNotifier, **(consumers or {})}
     if real_agent:
         import agent as agent_package
 
-        consumers.update(agent_package.consumers())
+        plugged.update(agent_package.consumers())
     else:
         agent = agent or ScriptedAgent()
     served: list[SlackEvents] = []
@@ -497,7 +499,7 @@ def running_bot(engine: Engine, *, agent: Agent | None = None, loop: bool = True
             served.append(SlackEvents(build_bolt(app, agent=agent), SECRET))
             mount_slack_events(app, api, served[-1])
 
-        extensions = Extensions(consumers=consumers, routes=(mount,), chat=slack_chat,
+        extensions = Extensions(consumers=plugged, routes=(mount,), chat=slack_chat,
                                 members=group_members)
         app = bootstrap(settings_for(slack, **overrides), engine=engine, extensions=extensions)
         config = uvicorn.Config(create_api(app), host="127.0.0.1", port=0, log_level="warning",

@@ -81,7 +81,8 @@ def test_check_says_what_decides_and_its_version(tmp_path):
     result = opsgate(tmp_path, "check", "--policy", "policies", "--catalog", str(CATALOG))
     assert result.returncode == 0, result.stderr
     assert re.fullmatch(
-        rf"policy policies: 2 policies \(deploy-freeze, payments-oncall-approves\), catalog "
+        r"policy policies: 3 policies \(deploy-freeze, incident-commanders-during-freeze, "
+        r"payments-oncall-approves\), catalog "
         rf"{re.escape(str(CATALOG))}: 2 components, 3 groups, 4 users; version [0-9a-f]{{12}}\n",
         result.stdout), result.stdout
     assert result.stderr == ""
@@ -162,7 +163,7 @@ def test_the_example_policies_pass_check_against_the_example_catalog():
     result = opsgate(ROOT, "check", "--policy", "docs/examples/policies", "--catalog",
                      "docs/examples/catalog")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("policy docs/examples/policies: 5 policies ("), result.stdout
+    assert result.stdout.startswith("policy docs/examples/policies: 6 policies ("), result.stdout
 
 
 # -- default and schema -----------------------------------------------------------------------

@@ -1,0 +1,76 @@
+"""The rule a plan waits on, as people are told it before they click: the components the plan
+touches and their owners, who may approve and how many (the permits that apply), and the
+forbids that refuse everyone they do not exempt (a deploy freeze, "no scripts in production").
+
+Pure: the approval policy (Cedar) answers; the Slack plan message, the card and
+``opsgate policy explain`` say it in words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.domain.policy import ApprovalPolicy, PlanLike
+from core.policy.judge import quorum_for
+from core.policy.rules import REQUESTER_RULE
+
+NOBODY = "opsgate:nobody"
+"""The probe of "whom does a forbid refuse": a person in no group, so a forbid that refuses
+them refuses everyone it does not exempt by group."""
+
+
+@dataclass(frozen=True)
+class Touched:
+    """A component a plan touches, with its owner and lifecycle."""
+
+    component: str
+    owner: str
+    lifecycle: str
+
+
+@dataclass(frozen=True)
+class Forbidden:
+    """A forbid that refuses everyone it does not exempt, with its ``@reason``."""
+
+    policy: str
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class GateRule:
+    """Who decides one plan: ``needed`` distinct people among ``who`` (groups by catalog name
+    or Slack id, people by Slack id), by ``policies``; ``default`` when the shipped policy
+    decides (``who`` is then the approver list)."""
+
+    needed: int
+    who: tuple[str, ...]
+    policies: tuple[str, ...]
+    touched: tuple[Touched, ...]
+    forbidden: tuple[Forbidden, ...]
+    default: bool
+
+
+def gate_rule(policy: ApprovalPolicy, plan: PlanLike, requester: str) -> GateRule:
+    """The rule ``plan`` (proposed for ``requester``) waits on under ``policy`` as it stands
+    (``policy.at(...)`` names the case's components and the moment)."""
+    subject = policy.subject(plan, requester)
+    needed, permits = quorum_for(policy.cedar, policy.people(), subject)
+    rules = policy.cedar.named(permits)
+    if policy.cedar.default:
+        who = tuple(sorted(policy.approvers))
+    else:
+        who = tuple(dict.fromkeys(_whom(rule.principal, subject.owners) for rule in rules))
+    refused = policy.judge(subject, NOBODY).forbids
+    forbidden = tuple(Forbidden(rule.name, rule.reason) for rule in policy.cedar.named(refused)
+                      if rule.name != REQUESTER_RULE)
+    touched = tuple(Touched(c.name, c.owner, c.lifecycle) for c in subject.components)
+    return GateRule(needed, tuple(w for w in who if w), permits, touched, forbidden,
+                    policy.cedar.default)
+
+
+def _whom(scope: tuple[str, str | None], owners: tuple[str, ...]) -> str:
+    """Whom a permit admits: the group or person its scope names, else the plan's owners."""
+    op, entity = scope
+    if entity is not None and op in ("in", "=="):
+        return entity.partition("::")[2].strip('"')
+    return ", ".join(owners)
