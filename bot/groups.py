@@ -25,6 +25,19 @@ def is_group(approver: str) -> bool:
     return approver.startswith("S")
 
 
+def named_user_groups(settings: Settings) -> list[str]:
+    """The Slack user groups the policies and the catalog name (as they are at start; a group
+    first named by a later catalog edit is read after a restart)."""
+    from core.catalog.files import catalog_of
+    from core.policy.files import load_rules
+    from core.policy.judge import is_slack_group
+
+    named = [] if settings.policy is None else sorted(
+        g for g in load_rules(settings.policy).groups() if is_slack_group(g))
+    catalog = catalog_of(settings.catalog)
+    return named + sorted(g.slack_group for g in catalog.groups.values() if g.slack_group)
+
+
 class SlackGroups:
     """``members(group_id)`` over a cache that a daemon thread refreshes every ``refresh_s``."""
 
@@ -67,10 +80,13 @@ class SlackGroups:
 
 
 def group_members(settings: Settings) -> GroupMembers | None:
-    """The resolver of the approver list's user groups; None when there are none (or no Slack)."""
+    """The resolver of the Slack user groups that decide approvals: those on the approver list,
+    those the policies name (``Group::"S…"``) and those the catalog's groups name
+    (``slack.com/usergroup-id``); None when there are none (or no Slack)."""
     from bot.app import web_client
 
-    groups = [approver for approver in settings.approvers if is_group(approver)]
+    groups = list(dict.fromkeys([*(a for a in settings.approvers if is_group(a)),
+                                 *named_user_groups(settings)]))
     slack = settings.layer(SlackSettings)
     if not groups or slack.slack_bot_token is None:
         return None

@@ -62,6 +62,7 @@ class App:
     cases: CaseService
     gateway: Gateway
     policy: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+    catalog: CatalogSource = field(default_factory=lambda: CatalogSource(None))
     chat: ChatSink = field(default_factory=RecordingSink)  # the notifier posts here
     extensions: Extensions = field(default_factory=Extensions)
 
@@ -103,14 +104,15 @@ def bootstrap(settings: Settings | None = None, *, engine: Engine | None = None,
         settings.layer(layer)
     if members is None and extensions.members is not None:
         members = extensions.members(settings)
+    catalog = CatalogSource(settings.catalog)
+    policy = policy_from_settings(settings, members, catalog)
     engine = engine or make_engine(settings.database_url, pool_size=settings.db_pool_size)
-    policy = policy_from_settings(settings, members)
     app = App(settings=settings, engine=engine,
               cases=CaseService(engine, tenant=settings.tenant, policy=policy,
                                 reads_metrics=has_metrics_source(settings),
                                 promql=promql_bounds(settings) if settings.prometheus_url
                                 else None),
-              gateway=build_gateway(settings, engine), policy=policy,
+              gateway=build_gateway(settings, engine), policy=policy, catalog=catalog,
               chat=chat or RecordingSink(), extensions=extensions)
     if chat is None and extensions.chat is not None:
         app.chat = extensions.chat(app)

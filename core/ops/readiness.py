@@ -50,6 +50,7 @@ def readiness(app: App, now: datetime | None = None) -> dict[str, Any]:
         checks["delivery"] = {"ok": False, "error": "the database is unreachable"}
     checks["metrics"] = check_metrics(app)
     checks["approvers"] = check_approvers(app)
+    checks["policy"] = check_policy(app)
     checks["slack"] = check_slack(app)
     ready = all(check["ok"] for check in checks.values())
     return {"status": "ready" if ready else "not_ready", "checks": checks}
@@ -149,6 +150,23 @@ def check_approvers(app: App) -> Check:
                        "is named"}
 
 
+def check_policy(app: App) -> Check:
+    """Which policies decide (``OPSGATE_POLICY`` or the default), the catalog they read and
+    the policy set's version. ``ok`` either way; ``warning`` when the catalog's last edit could
+    not be read (the previous catalog still decides) or no catalog names any component."""
+    catalog = app.catalog.current()
+    check: Check = {"ok": True, "policy": str(app.settings.policy or "default"),
+                    "catalog": None if app.settings.catalog is None else str(app.settings.catalog),
+                    "components": len(catalog.components), "version": app.policy.version}
+    if app.catalog.problem is not None:
+        check["warning"] = (f"OPSGATE_CATALOG: the last edit is not used, the catalog read "
+                            f"before it still decides: {app.catalog.problem}")
+    elif app.settings.policy is not None and app.settings.catalog is None:
+        check["warning"] = ("OPSGATE_CATALOG is unset: no component has an owner, so policies "
+                            "on owners admit nobody")
+    return check
+
+
 def check_slack(app: App) -> Check:
     """Whether the notifier's posts reach Slack: an outer layer plugged in its chat, and it does
     not hold them (no bot token). ``ok`` either way: the process still serves; ``warning`` says
@@ -160,8 +178,8 @@ def check_slack(app: App) -> Check:
 
 def warnings(app: App) -> list[str]:
     """What is missing from the configuration, one line each (``serve`` prints them at start)."""
-    return [str(check["warning"]) for check in (check_approvers(app), check_slack(app))
-            if "warning" in check]
+    checks = (check_approvers(app), check_policy(app), check_slack(app))
+    return [str(check["warning"]) for check in checks if "warning" in check]
 
 
 def _first_line(exc: BaseException) -> str:

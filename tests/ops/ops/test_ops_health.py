@@ -4,6 +4,7 @@ check named."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -65,6 +66,7 @@ def test_healthz_answers_even_when_the_database_does_not():
 def test_a_fresh_process_is_ready(client, engine):
     status, report = _ready(client)
     assert status == 200, report
+    assert re.fullmatch(r"[0-9a-f]{12}", report["checks"]["policy"]["version"])
     assert report == {"status": "ready", "checks": {
         "database": {"ok": True, "dialect": engine.dialect.name},
         "redis": {"ok": True, "configured": False},
@@ -75,6 +77,8 @@ def test_a_fresh_process_is_ready(client, engine):
         "approvers": {"ok": True, "configured": False, "warning": (
             "no approvers are configured (OPSGATE_APPROVERS): nobody approves, plans wait at "
             "the gate until someone is named")},
+        "policy": {"ok": True, "policy": "default", "catalog": None, "components": 0,
+                   "version": report["checks"]["policy"]["version"]},
         "slack": {"ok": True, "configured": False, "warning": NO_SLACK}}}
 
 
