@@ -299,7 +299,7 @@ class Gate:
         row = None
         if fresh and not isinstance(verdict, Refused):
             row = decision_row(plan, approver, "approved", self._moment(policy),
-                               policies=self._admitting(policy, plan, approver),
+                               policies=verdict.admitted.get(approver, ()),
                                policy_version=policy.version)
         return Ruling(plan, verdict, row)
 
@@ -312,12 +312,6 @@ class Gate:
         assert policy.now is not None, "policy_at sets the moment"
         return policy.now
 
-    @staticmethod
-    def _admitting(policy: ApprovalPolicy, plan: Row, person: str) -> list[str]:
-        """The policies that admit ``person``'s decision on ``plan``."""
-        subject = policy.subject(plan["plan"], str(plan["proposed_by"]))
-        return list(policy.judge(subject, person).permits)
-
     def refusal(self, case: Row, plan: Row, person: str) -> str | None:
         """Why ``person`` may not decide ``plan`` at all (the requester, not an approver, an
         ineligible gatekeeper, a policy's forbid); None when they may."""
@@ -327,12 +321,13 @@ class Gate:
         """``approver``'s no to ``plan`` as its ``plan_approved`` row; ``ApprovalRefused`` when
         they may not decide it."""
         policy = self.policy_at(case)
-        refused = policy.refusal(approver, str(plan["proposed_by"]), plan["plan"])
-        if refused is not None:
+        subject = policy.subject(plan["plan"], str(plan["proposed_by"]))
+        judged = policy.judge(subject, approver)
+        if not judged.allowed:
+            refused = policy.refusal_words(approver, subject, judged)
             raise ApprovalRefused(refused, problems=[f"approver: {refused}"])
         return decision_row(plan, approver, "rejected", self._moment(policy), reason,
-                            policies=self._admitting(policy, plan, approver),
-                            policy_version=policy.version)
+                            policies=judged.permits, policy_version=policy.version)
 
     def expiry(self, case: Row, plan: Row, actor: str, reason: str | None) -> DecisionRow:
         """The expiry of ``plan``'s approval as its ``plan_approved`` row, once it has waited the

@@ -144,7 +144,17 @@ class Catalog:
 
     def by_kubernetes(self, namespace: str | None, name: str) -> tuple[Component, ...]:
         """The components a Kubernetes object such as deployment ``payments/payments-api`` is."""
-        return tuple(c for c in self.components.values() if c.runs_as(namespace, name))
+        return tuple(c for c in self._by_workload.get(name, ()) if c.runs_as(namespace, name))
+
+    @cached_property
+    def _by_workload(self) -> Mapping[str, tuple[Component, ...]]:
+        """Components by the names their Kubernetes objects may have (id, or app labels)."""
+        found: dict[str, list[Component]] = {}
+        for component in self.components.values():
+            apps = {v for k, v in component.kubernetes_selector if k in APP_LABELS}
+            for name in {component.workload, *apps}:
+                found.setdefault(name, []).append(component)
+        return {name: tuple(components) for name, components in found.items()}
 
     def by_labels(self, labels: Mapping[str, str]) -> tuple[Component, ...]:
         """The components an alert's labels name: ``service`` or ``job`` (narrowed by its

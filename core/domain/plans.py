@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Any, Literal
 
@@ -126,11 +126,24 @@ def plan_problems(plan: Any) -> list[str]:
 
 def parsed_or_none(plan: ParsedPlan | Mapping[str, Any]) -> ParsedPlan | None:
     """``plan`` read (a stored plan arrives as JSON); None when it does not meet the contract,
-    which every reader treats as the most cautious case."""
+    which every reader treats as the most cautious case. The same JSON is read once: a stored
+    plan is judged on every click, and the schema's check is most of a click's work."""
     if isinstance(plan, ParsedPlan):
         return plan
-    parsed, _problems = _read(plan)
-    return parsed
+    try:
+        text = canonical_json(plan)
+    except (TypeError, ValueError):  # not JSON (NaN, an object JSON cannot hold)
+        return _read(plan)[0]
+    if json.loads(text) != plan:  # JSON would change it (a key that is no string): as it is
+        return _read(plan)[0]
+    return _parsed_json(text)
+
+
+@lru_cache(maxsize=512)
+def _parsed_json(text: str) -> ParsedPlan | None:
+    """The reading of the plan whose canonical JSON is ``text``, from a fresh copy of it (so
+    no caller's dict is shared with what the cache keeps)."""
+    return _read(json.loads(text))[0]
 
 
 def _read(plan: Any) -> tuple[ParsedPlan | None, list[str]]:

@@ -82,6 +82,7 @@ class Satisfied:
     approvers: tuple[str, ...]
     reason: str
     policies: tuple[str, ...] = field(default=(), compare=False)
+    admitted: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,7 @@ class Pending:
     reason: str
     approvers: tuple[str, ...] = ()
     policies: tuple[str, ...] = field(default=(), compare=False)
+    admitted: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False)
 
 
 Verdict = Satisfied | Pending | Refused
@@ -186,9 +188,10 @@ class ApprovalPolicy:
         judged = self.judge(subject, approver)
         if judged.allowed:
             return None
-        return self._refusal_words(approver, subject, judged)
+        return self.refusal_words(approver, subject, judged)
 
-    def _refusal_words(self, person: str, subject: Subject, judged: Judgement) -> str:
+    def refusal_words(self, person: str, subject: Subject, judged: Judgement) -> str:
+        """Why Cedar's ``judged`` answer refuses ``person`` on ``subject``, in words."""
         if person == AUTO_APPROVER:
             return self._no_auto_reason(judged)
         if self.nobody_named:
@@ -281,34 +284,36 @@ class ApprovalPolicy:
         if parsed is None:
             return Refused("the plan does not meet the ChangePlan schema; it cannot be approved")
         subject = self.subject(parsed, requester)
-        approvers: list[str] = []
-        permits: dict[str, None] = {}
+        admitted: dict[str, tuple[str, ...]] = {}
         quorum = 1
         for approval in approvals:
-            if approval.plan_hash != parsed.digest or approval.approver in approvers:
+            if approval.plan_hash != parsed.digest or approval.approver in admitted:
                 continue
             judged = self.judge(subject, approval.approver)
             if not judged.allowed:
-                return Refused(self._refusal_words(approval.approver, subject, judged),
+                return Refused(self.refusal_words(approval.approver, subject, judged),
                                policies=judged.forbids)
-            approvers.append(approval.approver)
-            permits.update(dict.fromkeys(judged.permits))
+            admitted[approval.approver] = judged.permits
             quorum = max(quorum, judged.quorum)
-        return self._verdict(subject, tuple(approvers), tuple(permits), quorum)
+        return self._verdict(subject, admitted, quorum)
 
-    def _verdict(self, subject: Subject, approvers: tuple[str, ...], permits: tuple[str, ...],
+    def _verdict(self, subject: Subject, admitted: Mapping[str, tuple[str, ...]],
                  quorum: int) -> Verdict:
+        approvers = tuple(admitted)
+        permits = tuple(dict.fromkeys(p for named in admitted.values() for p in named))
         if AUTO_APPROVER in approvers:
             why = (f"automatic approval policy: {self.auto_approve}" if self.cedar.default
                    else f"policy {', '.join(permits)}")
-            return Satisfied(approvers, f"approved by {AUTO_APPROVER} ({why})", permits)
+            return Satisfied(approvers, f"approved by {AUTO_APPROVER} ({why})", permits,
+                             admitted)
         if not approvers:
             quorum, permits = quorum_for(self.cedar, self.people(), subject)
         if len(approvers) >= quorum:
-            return Satisfied(approvers, f"approved by {', '.join(approvers)}", permits)
+            return Satisfied(approvers, f"approved by {', '.join(approvers)}", permits,
+                             admitted)
         return Pending(quorum - len(approvers),
                        self._pending_reason(subject, approvers, quorum, permits),
-                       approvers, permits)
+                       approvers, permits, admitted)
 
     def _pending_reason(self, subject: Subject, approvers: tuple[str, ...], needed: int,
                         permits: tuple[str, ...]) -> str:

@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_FLOOR, Decimal
-from functools import cache
+from functools import cache, cached_property
 from importlib import resources
 from string import Template
 from typing import Any, Literal
@@ -79,7 +79,7 @@ class Rules:
     handle: cedarpy.PolicySet = field(repr=False, compare=False, default=None)  # type: ignore
     permits: cedarpy.PolicySet = field(repr=False, compare=False, default=None)  # type: ignore
 
-    @property
+    @cached_property
     def version(self) -> str:
         """The hash of the policies' texts (12 hex digits): what an approval row records."""
         digest = hashlib.sha256()
@@ -90,10 +90,14 @@ class Rules:
     def named(self, names: Sequence[str]) -> tuple[Rule, ...]:
         return tuple(self.rules[name] for name in names if name in self.rules)
 
-    def groups(self) -> frozenset[str]:
+    @cached_property
+    def named_groups(self) -> frozenset[str]:
         """Every group a rule names (catalog groups, Slack user groups)."""
         return frozenset(name for rule in self.rules.values() for kind, name in rule.names
                          if kind == "Group")
+
+    def groups(self) -> frozenset[str]:
+        return self.named_groups
 
 
 def read_rules(sources: Sequence[tuple[str, str]], *, default: bool = False) -> Rules:
