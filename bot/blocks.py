@@ -19,7 +19,7 @@ from bot.mrkdwn import escape, shown
 from core.cases.timeline import entries_of
 from core.domain.gate_rule import GateRule, gate_rule
 from core.domain.plans import ParsedPlan, PlanStep, parsed_or_none
-from core.domain.policy import NO_APPROVERS, ApprovalPolicy, PlanLike, plan_risk
+from core.domain.policy import NO_APPROVERS, ApprovalPolicy, PlanLike, number_words, plan_risk
 from core.domain.views import CaseView, TimelineEntry
 from core.library.render import evidence_text
 from core.policy.judge import is_slack_group
@@ -118,7 +118,7 @@ def _plan_sections(case: CaseView, parsed: ParsedPlan, plan_hash: str, requester
     """The plan as read: header, case and risk, steps, rollback, verify, and its hash."""
     steps = "\n".join(_step_line(i, step) for i, step in enumerate(parsed.steps, 1))
     rollback = "\n".join(_step_line(i, step) for i, step in enumerate(parsed.rollback, 1))
-    approvers = "two distinct approvers" if needed == 2 else "one approver"
+    approvers = "one approver" if needed == 1 else f"{number_words(needed)} distinct approvers"
     return [
         {"type": "header", "text": {"type": "plain_text", "text": f"Plan: {parsed.title}"[:150]}},
         section(f"*Case* `{short_id(case['case_id'])}` {escape(case.get('title'))}\n"

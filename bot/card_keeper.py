@@ -26,8 +26,8 @@ from uuid import UUID
 from bot.card import card_message
 from bot.card_state import CaseState
 from bot.card_store import Card, CardStore
+from core.cases.progress import CaseProgress
 from core.chat import ChatSink, deliverable
-from core.domain.views import CaseView
 from core.errors import InternalError
 from core.gateway import ToolCall, ToolCallFailed, session_of
 
@@ -126,13 +126,18 @@ class CardKeeper:
         progress = self.cases.progress(case_id)
         needs = 1 if progress.gate is None else progress.gate.needed
         return CaseState(progress, needs, self.policy.describe_approvers(),
-                         None if card is None else card.working, self._touches(progress.case))
+                         None if card is None else card.working, self._touches(progress))
 
-    def _touches(self, case: CaseView) -> str | None:
-        """The case's components with their owners and lifecycles, as the catalog has them."""
-        catalog = self.policy.catalog()
-        known, unknown = catalog.resolve(case.get("components", ()))
-        named = [f"{c.name} (owner {c.owner}, {c.lifecycle})" for c in known] + list(unknown)
+    def _touches(self, progress: CaseProgress) -> str | None:
+        """What the case's latest plan touches (else the case's own components), with owners
+        and lifecycles as the catalog has them."""
+        policy = self.policy.at(progress.case.get("components", ()), None)
+        plan = progress.plan
+        if plan is not None:
+            touched = policy.subject(plan.plan, plan.proposed_by or "").components
+        else:
+            touched, _unknown = policy.catalog().resolve(policy.components)
+        named = [f"{c.name} (owner {c.owner}, {c.lifecycle})" for c in touched]
         return ", ".join(named) or None
 
     def _rendered_by_holder(self, case_id: UUID) -> bool:

@@ -140,7 +140,7 @@ def _approvers(count: int) -> str:
 def _admitting(policy: ApprovalPolicy, subject: Subject) -> str:
     from core.policy.judge import quorum_for
 
-    _needed, permits = quorum_for(policy.cedar, policy.people(), subject)
+    permits = quorum_for(policy.cedar, policy.people(), subject).permits
     if not permits:
         return "No policy admits anyone to approve this plan."
     return f"Approvers of this plan are admitted by {_rules(policy, permits)}."

@@ -24,7 +24,7 @@ from core.db.case_store import as_utc
 from core.domain.commands import ApprovePlan, Attribution, NoteCase, Scheduled, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import AwaitingApprovalFacts, CommandPayload, Topic, payload_as
-from core.domain.policy import NO_APPROVERS, ApprovalPolicy, PlanLike, plan_risk
+from core.domain.policy import NO_APPROVERS, ApprovalPolicy, PlanLike, number_words, plan_risk
 from core.domain.views import MovedCase
 from core.messaging.consumer import Delivery
 
@@ -39,9 +39,9 @@ log = logging.getLogger(__name__)
 def waiting_note(policy: ApprovalPolicy, plan: PlanLike, requester: str) -> str:
     """"Waiting for approval by …": who may approve, how many, and who may not."""
     needed = policy.required(plan)
-    count = ("two distinct approvers (risk "
-             f"{plan_risk(plan):g} ≥ {policy.two_person_risk:g})" if needed == 2
-             else "one approver")
+    count = "one approver" if needed == 1 else f"{number_words(needed)} distinct approvers"
+    if needed == 2 and policy.cedar.default:
+        count += f" (risk {plan_risk(plan):g} ≥ {policy.two_person_risk:g})"
     if policy.nobody_named:
         return (f"waiting: {NO_APPROVERS}, so nobody can approve this plan until someone is "
                 f"named; it needs {count}")
@@ -120,6 +120,7 @@ def awaiting_approval(cases: CaseService, policy: ApprovalPolicy, run: CommandRu
     found = cases.proposed_plan(run.case_id, run.plan_hash)
     requester = str(found["proposed_by"]) if found else "the requester"
     check = expiry_check(policy, run)
+    policy = policy.at(run.case.get("components", ()), None)
     return NoteCase(run.case_id, "awaiting_approval", run.consumer,
                     reason=waiting_note(policy, run.plan, requester),
                     meta=AwaitingApprovalFacts(

@@ -54,23 +54,11 @@ def gate_rule(policy: ApprovalPolicy, plan: PlanLike, requester: str) -> GateRul
     """The rule ``plan`` (proposed for ``requester``) waits on under ``policy`` as it stands
     (``policy.at(...)`` names the case's components and the moment)."""
     subject = policy.subject(plan, requester)
-    needed, permits = quorum_for(policy.cedar, policy.people(), subject)
-    rules = policy.cedar.named(permits)
-    if policy.cedar.default:
-        who = tuple(sorted(policy.approvers))
-    else:
-        who = tuple(dict.fromkeys(_whom(rule.principal, subject.owners) for rule in rules))
+    standing = quorum_for(policy.cedar, policy.people(), subject)
+    who = tuple(sorted(policy.approvers)) if policy.cedar.default else standing.who
     refused = policy.judge(subject, NOBODY).forbids
     forbidden = tuple(Forbidden(rule.name, rule.reason) for rule in policy.cedar.named(refused)
                       if rule.name != REQUESTER_RULE)
     touched = tuple(Touched(c.name, c.owner, c.lifecycle) for c in subject.components)
-    return GateRule(needed, tuple(w for w in who if w), permits, touched, forbidden,
+    return GateRule(standing.needed, who, standing.permits, touched, forbidden,
                     policy.cedar.default)
-
-
-def _whom(scope: tuple[str, str | None], owners: tuple[str, ...]) -> str:
-    """Whom a permit admits: the group or person its scope names, else the plan's owners."""
-    op, entity = scope
-    if entity is not None and op in ("in", "=="):
-        return entity.partition("::")[2].strip('"')
-    return ", ".join(owners)

@@ -216,17 +216,16 @@ class ApprovalPolicy:
             return f"nobody ({NO_APPROVERS})"
         if self.cedar.default:
             return ", ".join(sorted(self.approvers))
-        scopes = sorted({rule.principal[1] or rule.name for rule in self.cedar.rules.values()
-                         if rule.effect == "permit" and "approve" in (rule.actions or {"approve"})
-                         and rule.name != AUTO_APPROVER})
-        return ", ".join(_scope_words(scope) for scope in scopes) or "nobody"
+        named = sorted(name for name in self.cedar.named_groups if name != APPROVERS_GROUP)
+        owners = any(rule.effect == "permit" and rule.on_owners
+                     for rule in self.cedar.rules.values())
+        said = [*named, *(["the owners of what a plan touches"] if owners else [])]
+        return sequence_words(said) if said else "nobody"
 
     def describe_who(self, subject: Subject) -> str:
         """Who may approve ``subject``'s plan, as a sentence: "only payments-oncall may approve
         changes to payments-api"."""
-        _quorum, permits = quorum_for(self.cedar, self.people(), subject)
-        who = sorted({_permit_who(rule.principal, rule.name, subject)
-                      for rule in self.cedar.named(permits)})
+        who = list(quorum_for(self.cedar, self.people(), subject).who)
         touched = sequence_words([c.name for c in subject.components])
         changes = f" changes to {touched}" if touched else " this plan"
         if not who:
@@ -239,7 +238,7 @@ class ApprovalPolicy:
         """Distinct approvers ``plan`` needs before anyone said yes: the highest ``@quorum``
         among the permits that could admit someone (the default: two from
         ``two_person_risk`` up, else one)."""
-        return quorum_for(self.cedar, self.people(), self.subject(plan, ""))[0]
+        return quorum_for(self.cedar, self.people(), self.subject(plan, "")).needed
 
     def auto_approves(self, plan: PlanLike) -> bool:
         """Whether the gatekeeper may approve ``plan`` without a human: only a plan that meets
@@ -307,7 +306,8 @@ class ApprovalPolicy:
             return Satisfied(approvers, f"approved by {AUTO_APPROVER} ({why})", permits,
                              admitted)
         if not approvers:
-            quorum, permits = quorum_for(self.cedar, self.people(), subject)
+            standing = quorum_for(self.cedar, self.people(), subject)
+            quorum, permits = standing.needed, standing.permits
         if len(approvers) >= quorum:
             return Satisfied(approvers, f"approved by {', '.join(approvers)}", permits,
                              admitted)
@@ -317,7 +317,7 @@ class ApprovalPolicy:
 
     def _pending_reason(self, subject: Subject, approvers: tuple[str, ...], needed: int,
                         permits: tuple[str, ...]) -> str:
-        count = "one approver" if needed == 1 else f"{_number(needed)} distinct approvers"
+        count = "one approver" if needed == 1 else f"{number_words(needed)} distinct approvers"
         if self.cedar.default:
             why = (f"risk {plan_risk(subject.plan):g} ≥ {self.two_person_risk:g} needs {count}"
                    if needed > 1 else f"needs {count}")
@@ -327,26 +327,10 @@ class ApprovalPolicy:
         return f"{why}{have}"
 
 
-def _number(count: int) -> str:
+def number_words(count: int) -> str:
+    """A count of people as a sentence says it: "two", "twelve" as 12."""
     words = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
     return words[count] if count < len(words) else str(count)
-
-
-def _scope_words(scope: str) -> str:
-    """A policy scope's entity as people say it: a group or person by name."""
-    kind, _, name = scope.partition("::")
-    return name.strip('"') if kind in ("Group", "User") else scope
-
-
-def _permit_who(scope: tuple[str, str | None], name: str, subject: Subject) -> str:
-    """Whom one permit admits, in words: the group or person its scope names; the plan's
-    owners when its scope is open (a rule on ``resource.owners``); else the rule by name."""
-    op, entity = scope
-    if entity is not None and op in ("in", "=="):
-        return _scope_words(entity)
-    if subject.owners:
-        return sequence_words(list(subject.owners))
-    return f"the people policy {name} admits"
 
 
 def _riskiest(plan: PlanLike) -> ParsedPlan:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -24,8 +24,8 @@ from core.policy.rules import APPROVERS_GROUP, Rules, cedar_decimal
 
 GATEKEEPER = "gatekeeper"  # core.domain.policy.AUTO_APPROVER: it only ever asks auto_approve
 ANYONE = "opsgate:anyone"
-"""The probe of "how many must approve": a member of every group the rules and the catalog
-name (never a person, never asked about a real yes)."""
+"""The probe of "who may approve, how many": a member of one group at a time (never a person,
+never asked about a real yes)."""
 
 GroupMembers = Callable[[str], Collection[str]]
 
@@ -78,13 +78,19 @@ class People:
             people |= set(self.members(group))
         return frozenset(people)
 
-    def every_group(self) -> frozenset[str]:
-        return frozenset({*self.catalog.groups, *self._slack_groups(), *self.named_groups,
-                          APPROVERS_GROUP})
 
     def _slack_groups(self) -> set[str]:
         listed = {a for a in (*self.approvers, *self.named_groups) if a.startswith("S")}
         return listed | {g.slack_group for g in self.catalog.groups.values() if g.slack_group}
+
+    def lineage(self, group: str) -> frozenset[str]:
+        """The groups a member of ``group`` is in too: its ancestors, and the catalog groups
+        that name it as their Slack user group (with theirs)."""
+        linked = {name for name, g in self.catalog.groups.items() if g.slack_group == group}
+        found = set(linked) | self._ancestors(group)
+        for name in linked:
+            found |= self._ancestors(name)
+        return frozenset(found)
 
     def _ancestors(self, group: str) -> set[str]:
         seen: set[str] = set()
@@ -154,15 +160,48 @@ def judge(rules: Rules, people: People, subject: Subject, person: str) -> Judgem
                      tuple(str(e) for e in answer.diagnostics.errors))
 
 
-def quorum_for(rules: Rules, people: People, subject: Subject) -> tuple[int, tuple[str, ...]]:
-    """How many distinct people the plan needs before anyone said yes: the highest quorum
-    among the permits that would admit a member of every group (1 when none would), and
-    those permits."""
-    parents = people.every_group()
-    answer = _ask(rules.permits, subject, ANYONE, parents, "approve")
-    named = set(answer.diagnostics.reasons)
-    permits = tuple(n for n in rules.rules if n in named)
-    return max((rules.rules[n].quorum for n in permits), default=1), permits
+@dataclass(frozen=True)
+class Quorum:
+    """Who may approve a plan before anyone said yes: ``needed`` distinct people (the highest
+    quorum among the permits that admit someone now, 1 when none does), ``who`` (the groups
+    and people named whose members the policies admit now) and those ``permits``."""
+
+    needed: int
+    permits: tuple[str, ...]
+    who: tuple[str, ...]
+
+
+def quorum_for(rules: Rules, people: People, subject: Subject) -> Quorum:
+    """Ask Cedar, for each group the policies name or that owns what the plan touches (and each
+    person a policy names), whether a member may approve the plan now: forbids included, so a
+    freeze leaves only those it exempts."""
+    admitted: dict[str, None] = {}
+    who: list[str] = []
+    for name, probe, parents in _probes(rules, people, subject):
+        answer = _ask(rules.handle, subject, probe, parents, "approve")
+        if answer.allowed:
+            who.append(name)
+            admitted.update(dict.fromkeys(answer.diagnostics.reasons))
+    permits = tuple(n for n, rule in rules.rules.items()
+                    if n in admitted and rule.effect == "permit")
+    return Quorum(max((rules.rules[n].quorum for n in permits), default=1), permits,
+                  tuple(who))
+
+
+def _probes(rules: Rules, people: People, subject: Subject
+            ) -> Iterator[tuple[str, str, frozenset[str]]]:
+    """(name, principal, groups) of each member Cedar is asked about: a member of one group
+    (and its ancestors), or a person a policy names, with their own groups."""
+    groups = dict.fromkeys([*sorted(rules.named_groups), *subject.owners])
+    if rules.default:
+        groups[APPROVERS_GROUP] = None
+    for group in groups:
+        yield group, ANYONE, frozenset({group, *people.lineage(group)})
+    named = sorted({name for rule in rules.rules.values() for kind, name in rule.names
+                    if kind == "User" and name != GATEKEEPER})
+    for person in named:
+        if person != subject.requester:
+            yield person, person, people.groups_of(person)
 
 
 def who_may(rules: Rules, people: People, subject: Subject) -> tuple[str, ...]:

@@ -67,6 +67,7 @@ class Rule:
     principal: tuple[str, str | None]  # the scope's operator and entity, e.g. ("in", 'Group::"x"')
     actions: frozenset[str]  # the actions its scope names; empty: every action
     names: frozenset[tuple[str, str]] = frozenset()  # every (type, id) entity it names
+    on_owners: bool = False  # whether it reads ``resource.owners``
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,6 @@ class Rules:
     texts: tuple[tuple[str, str], ...]  # (source, Cedar text)
     default: bool = False  # the shipped default, rendered from the settings
     handle: cedarpy.PolicySet = field(repr=False, compare=False, default=None)  # type: ignore
-    permits: cedarpy.PolicySet = field(repr=False, compare=False, default=None)  # type: ignore
 
     @cached_property
     def version(self) -> str:
@@ -122,8 +122,7 @@ def read_rules(sources: Sequence[tuple[str, str]], *, default: bool = False) -> 
                                       "no permit: nobody could ever approve a plan"))
     if problems:
         raise PolicyError(problems)
-    return Rules(rules, tuple(texts), default, _handle(policies),
-                 _handle({n: p for n, p in policies.items() if p["effect"] == "permit"}))
+    return Rules(rules, tuple(texts), default, _handle(policies))
 
 
 def default_rules(*, two_person_risk: float, auto_approve: str,
@@ -206,7 +205,8 @@ def _rule(source: str, name: str, est: Mapping[str, Any]) -> tuple[Rule, PolicyP
     action = est.get("action", {})
     named = action.get("entities") or ([action["entity"]] if "entity" in action else [])
     rule = Rule(name, effect, quorum, annotations.get("reason"), source, scope,
-                frozenset(str(a["id"]) for a in named), frozenset(_entities_in(est)))
+                frozenset(str(a["id"]) for a in named), frozenset(_entities_in(est)),
+                '"attr": "owners"' in json.dumps(est))
     return rule, (PolicyProblem(source, name, problem) if problem else None)
 
 

@@ -21,7 +21,7 @@ from core.consumers.runs import CommandRun
 from core.db.tables import plan_approved
 from tests.bot.test_bot_gate import ephemerals_to, open_and_wait_for_plan, wait_ephemeral
 from tests.support.servers import REDIS_URL
-from tests.support.slack import running_bot
+from tests.support.slack import card_of, running_bot, texts
 
 EXAMPLES = Path(__file__).parents[2] / "docs" / "examples"
 REPORTER = "U0ERIN"  # opens the case: the plan's requester, in no catalog group
@@ -96,6 +96,11 @@ def test_the_owners_approve_two_of_them_for_a_risky_production_change(world, tmp
         assert ("*Who may approve* 2 distinct people of @payments-oncall · policy "
                 "owners-approve, two-owners-from-risk-in-production") in shown
 
+        card = card_of(bot.slack)
+        bot.slack.wait_for(lambda: any(
+            "*Touches* payments-api (owner payments-oncall, production)" in texts(update)
+            for update in bot.slack.updates_of(card["ts"])), what="the card saying whose it is")
+
         bot.click(Action.APPROVE, approval_id, user=CAROL, message_ts=plan["ts"])
         refused = wait_ephemeral(bot, CAROL)[0]
         assert "only payments-oncall may approve changes to payments-api" in refused
@@ -132,6 +137,8 @@ def test_during_a_freeze_an_owner_is_refused_and_an_incident_commander_admitted(
         case_id, plan, approval_id = open_and_wait_for_plan(bot, "27.000200", user=REPORTER)
         shown = json.dumps(plan["blocks"], ensure_ascii=False)
         assert "⛔ *deploy freeze until 2027-01-04 00:00 UTC* (policy deploy-freeze)" in shown
+        assert ("*Who may approve* 1 of @incident-commanders · policy "
+                "incident-commanders-during-freeze") in shown
 
         bot.click(Action.APPROVE, approval_id, user=ALICE, message_ts=plan["ts"])
         refused = wait_ephemeral(bot, ALICE)[0]
