@@ -12,6 +12,7 @@ from core.tools.catalogue import (
     CASE_TIMELINE,
     GET_CASE,
     LIST_CASES,
+    NAME_COMPONENTS,
     OPEN_CASE,
     PROPOSE_PLAN,
     RECORD_FINDINGS,
@@ -32,6 +33,8 @@ DESCRIBED: tuple[tuple[CaseTool[Any], str], ...] = (
                    "for human approval. You cannot approve or execute it."),
     (ADD_NOTE, "Add a short update to this case: it goes on the case's timeline and is posted "
                "in its chat thread."),
+    (NAME_COMPONENTS, "Name the service-catalog components this case concerns (once, before "
+                      "proposing a plan): their owners are who may approve it."),
 )
 OFFERED: dict[str, CaseTool[Any]] = {tool.name: tool for tool, _ in DESCRIBED}
 

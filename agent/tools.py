@@ -40,6 +40,7 @@ from core.mcp.remote import RemoteUnavailable
 from core.strict_json import non_finite_problems
 from core.tools.args import (
     CaseRef,
+    ComponentsArgs,
     FindingsArgs,
     ListArgs,
     NoteArgs,
@@ -54,6 +55,7 @@ from core.tools.catalogue import (
     CASE_TIMELINE,
     GET_CASE,
     LIST_CASES,
+    NAME_COMPONENTS,
     OPEN_CASE,
     PROPOSE_PLAN,
     RECORD_FINDINGS,
@@ -282,6 +284,20 @@ class CaseTools:
 
         return self._through_gateway("propose_plan", named, run)
 
+    def _name_components(self, args: ComponentsArgs) -> ToolReply:
+        case_id = self._own_case(args.case_id)
+        if case_id is None:
+            return self._not_this_case(args.case_id)
+        named = NAME_COMPONENTS.intent_of(args, self.cases)
+
+        def run(_: Mapping[str, Any]) -> Any:
+            reply = self.cases.name_components(case_id, args.components, ACTOR,
+                                               f"agent:{named.key}",
+                                               correlation_id=self.correlation_id)
+            return reply_data(reply)
+
+        return self._through_gateway("name_components", named, run)
+
     def _add_note(self, args: NoteArgs) -> ToolReply:
         case_id = self._own_case(args.case_id)
         if case_id is None:
@@ -373,5 +389,6 @@ ROUTES = routes(route(GET_CASE, CaseTools._get_case), route(LIST_CASES, CaseTool
                 route(CASE_TIMELINE, CaseTools._case_timeline),
                 route(RUNBOOKS, CaseTools._runbooks), route(OPEN_CASE, CaseTools._open_case),
                 route(RECORD_FINDINGS, CaseTools._record_findings),
-                route(PROPOSE_PLAN, CaseTools._propose_plan), route(ADD_NOTE, CaseTools._add_note))
+                route(PROPOSE_PLAN, CaseTools._propose_plan), route(ADD_NOTE, CaseTools._add_note),
+                route(NAME_COMPONENTS, CaseTools._name_components))
 assert set(ROUTES) == set(OFFERED), "every offered tool needs its handler"

@@ -9,7 +9,7 @@ outcome, refusals included, is a ``Reply[T]``. Reads are ``queries.CaseReads``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -23,15 +23,18 @@ from core.cases.queries import CaseReads, Channels
 from core.cases.replies import Reply
 from core.cases.rows import case_view, timeline_view
 from core.cases.timeline import entries_of
-from core.cases.uow import FollowUp, Row, UnitOfWork, Work, fingerprint
+from core.cases.uow import FollowUp, Row, UnitOfWork, Work, fingerprint, refuse
 from core.clock import Clock, utcnow
 from core.db import case_store as store
 from core.domain.commands import ApprovePlan, Fence, NoteCase, OpenCase, RejectPlan, TransitionCase
+from core.domain.fsm import CaseStatus
 from core.domain.policy import ApprovalPolicy
 from core.domain.promql import QueryBounds
 from core.domain.views import ApprovalView, CaseView, MovedCase, NotedCase
 from core.errors import InvalidRequest, NotFound
 
+NAMING_STATUSES = (CaseStatus.NEW, CaseStatus.ANALYZING, CaseStatus.PLANNING)
+"""While a case may still name its components: before any plan reaches the gate."""
 
 @dataclass(frozen=True)
 class FirstNote:
@@ -135,6 +138,29 @@ class CaseService(CaseReads):
 
         return work
 
+    def name_components(self, case_id: UUID, components: Sequence[str], actor: str, key: str,
+                        *, correlation_id: str | None = None) -> Reply[NotedCase]:
+        """Name the catalog components a case concerns, once, before a plan reaches the gate
+        (the policy reads their owners: naming them later would change who may approve a plan
+        already shown). A note on the timeline and the case row, in one transaction; a refusal
+        (unknown component, named already, too late) is the key's reply."""
+        names = tuple(dict.fromkeys(components))
+
+        def name(conn: Connection) -> None:  # under the case's lock
+            row = store.read_case(conn, case_id)
+            assert row is not None, "the note found the case"
+            try:
+                self._check_components(names)
+                _may_name(case_view(row))
+            except InvalidRequest as refused:
+                raise refuse(refused) from None
+            store.name_components(conn, case_id, names)
+
+        cmd = NoteCase(case_id, "components_named", actor,
+                       reason=f"the case concerns {', '.join(names)}",
+                       meta={"components": list(names)}, correlation_id=correlation_id)
+        return self.note(cmd, key, also=name)
+
     def approve_plan(self, cmd: ApprovePlan, key: str, *,
                      inbox_entry: tuple[str, int] | None = None) -> Reply[ApprovalView]:
         """One approver's yes to the plan the case waits on, once per idempotency key. The yes
@@ -205,3 +231,14 @@ class CaseService(CaseReads):
             gate = None if plan is None else gate_status(conn, self.policy, case, plan)
         return CaseProgress(case_view(case), entries,
                             None if plan is None else current_plan(plan), gate)
+
+
+def _may_name(case: CaseView) -> None:
+    """``InvalidRequest`` unless ``case`` may still name its components: once, before any plan
+    reaches the gate."""
+    if case.get("components"):
+        raise InvalidRequest(f"the case already names {', '.join(case['components'])}; "
+                             "components are named once", problems=["components: already named"])
+    if case["status"] not in NAMING_STATUSES:
+        raise InvalidRequest(f"the case is {case['status']}: components are named before a plan "
+                             "reaches the gate", problems=["status: too late"])

@@ -7,7 +7,7 @@ statement locks the case and reads the idempotency reply, one writes every row (
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -193,6 +193,12 @@ def plan_of_version(conn: Connection, case_id: UUID, version: int,
                                         plan_proposed.c.case_version == version,
                                         plan_proposed.c.plan_hash == digest)
     return conn.execute(query).mappings().first()
+
+
+def name_components(conn: Connection, case_id: UUID, names: Sequence[str]) -> None:
+    """Set the catalog components a case concerns (``CaseService.name_components``)."""
+    conn.execute(update(ops_case).where(ops_case.c.id == case_id)
+                 .values(components=list(names)))
 
 
 def plan_decisions(conn: Connection, plan_id: UUID) -> list[ApprovalDecision]:

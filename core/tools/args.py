@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -58,6 +58,12 @@ class OpenCaseArgs(Args):
 
 class NoteArgs(CaseRef):
     text: str = Field(min_length=1, max_length=4000)
+
+
+class ComponentsArgs(CaseRef):
+    components: list[Annotated[str, Field(min_length=1, max_length=63)]] = Field(
+        min_length=1, max_length=10,
+        description="Catalog component names the case concerns, e.g. [\"payments-api\"].")
 
 
 class FindingsArgs(CaseRef):

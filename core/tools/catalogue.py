@@ -20,6 +20,7 @@ from core.gateway.keys import normalized, text_key
 from core.tools.args import (
     Args,
     CaseRef,
+    ComponentsArgs,
     FindingsArgs,
     ListArgs,
     NoteArgs,
@@ -102,6 +103,13 @@ def _record_findings(args: FindingsArgs, _rounds: Rounds) -> IntentKey:
                      {"case_id": str(case_id), "summary": normalized(args.summary)})
 
 
+def _name_components(args: ComponentsArgs, _rounds: Rounds) -> IntentKey:
+    case_id = case_id_of(args.case_id)
+    names = sorted(dict.fromkeys(args.components))
+    return IntentKey(f"components:{case_id}:{','.join(names)}",
+                     {"case_id": str(case_id), "components": names})
+
+
 def _propose_plan(args: ProposePlanArgs, rounds: Rounds) -> IntentKey:
     """The same plan proposed again in the same planning round is one intent; after PARKED →
     resume it is a new one."""
@@ -137,6 +145,12 @@ PROPOSE_PLAN = CaseTool("propose_plan", "Propose a change plan", "Propose a Chan
                         "in PLANNING: it is schema-checked, then waits at the gate until people "
                         "approve or reject it. No tool approves or executes a plan.",
                         ProposePlanArgs, Access.WRITE, _propose_plan)
+
+NAME_COMPONENTS = CaseTool("name_components", "Name the case's components", "Name the catalog "
+                           "components a case concerns, before any plan reaches the gate: the "
+                           "approval policy reads their owners. Once per case.", ComponentsArgs,
+                           Access.WRITE, _name_components)
+"""The agent's alone (not on the MCP server): who a case concerns is said over REST there."""
 
 TOOLS: tuple[CaseTool[Any], ...] = (GET_CASE, CASE_TIMELINE, LIST_CASES, SIMILAR_CASES, RUNBOOKS,
                                     OPEN_CASE, ADD_NOTE, RECORD_FINDINGS, PROPOSE_PLAN)

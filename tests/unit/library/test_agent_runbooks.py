@@ -47,9 +47,9 @@ def test_nothing_matches_nothing_and_a_missing_folder_is_empty(tmp_path: Path) -
     assert find_runbooks(tmp_path / "none", "latency") == []
 
 
-def test_the_model_gets_exactly_the_eight_tools() -> None:
+def test_the_model_gets_exactly_the_nine_tools() -> None:
     names = [spec["function"]["name"] for spec in tool_specs()]
     assert names == ["get_case", "list_cases", "case_timeline", "runbooks", "open_case",
-                     "record_findings", "propose_plan", "add_note"]
+                     "record_findings", "propose_plan", "add_note", "name_components"]
     plan = tool_specs()[6]["function"]["parameters"]["properties"]["plan"]
     assert "steps" in plan["properties"] and "$schema" not in plan
