@@ -177,8 +177,9 @@ def quorum_for(rules: Rules, people: People, subject: Subject) -> Quorum:
     freeze leaves only those it exempts."""
     admitted: dict[str, None] = {}
     who: list[str] = []
-    for name, probe, parents in _probes(rules, people, subject):
-        answer = _ask(rules.handle, subject, probe, parents, "approve")
+    probes = list(_probes(rules, people, subject))
+    for (name, _probe, _parents), answer in zip(probes, _ask_all(rules, subject, probes),
+                                                 strict=True):
         if answer.allowed:
             who.append(name)
             admitted.update(dict.fromkeys(answer.diagnostics.reasons))
@@ -196,7 +197,7 @@ def _probes(rules: Rules, people: People, subject: Subject
     if rules.default:
         groups[APPROVERS_GROUP] = None
     for group in groups:
-        yield group, ANYONE, frozenset({group, *people.lineage(group)})
+        yield group, f"{ANYONE}:{group}", frozenset({group, *people.lineage(group)})
     named = sorted({name for rule in rules.rules.values() for kind, name in rule.names
                     if kind == "User" and name != GATEKEEPER})
     for person in named:
@@ -217,6 +218,20 @@ def _ask(policies: cedarpy.PolicySet, subject: Subject, person: str,
                "context": {"now": {"__extn": {"fn": "datetime", "arg": _instant(subject.now)}}}}
     entities = [_user(person, parents), _plan(subject), *map(_component, subject.components)]
     return cedarpy.is_authorized(request, policies, entities)
+
+
+def _ask_all(rules: Rules, subject: Subject,
+             probes: Sequence[tuple[str, str, frozenset[str]]]) -> list[cedarpy.AuthzResult]:
+    """Cedar's answers for every probe at once: one batch over one set of entities."""
+    if not probes:
+        return []
+    now = {"now": {"__extn": {"fn": "datetime", "arg": _instant(subject.now)}}}
+    requests = [{"principal": _uid("User", probe), "action": _uid("Action", "approve"),
+                 "resource": _uid("Plan", subject.plan.digest), "context": now}
+                for _name, probe, _parents in probes]
+    users = {probe: _user(probe, parents) for _name, probe, parents in probes}
+    entities = [*users.values(), _plan(subject), *map(_component, subject.components)]
+    return cedarpy.is_authorized_batch(requests, rules.handle, entities)
 
 
 def _plan(subject: Subject) -> dict[str, Any]:
