@@ -6,17 +6,15 @@ catalog with problems print one line per problem on stderr and exit 2, never a t
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.cli.command import EXIT_BAD_SETTINGS, CliError, Command
+from core.cli.command import Command
+from core.cli.policy_loading import gate_policy, said_problems
 
 if TYPE_CHECKING:
     from core.catalog import Catalog, CatalogProblem
-    from core.domain.policy import ApprovalPolicy
     from core.policy.rules import PolicyProblem
     from core.settings import Settings
 
@@ -175,32 +173,6 @@ def _catalog_words(path: Path | None, catalog: Catalog) -> str:
 
 def _count(number: int, one: str, many: str) -> str:
     return f"{number} {one if number == 1 else many}"
-
-
-def said_problems(problems: Iterable[object]) -> int:
-    for problem in problems:
-        print(problem, file=sys.stderr, flush=True)
-    return EXIT_BAD_SETTINGS
-
-
-def gate_policy(settings: Settings) -> ApprovalPolicy:
-    """The policy the gate would decide with; ``Unusable`` carrying every problem."""
-    from core.bootstrap import policy_from_settings
-    from core.catalog import CatalogError
-    from core.policy.rules import PolicyError
-
-    try:
-        return policy_from_settings(settings)
-    except (PolicyError, CatalogError) as error:
-        raise Unusable(error.problems) from error
-
-
-class Unusable(CliError):
-    """Policies or a catalog the gate cannot use: every problem, each on its own line."""
-
-    def __init__(self, problems: Sequence[object]) -> None:
-        super().__init__(str(problems[0]), exit_code=EXIT_BAD_SETTINGS)
-        self.problems = tuple(problems)
 
 
 # -- default ----------------------------------------------------------------------------------

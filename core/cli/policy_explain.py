@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.cli.command import EXIT_BAD_SETTINGS, EXIT_FAILED, CliError
-from core.cli.policy import Unusable, gate_policy, said_problems
+from core.cli.policy_loading import Unusable, gate_policy, said_problems
 
 if TYPE_CHECKING:
     from core.catalog import Catalog
