@@ -9,6 +9,7 @@ Pure: the catalog and the Slack group members are read from memory.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
@@ -217,7 +218,7 @@ def _ask(policies: cedarpy.PolicySet, subject: Subject, person: str,
                "resource": _uid("Plan", subject.plan.digest),
                "context": {"now": {"__extn": {"fn": "datetime", "arg": _instant(subject.now)}}}}
     entities = [_user(person, parents), _plan(subject), *map(_component, subject.components)]
-    return cedarpy.is_authorized(request, policies, entities)
+    return cedarpy.is_authorized(request, policies, json.dumps(entities))  # text: read faster
 
 
 def _ask_all(rules: Rules, subject: Subject,
@@ -231,7 +232,7 @@ def _ask_all(rules: Rules, subject: Subject,
                 for _name, probe, _parents in probes]
     users = {probe: _user(probe, parents) for _name, probe, parents in probes}
     entities = [*users.values(), _plan(subject), *map(_component, subject.components)]
-    return cedarpy.is_authorized_batch(requests, rules.handle, entities)
+    return cedarpy.is_authorized_batch(requests, rules.handle, json.dumps(entities))
 
 
 def _plan(subject: Subject) -> dict[str, Any]:
