@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 import cedarpy
@@ -62,10 +63,11 @@ class People:
 
     def groups_of(self, person: str) -> frozenset[str]:
         """Every group ``person`` is in, ancestors included."""
-        slack = {group for group in self._slack_groups() if person in self.members(group)}
+        slack_groups, linked = _slack_index(self.catalog, self.approvers, self.named_groups)
+        slack = {group for group in slack_groups if person in self.members(group)}
         groups = set(self.catalog.groups_of(person)) | slack
-        for name, group in self.catalog.groups.items():
-            if group.slack_group in slack:
+        for group in slack:
+            for name in linked.get(group, ()):
                 groups |= {name, *self._ancestors(name)}
         if person in self.approvers or slack & self.approvers:
             groups.add(APPROVERS_GROUP)
@@ -80,9 +82,8 @@ class People:
         return frozenset(people)
 
 
-    def _slack_groups(self) -> set[str]:
-        listed = {a for a in (*self.approvers, *self.named_groups) if a.startswith("S")}
-        return listed | {g.slack_group for g in self.catalog.groups.values() if g.slack_group}
+    def _slack_groups(self) -> frozenset[str]:
+        return _slack_index(self.catalog, self.approvers, self.named_groups)[0]
 
     def lineage(self, group: str) -> frozenset[str]:
         """The groups a member of ``group`` is in too: its ancestors, and the catalog groups
@@ -102,6 +103,19 @@ class People:
                     seen.add(parent)
                     todo.append(parent)
         return seen
+
+
+@lru_cache(maxsize=64)
+def _slack_index(catalog: Catalog, approvers: frozenset[str], named: frozenset[str]
+                 ) -> tuple[frozenset[str], Mapping[str, frozenset[str]]]:
+    """The Slack user groups that count (on the approver list, named by a policy, or a catalog
+    group's), and the catalog groups each one is: computed once per catalog and policies."""
+    listed = {a for a in (*approvers, *named) if a.startswith("S")}
+    linked: dict[str, set[str]] = {}
+    for name, group in catalog.groups.items():
+        if group.slack_group:
+            linked.setdefault(group.slack_group, set()).add(name)
+    return frozenset(listed | set(linked)), {k: frozenset(v) for k, v in linked.items()}
 
 
 @dataclass(frozen=True)
