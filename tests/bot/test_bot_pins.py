@@ -96,12 +96,15 @@ def test_each_pinned_message_is_one_timeline_entry_whatever_slack_delivers(
             "permalink": f"{LINK}5000300"}
         assert by_ts[SAID_B]["meta"]["context"]["author"] == SECOND
 
+        # The three notes landed; the card is redrawn after each, so wait for the draw that
+        # shows the last of them (an earlier draw may show "Pinned" with fewer).
         card = card_of(bot.slack)
-        bot.slack.wait_for(lambda: "*📌 Pinned*" in texts(bot.slack.updates_of(card["ts"])[-1]),
+        pinned_a = (f"<@{REQUESTER}>: “the WAL disk on db-2 is at 98% &lt;&amp;&gt;” "
+                    f"<{LINK}5000300|open>")
+        bot.slack.wait_for(lambda: pinned_a in texts(bot.slack.updates_of(card["ts"])[-1]),
                            what="the pins on the card")
         shown = texts(bot.slack.updates_of(card["ts"])[-1])
-        assert f"<@{REQUESTER}>: “the WAL disk on db-2 is at 98% &lt;&amp;&gt;” " \
-               f"<{LINK}5000300|open>" in shown
+        assert "*📌 Pinned*" in shown and pinned_a in shown
         catchup = texts(bot.command(f"catchup {str(case_id)[:8]}").json())
         assert "rolling back v2.4 takes 20 min" in catchup
 
