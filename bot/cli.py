@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
     from core.bootstrap import App, Connection
     from core.chat import ChatSink
-    from core.domain.policy import GroupMembers
     from core.messaging.consumer import Consumer
+    from core.policy.judge import GroupMembers
     from core.settings import Settings
 
 

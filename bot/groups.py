@@ -13,7 +13,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from bot.settings import SlackSettings
-from core.domain.policy import GroupMembers
+from core.policy.judge import GroupMembers
 from core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ def named_user_groups(settings: Settings) -> list[str]:
     from core.policy.judge import is_slack_group
 
     named = [] if settings.policy is None else sorted(
-        g for g in load_rules(settings.policy).groups() if is_slack_group(g))
+        g for g in load_rules(settings.policy).named_groups if is_slack_group(g))
     catalog = catalog_of(settings.catalog)
     return named + sorted(g.slack_group for g in catalog.groups.values() if g.slack_group)
 

@@ -12,10 +12,11 @@ from core.cases.service import CaseService
 from core.catalog.files import CatalogSource
 from core.chat import ChatSink, RecordingSink
 from core.db.database import make_engine
-from core.domain.policy import ApprovalPolicy, GroupMembers
+from core.domain.policy import ApprovalPolicy
 from core.evidence.configured import has_metrics_source, promql_bounds
 from core.gateway import Gateway, build_gateway
 from core.policy.files import catalog_problems, load_rules
+from core.policy.judge import GroupMembers
 from core.policy.rules import PolicyError
 from core.settings import OpsgateSettings, Settings, load_settings
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.cli.command import EXIT_BAD_SETTINGS, EXIT_FAILED, CliError
 from core.cli.policy_loading import Unusable, gate_policy, said_problems
+from core.policy.judge import sequence_words
 
 if TYPE_CHECKING:
     from core.catalog import Catalog
@@ -119,7 +120,7 @@ def _touched(plan: dict[str, Any], subject: Subject) -> str:
     if not subject.components:
         return (f"{what} touches no component the catalog knows (name the case's with "
                 "--components).")
-    touched = _sequence([f"{c.name} ({c.lifecycle})" for c in subject.components])
+    touched = sequence_words([f"{c.name} ({c.lifecycle})" for c in subject.components])
     return f"{what} touches {touched}."
 
 
@@ -127,7 +128,7 @@ def _owners(catalog: Catalog, subject: Subject) -> list[str]:
     lines = []
     for owner in subject.owners:
         people = ", ".join(user.called for user in catalog.users_in(owner))
-        owned = _sequence([c.name for c in subject.components if c.owner == owner])
+        owned = sequence_words([c.name for c in subject.components if c.owner == owner])
         lines.append(f"{owned} is owned by {owner}: {people}." if people
                      else f"{owned} is owned by {owner}, which has no members in the catalog.")
     return lines
@@ -187,14 +188,9 @@ def _gatekeeper(policy: ApprovalPolicy, plan: dict[str, Any], subject: Subject,
 def _rules(policy: ApprovalPolicy, names: Iterable[str]) -> str:
     """The named policies with their reasons, in the order of the policy set."""
     named = set(names)
-    return _sequence([f"policy {rule.name}" + (f" ({rule.reason})" if rule.reason else "")
+    return sequence_words([f"policy {rule.name}" + (f" ({rule.reason})" if rule.reason else "")
                       for rule in policy.cedar.rules.values() if rule.name in named])
 
-
-def _sequence(names: Sequence[str]) -> str:
-    from core.policy.judge import sequence_words
-
-    return sequence_words(names)
 
 
 def _capital(sentence: str) -> str:

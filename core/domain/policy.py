@@ -21,11 +21,12 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Literal, Self
 
-from core.catalog.model import EMPTY_CATALOG, Catalog, Component
+from core.catalog.model import EMPTY_CATALOG, Catalog
 from core.domain.plans import UNSTATED_RISK, ParsedPlan, parsed_or_none, plan_hash
 from core.domain.refusal import Refused
 from core.policy.judge import (
     GATEKEEPER,
+    GroupMembers,
     Judgement,
     People,
     Subject,
@@ -53,9 +54,6 @@ NO_APPROVERS = "no approvers are configured (OPSGATE_APPROVERS)"
 """Why nobody may decide a plan while the approver list is empty: an unset list never widens who
 may approve (only what ``OPSGATE_AUTO_APPROVE`` explicitly covers runs without a person)."""
 
-GroupMembers = Callable[[str], Collection[str]]
-"""A user group id → its members' user ids. Called inside the case's transaction, so it must
-answer from memory (the Slack front end keeps a cache of ``usergroups.users.list``)."""
 
 
 def _no_groups(_group: str) -> Collection[str]:
@@ -162,7 +160,7 @@ class ApprovalPolicy:
         return self.cedar.default and not self.approvers
 
     def people(self) -> People:
-        return People(self.catalog(), self.members, self.approvers, self.cedar.groups())
+        return People(self.catalog(), self.members, self.approvers, self.cedar.named_groups)
 
     def subject(self, plan: PlanLike, requester: str) -> Subject:
         """What Cedar judges: the plan (a plan that does not meet the contract: as the riskiest
@@ -180,7 +178,7 @@ class ApprovalPolicy:
     def may_approve(self, user: str) -> bool:
         """Whether ``user`` is among the approvers at all: in a group the policies name, or on
         the approver list (directly or through a user group on it)."""
-        return bool(self.people().groups_of(user) & (self.cedar.groups() | {APPROVERS_GROUP}))
+        return bool(self.people().groups_of(user) & (self.cedar.named_groups | {APPROVERS_GROUP}))
 
     def refusal(self, approver: str, requester: str, plan: PlanLike) -> str | None:
         """Why ``approver`` may not decide ``plan`` for ``requester``; None when they may."""
@@ -343,12 +341,6 @@ def _riskiest(plan: PlanLike) -> ParsedPlan:
     return ParsedPlan(title="", risk=UNSTATED_RISK, steps=(), rollback=(), verify={},
                       digest=digest)
 
-
-def components_of(plan: PlanLike, components: Iterable[str], catalog: Catalog
-                  ) -> tuple[Component, ...]:
-    """The catalog's components ``plan`` touches (see ``core.policy.judge.plan_components``)."""
-    parsed = parsed_or_none(plan) or _riskiest(plan)
-    return plan_components(parsed, components, catalog)
 
 
 def duration_words(seconds: float) -> str:

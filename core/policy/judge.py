@@ -30,6 +30,8 @@ ANYONE = "opsgate:anyone"
 never asked about a real yes)."""
 
 GroupMembers = Callable[[str], Collection[str]]
+"""A user group id → its members' user ids. Called inside the case's transaction, so it must
+answer from memory (the Slack front end keeps a cache of ``usergroups.users.list``)."""
 
 SLACK_GROUP = re.compile(r"^S[A-Z0-9]{2,}$")
 

@@ -96,8 +96,6 @@ class Rules:
         return frozenset(name for rule in self.rules.values() for kind, name in rule.names
                          if kind == "Group")
 
-    def groups(self) -> frozenset[str]:
-        return self.named_groups
 
 
 def read_rules(sources: Sequence[tuple[str, str]], *, default: bool = False) -> Rules:

@@ -16,7 +16,6 @@ from core.domain.policy import (
     NO_APPROVERS,
     Approval,
     AutoApprove,
-    GroupMembers,
     Pending,
     PlanLike,
     Satisfied,
@@ -24,6 +23,7 @@ from core.domain.policy import (
     plan_risk,
 )
 from core.domain.refusal import Refused
+from core.policy.judge import GroupMembers
 
 
 def _no_groups(_group: str) -> Collection[str]:
