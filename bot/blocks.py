@@ -99,9 +99,10 @@ def plan_message(case: CaseView, plan: PlanLike, plan_hash: str,
     if parsed is None:
         return _unreadable_plan(case, plan_hash)
     policy = policy.at(case.get("components", ()), None)
-    risk, needed = plan_risk(parsed), policy.required(parsed)
+    rule = gate_rule(policy, parsed, requester)  # Cedar asked once for who and how many
+    risk, needed = plan_risk(parsed), rule.needed
     blocks = _plan_sections(case, parsed, plan_hash, requester, policy, risk, needed)
-    blocks[2:2] = rule_sections(gate_rule(policy, parsed, requester), policy)
+    blocks[2:2] = rule_sections(rule, policy)
     if decision is None or decision.verdict == "pending":
         if policy.nobody_named:
             blocks.append(section(f"⛔ *Nobody can approve this plan yet*: {NO_APPROVERS}. It "
