@@ -503,7 +503,7 @@ def parts(policy: ApprovalPolicy, default: ApprovalPolicy, world: World, plan: d
         "subject": lambda: at.subject(parsed, world.requester),
         "by_kubernetes": lambda: world.catalog.by_kubernetes(*target),
         "people": at.people,
-        "rules_groups": at.cedar.groups,
+        "rules_groups": lambda: at.cedar.named_groups,
         "groups_of": lambda: people.groups_of(world.approver),
         "judge": lambda: at.judge(subject, world.approver),
         "version": lambda: at.version,
