@@ -94,9 +94,14 @@ class Process:
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def output_of_this_start(self) -> str:
+        """What the process printed since its latest start (the log holds every start's)."""
+        return self.output().rpartition(f"--- start {self.starts}\n")[2]
+
     def wait_for_output(self, text: str, timeout_s: float = 60) -> None:
+        """Until the process, since its latest start, printed ``text``."""
         deadline = time.monotonic() + timeout_s
-        while text not in self.output():
+        while text not in self.output_of_this_start():
             assert self.alive, f"{self.name} exited:\n{self.output()[-3000:]}"
             assert time.monotonic() < deadline, f"{self.name} never said {text!r}:\n" \
                                                 f"{self.output()[-3000:]}"

@@ -105,10 +105,15 @@ class World:
     def start(self) -> None:
         for process in self.processes:
             process.start()
+        self.wait_up()
+        self._start_planner()
+
+    def wait_up(self) -> None:
+        """Until every process, since its latest start, says it is working (a SIGTERM before
+        that meets Python's default handler, not opsgate's clean stop)."""
         self.relay.wait_for_output("messages waiting")
         for process in self.consumers:
             process.wait_for_output("reader(s) each) on")
-        self._start_planner()
 
     def _start_planner(self) -> None:
         runner = ConsumerRunner(self.engine, EffectPlanner(self.app, self.server.url("/effect")))
@@ -312,6 +317,7 @@ def check_interrupted_posts(dead: list[Any], world: World) -> None:
 
 
 def stop_cleanly(world: World) -> None:
+    world.wait_up()
     for process in world.processes:
         assert process.terminate() == 0, process.output()[-2000:]
     assert "relay: stopped after publishing" in world.relay.output()
