@@ -284,12 +284,13 @@ def _user(person: str, parents: Iterable[str]) -> dict[str, Any]:
 
 
 def _ref(kind: str, name: str) -> dict[str, Any]:
-    return {"__entity": {"type": kind, "id": name}}
+    return {"__entity": _uid(kind, name)}
 
 
-def _uid(kind: str, name: str) -> str:
-    escaped = name.replace("\\", "\\\\").replace('"', '\\"')
-    return f'{kind}::"{escaped}"'
+def _uid(kind: str, name: str) -> dict[str, str]:
+    """An entity id as Cedar's JSON form names it: any text is an id as it is (no escaping),
+    and Cedar reads it without its parser (a third of a request's cost in the string form)."""
+    return {"type": kind, "id": name}
 
 
 def _instant(now: datetime) -> str:
