@@ -17,6 +17,9 @@ KINDS = ("Component", "Group", "User")
 KUBERNETES_ID = "backstage.io/kubernetes-id"
 KUBERNETES_NAMESPACE = "backstage.io/kubernetes-namespace"
 KUBERNETES_SELECTOR = "backstage.io/kubernetes-label-selector"
+METRIC_LABELS = "opsgate.dev/metric-labels"
+"""The labels every metric and alert of the component carries (``service=payments-api``): what
+the investigator's metric and alert reads are narrowed to (``core/investigate/scope.py``)."""
 SLACK_USER = "slack.com/user-id"
 SLACK_GROUP = "slack.com/usergroup-id"
 
@@ -89,6 +92,7 @@ def _component(fields: _Fields) -> Component:
         source=fields.file,
         description=fields.optional(("metadata", "description")),
         type=fields.optional(("spec", "type")),
+        metric_labels=fields.selector(("metadata", "annotations", METRIC_LABELS)),
     )
 
 
@@ -192,7 +196,7 @@ class _Fields:
 
     def selector(self, path: Path) -> tuple[tuple[str, str], ...]:
         value = self.optional(path, "labels such as app=payments-api,tier=web")
-        pairs = _selector_pairs(value or "")
+        pairs = label_pairs(value or "")
         if pairs is None:
             self.problem(path, f"{value!r}; expected key=value labels separated by commas, such "
                                "as app=payments-api,tier=web")
@@ -250,7 +254,7 @@ def _label(path: Path) -> str:
     return "".join(f"[{key}]" if isinstance(key, int) else f".{key}" for key in path)[1:]
 
 
-def _selector_pairs(text: str) -> tuple[tuple[str, str], ...] | None:
+def label_pairs(text: str) -> tuple[tuple[str, str], ...] | None:
     """``app=payments-api,tier=web`` as sorted pairs; None when a part is not ``key=value``
     (Kubernetes' set-based forms such as ``tier in (web)`` or ``tier!=web`` are not read)."""
     pairs = []

@@ -40,6 +40,7 @@ class Component:
     source: str
     description: str | None = None
     type: str | None = None
+    metric_labels: tuple[tuple[str, str], ...] = ()  # opsgate.dev/metric-labels
 
     @property
     def workload(self) -> str:
@@ -220,7 +221,7 @@ def version_of(components: Mapping[str, Component], groups: Mapping[str, Group],
 
 def _normalised(entity: Component | Group | User) -> dict[str, Any]:
     # Order means nothing in these fields (links keep theirs: it is how they are shown).
-    unordered = {"kubernetes_selector", "members", "children", "member_of"}
+    unordered = {"kubernetes_selector", "metric_labels", "members", "children", "member_of"}
     fields = asdict(entity)
     del fields["source"]
     return {name: sorted(value) if name in unordered else value for name, value in fields.items()}

@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from core.settings.changes import ExecutorSettings, GateSettings, GatewaySettings
 from core.settings.evidence import AnalysisSettings, MetricsSettings, VerifySettings
+from core.settings.investigate import InvestigationSettings
 from core.settings.loop import LoopSettings
 from core.settings.serving import McpSettings, OperationsSettings, ServingSettings
 from core.settings_errors import InvalidSettings, invalid_settings
@@ -38,7 +39,7 @@ Layer = TypeVar("Layer", bound=OpsgateSettings)
 
 class Settings(ServingSettings, GateSettings, GatewaySettings, ExecutorSettings,
                MetricsSettings, VerifySettings, AnalysisSettings, LoopSettings,
-               OperationsSettings, McpSettings, OpsgateSettings):
+               OperationsSettings, McpSettings, InvestigationSettings, OpsgateSettings):
     """Core's settings, and the outer layers' read beside them (``layer``)."""
 
     _layers: dict[type[OpsgateSettings], OpsgateSettings] = PrivateAttr(default_factory=dict)
