@@ -196,6 +196,7 @@ class Agent:
         checkpoint = str(snapshot.config.get("configurable", {}).get("checkpoint_id", "none"))
         meta = {"model": model_name(self.model), "trigger": trigger, **usage.as_dict(),
                 "failed_calls": len(usage.failures), "tools": dict(sorted(tools.stats.items())),
+                **({"cut": tools.looking.budget.cuts[:20]} if tools.looking.budget.cuts else {}),
                 "case_total": usage_of(snapshot.values)}
         reason = (f"{usage.model_calls} model call(s), {usage.tokens_in} tokens in, "
                   f"{usage.tokens_out} tokens out")

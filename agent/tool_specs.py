@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.investigate.tools import LOOKS
 from core.tools.args import input_schema
 from core.tools.catalogue import (
     ADD_NOTE,
@@ -35,6 +36,7 @@ DESCRIBED: tuple[tuple[CaseTool[Any], str], ...] = (
                "in its chat thread."),
     (NAME_COMPONENTS, "Name the service-catalog components this case concerns (once, before "
                       "proposing a plan): their owners are who may approve it."),
+    *((look, look.description) for look in LOOKS),
 )
 OFFERED: dict[str, CaseTool[Any]] = {tool.name: tool for tool, _ in DESCRIBED}
 

@@ -17,6 +17,7 @@ from uuid import UUID
 from pydantic import ValidationError
 
 from agent import metrics
+from agent.looking import LOOKED, Looking
 from agent.mcp_tools import McpToolbox, Offered
 from agent.replies import LostLock, ToolReply, reply_data
 from agent.tool_specs import OFFERED, tool_specs
@@ -91,6 +92,8 @@ class CaseTools:
         self.stats: Counter[str] = Counter()
         self.mcp = mcp
         self._mcp_offered: dict[str, Offered] = {} if mcp is None else mcp.offered()
+        self.looking = Looking(self)
+        self.looked: list[str] = []  # what this run looked at, in words, in order
 
     @property
     def session_id(self) -> str:
@@ -139,6 +142,8 @@ class CaseTools:
                         for e in exc.errors(include_url=False)]
             return ToolReply.of(False, {"error": "invalid arguments", "problems": problems})
         try:
+            if name in LOOKED:
+                return self.looking.answer(name, parsed)
             return ROUTES[name].run(self, parsed)
         except NotFound as missing:
             return ToolReply.of(False, {"error": missing.message})
@@ -318,6 +323,10 @@ class CaseTools:
             return ToolReply.of(False, {"error": f"{held.message}; the update is on the "
                                         "case's timeline"})
 
+    def looking_at(self, words: str) -> None:
+        """What the run is looking at now ("querying http_5xx_ratio for payments-api")."""
+        self.looked.append(words)
+
     # -- notes the agent itself writes ------------------------------------------------------
 
     def note(self, event: str, reason: str, meta: dict[str, Any], *, key: str,
@@ -391,4 +400,4 @@ ROUTES = routes(route(GET_CASE, CaseTools._get_case), route(LIST_CASES, CaseTool
                 route(RECORD_FINDINGS, CaseTools._record_findings),
                 route(PROPOSE_PLAN, CaseTools._propose_plan), route(ADD_NOTE, CaseTools._add_note),
                 route(NAME_COMPONENTS, CaseTools._name_components))
-assert set(ROUTES) == set(OFFERED), "every offered tool needs its handler"
+assert set(ROUTES) | set(LOOKED) == set(OFFERED), "every offered tool needs its handler"

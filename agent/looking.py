@@ -1,0 +1,93 @@
+"""The investigator's read tools in one agent run: each look goes through the gateway as a read
+(ledgered; the same look again in the same run replays its first answer, the next run asks the
+source again), its answer cut to its token budget, and all answers of the run kept within their
+share of the model's context. Text the sources hold (logs, events, change descriptions) reaches
+the model inside the answer's JSON, as data."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from agent.replies import ToolReply
+from core.errors import OpsgateError, Unavailable
+from core.gateway import CallStatus, ToolCall, canonical_json
+from core.gateway.keys import short_digest
+from core.investigate.budget import TurnBudget, fit
+from core.investigate.looks import CaseLooks, LookRefused, Sources
+from core.investigate.scope import OutOfScope
+from core.investigate.sources import sources_of
+from core.investigate.templates import plan_for_case
+from core.investigate.tools import LOOKS, TemplateArgs
+from core.investigate.words import look_words
+from core.tools.args import Args
+
+if TYPE_CHECKING:
+    from agent.tools import CaseTools
+
+LOOKED = {tool.name: tool for tool in LOOKS}
+
+
+class Looking:
+    """The looks of one run on one case (``CaseTools`` answers them through it)."""
+
+    def __init__(self, tools: CaseTools, sources: Sources | None = None) -> None:
+        self.tools = tools
+        settings = tools.app.settings
+        self.result_tokens = settings.tool_result_tokens
+        self.budget = TurnBudget(int(settings.model_context_tokens
+                                     * settings.tool_context_share))
+        self._sources = sources
+        self._looks: CaseLooks | None = None
+
+    @property
+    def looks(self) -> CaseLooks:
+        if self._looks is None:
+            app = self.tools.app
+            sources = self._sources if self._sources is not None else sources_of(app)
+            case = app.cases.get_case(self.tools.case_id)
+            self._looks = CaseLooks.of(case, app.catalog.current(), app.settings, sources)
+        return self._looks
+
+    def answer(self, name: str, args: Args) -> ToolReply:
+        """One look's answer for the model (errors as sentences it can act on)."""
+        if self.budget.left <= 0:
+            self.tools.stats["looks_over_budget"] += 1
+            return ToolReply.of(False, {"error": "the tool answers of this turn have used their "
+                                        f"share of the model's context ({self.budget.limit_tokens}"
+                                        " tokens); decide with what you have"})
+        tool = self.tools
+        key = (f"look:{name}:{tool.session_id}:{tool.lock.fence.token}:"
+               f"{short_digest(canonical_json(args.model_dump(mode='json')))}")
+        call = ToolCall(f"look.{name}", args.model_dump(mode="json"), "agent", tool.session_id,
+                        business_key=key)
+        result = tool._run(call, self._reader(name, args), idempotent=True)
+        if result.status is CallStatus.IN_PROGRESS:
+            return ToolReply.of(False, {"error": "the same look is still running; ask again"})
+        if result.status is CallStatus.REPLAYED:
+            tool.stats["replays"] += 1
+        answer = result.result if isinstance(result.result, Mapping) else {}
+        if "error" in answer:
+            return ToolReply.of(False, dict(answer))
+        fitted = fit(answer, min(self.result_tokens, self.budget.left))
+        self.budget.spend(fitted, name)
+        tool.stats["looks"] += 1
+        tool.stats["looks_cut"] += bool(fitted.cut)
+        return ToolReply.of(True, fitted.body)
+
+    def _reader(self, name: str, args: Args) -> Callable[[Mapping[str, Any]], Any]:
+        def read(_: Mapping[str, Any]) -> Any:
+            try:
+                looks = self.looks
+                self.tools.looking_at(look_words(name, args, looks))
+                if isinstance(args, TemplateArgs):
+                    return plan_for_case(looks, args.template, args.component)
+                answered: dict[str, Any] = getattr(looks, name)(args)
+                return answered
+            except (LookRefused, OutOfScope) as refused:
+                return {"error": refused.message}
+            except Unavailable as down:
+                return {"error": f"{down.message}; nothing was read; ask again later"}
+            except OpsgateError as failed:
+                return {"error": failed.message}
+        return read
