@@ -26,6 +26,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from agent.evidence import evidence_of, findings_cited, learned_from, learned_plan
+from agent.offline_looks import made_plan, next_looks
 from agent.usage import estimate_usage
 from core.consumers.planner import DEFAULT_TEMPLATE, choose_template
 from core.domain.fsm import CaseStatus
@@ -96,10 +97,25 @@ class OfflinePlannerModel(BaseChatModel):
             return self._calls(turn, [("record_findings", {
                 "case_id": case_id, "summary": self._findings(title, results, evidence)})])
         if wants_plan and status == CaseStatus.PLANNING:
-            plan = (learned_plan(evidence, title)
-                    or load_template(self._template(f"{title} {request}", results)))
-            return self._calls(turn, [("propose_plan", {"case_id": case_id, "plan": plan})])
+            return self._plan_turn(turn, case_id, case, results, evidence, f"{title} {request}")
         return AIMessage(content=self._status_answer(case, status, results))
+
+    def _plan_turn(self, turn: int, case_id: str, case: dict[str, Any],
+                   results: dict[str, dict[str, Any]], evidence: dict[str, Any],
+                   incident: str) -> AIMessage:
+        """The learned plan; else look at the service first (``agent.offline_looks``) and
+        propose the template made for its component — or, when it cannot be made, say why."""
+        plan = learned_plan(evidence, str(case.get("title", "")))
+        if plan is None:
+            looks = next_looks(case_id, case, results, incident)
+            if looks:
+                return self._calls(turn, looks)
+            plan, refused = made_plan(results)
+            if refused is not None:
+                return AIMessage(content=f"I did not propose a plan: {refused}.")
+        if plan is None:
+            plan = load_template(self._template(incident, results))
+        return self._calls(turn, [("propose_plan", {"case_id": case_id, "plan": plan})])
 
     @staticmethod
     def _case_id(messages: Sequence[BaseMessage]) -> str | None:

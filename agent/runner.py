@@ -91,20 +91,23 @@ class Agent:
 
     # -- the two entries ------------------------------------------------------------------
 
-    def converse(self, case_id: UUID, text: str, *, user: str, correlation_id: str) -> str:
+    def converse(self, case_id: UUID, text: str, *, user: str, correlation_id: str,
+                 watch: Callable[[str], None] | None = None) -> str:
         """The reply to ``user``'s message in the case thread (the bot posts it). Never raises:
         model failures and outages come back as a short explanation."""
         try:
             return self.run_turn(case_id, text, requester=user, correlation_id=correlation_id,
-                                 trigger="chat").reply
+                                 trigger="chat", watch=watch).reply
         except Exception:  # the chat front end must always get something to post
             log.exception("agent: the turn on case %s failed", case_id)
             return INTERNAL
 
     def run_turn(self, case_id: UUID, text: str | None, *, requester: str | None,
                  correlation_id: str | None, trigger: str, post_failures: bool = False,
-                 still_wanted: Callable[[], bool] | None = None) -> TurnResult:
+                 still_wanted: Callable[[], bool] | None = None,
+                 watch: Callable[[str], None] | None = None) -> TurnResult:
         """One turn; ``text`` None only finishes a turn that was cut off (resume).
+        ``watch``: told what each look of the turn is looking at, as it starts.
         ``still_wanted``: asked after such a resume; False skips ``text`` (the resumed turn
         already did what the request asked)."""
         lock = self._lock_case(case_id)
@@ -112,6 +115,7 @@ class Agent:
             return self._counted(trigger, lock)
         tools = self.tool_factory(self.app, case_id, lock, requester=requester,
                                   correlation_id=correlation_id, mcp=self.mcp)
+        tools.watch = watch
         usage = RunUsage()
         graph = build_graph(self.model, tools, self.checkpoints.saver,
                             max_model_calls=self.max_model_calls,

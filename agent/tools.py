@@ -9,6 +9,7 @@ lock is refused before anything runs (``LostLock`` stops it).
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -69,6 +70,8 @@ from core.tools.catalogue import (
 if TYPE_CHECKING:
     from core.bootstrap import App
 
+log = logging.getLogger(__name__)
+
 ACTOR = "agent"
 IN_PROGRESS_WAIT_S = 5.0
 TIMELINE_LIMIT = 30
@@ -94,6 +97,7 @@ class CaseTools:
         self._mcp_offered: dict[str, Offered] = {} if mcp is None else mcp.offered()
         self.looking = Looking(self)
         self.looked: list[str] = []  # what this run looked at, in words, in order
+        self.watch: Callable[[str], None] | None = None  # told each look as it starts
 
     @property
     def session_id(self) -> str:
@@ -324,8 +328,14 @@ class CaseTools:
                                         "case's timeline"})
 
     def looking_at(self, words: str) -> None:
-        """What the run is looking at now ("querying http_5xx_ratio for payments-api")."""
+        """What the run is looking at now ("querying http_5xx_ratio for payments-api"): kept
+        for the turn, and told to whoever watches (the thread's status line)."""
         self.looked.append(words)
+        if self.watch is not None:
+            try:
+                self.watch(words)
+            except Exception:  # a status line never stops the investigation
+                log.exception("agent: could not show what the run looks at")
 
     # -- notes the agent itself writes ------------------------------------------------------
 

@@ -6,6 +6,7 @@ the first conversation rather than at start-up (importing LangChain takes second
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 from uuid import UUID
 
@@ -15,8 +16,13 @@ if TYPE_CHECKING:
     from core.bootstrap import App
 
 
+Watch = Callable[[str], None]
+"""Told, while the agent works, what it is looking at ("querying http_5xx_ratio for …")."""
+
+
 class Agent(Protocol):
-    def converse(self, case_id: UUID, text: str, *, user: str, correlation_id: str) -> str:
+    def converse(self, case_id: UUID, text: str, *, user: str, correlation_id: str,
+                 watch: Watch | None = None) -> str:
         """Continue the case's conversation with ``text`` from ``user``; the reply to post.
         Never raises for model failures (returns a short explanation instead)."""
         ...
@@ -31,10 +37,11 @@ class LazyAgent:
         self._agent: Agent | None = None
         self._lock = threading.Lock()
 
-    def converse(self, case_id: UUID, text: str, *, user: str, correlation_id: str) -> str:
+    def converse(self, case_id: UUID, text: str, *, user: str, correlation_id: str,
+                 watch: Watch | None = None) -> str:
         with bound(correlation_id):
             return self._built().converse(case_id, text, user=user,
-                                          correlation_id=correlation_id)
+                                          correlation_id=correlation_id, watch=watch)
 
     def _built(self) -> Agent:
         with self._lock:

@@ -19,7 +19,7 @@ from uuid import UUID
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from bot.agent import Agent
+from bot.agent import Agent, Watch
 from bot.blocks import short_id, who
 from bot.card_keeper import CardKeeper
 from bot.card_state import CaseState
@@ -126,27 +126,32 @@ class SlackCases:
                 else f"Noted on case `{short_id(case_id)}`."
             self.say(where, reply, business_key=f"reply:{event_id}")
             return reply
-        with self.working(case_id, where, user):
-            reply = self.agent.converse(case_id, text, user=user, correlation_id=event_id)
+        with self.working(case_id, where, user) as watch:
+            reply = self.agent.converse(case_id, text, user=user, correlation_id=event_id,
+                                        watch=watch)
             self.say(where, escape(reply), business_key=f"reply:{event_id}")
         return reply
 
     @contextmanager
-    def working(self, case_id: UUID, where: SlackThread, user: str) -> Iterator[None]:
+    def working(self, case_id: UUID, where: SlackThread, user: str) -> Iterator[Watch]:
         """While the agent works on ``user``'s message: Slack's own status in the thread
         (``assistant.threads.setStatus``) where the app has it, else a context line on the case
-        card; either clears when the turn ends."""
+        card; either clears when the turn ends. Yields what the agent tells of each look
+        ("querying http_5xx_ratio for payments-api"), which replaces the line in place."""
         if self._set_thread_status(where, THREAD_STATUS):
             try:
-                yield
+                yield lambda looking: self._thread_status(where, f"is {looking}…")
             finally:
                 self._set_thread_status(where, "")
             return
         self.cards.working(case_id, f"opsgate is working on {who(user)}'s message…")
         try:
-            yield
+            yield lambda looking: self.cards.working(case_id, f"opsgate is {looking}…")
         finally:
             self.cards.working(case_id, None)
+
+    def _thread_status(self, where: SlackThread, status: str) -> None:
+        self._set_thread_status(where, status)
 
     def _set_thread_status(self, where: SlackThread, status: str) -> bool:
         """Whether Slack took the thread status; an app without it (not an AI app, an older

@@ -18,7 +18,12 @@ Refused, each with a sentence saying why:
 - with a scope label (``scope_label``, e.g. ``tenant``): a selector that does not carry
   ``<label>="<the case's value>"``. Fail closed: a selector without the label is refused, not
   rewritten, so the approver reads exactly what is sent. Other matchers on the label only narrow
-  the selection and are allowed; with ``or`` between matcher sets, each set must carry it.
+  the selection and are allowed; with ``or`` between matcher sets, each set must carry it;
+- with required labels (``labels``: a catalog component's metric labels, ``service=payments-api``):
+  a selector that does not carry each as an equality matcher (``service="payments-api"``),
+  refused the same way, fail closed; the sentence says what to add to which metric, so a model
+  can fix its own query. Required labels that no selector could carry (not a label name, an
+  empty value) refuse every query.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_RANGE_S = 3600
 DEFAULT_MIN_STEP_S = 10
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+Labels = tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True)
@@ -69,8 +75,10 @@ class QueryVerdict:
         return "allowed" if self.allowed else "refused: " + "; ".join(self.problems)
 
 
-def check_query(query: str, bounds: QueryBounds, scope: str | None = None) -> QueryVerdict:
-    """Whether ``query`` may be sent for a case whose scope value (its tenant) is ``scope``.
+def check_query(query: str, bounds: QueryBounds, scope: str | None = None,
+                labels: Labels = ()) -> QueryVerdict:
+    """Whether ``query`` may be sent for a case whose scope value (its tenant) is ``scope``,
+    reading only the series that carry every one of ``labels`` (a component's metric labels).
     Never raises: whatever the text, the answer is a verdict."""
     if not isinstance(query, str):
         return QueryVerdict(str(query), ("the query must be text",))
@@ -83,6 +91,9 @@ def check_query(query: str, bounds: QueryBounds, scope: str | None = None) -> Qu
         return QueryVerdict(query, (f"the query nests brackets more than {MAX_DEPTH} deep",))
     if bounds.scope_label is not None and not scope:
         return QueryVerdict(query, (f"the case has no {bounds.scope_label} to scope the query to",))
+    unusable = _unusable(labels)
+    if unusable:
+        return QueryVerdict(query, (unusable,))
     try:
         expr = pq.parse(query)
     except Exception as exc:  # the parser's ValueError, and a Rust panic surfacing as one
@@ -92,7 +103,7 @@ def check_query(query: str, bounds: QueryBounds, scope: str | None = None) -> Qu
             raise
         return QueryVerdict(query, (f"not PromQL: {_first_line(exc)}",))
     try:
-        found = _walk(expr, bounds, scope)
+        found = _walk(expr, bounds, scope, labels)
     except (ValueError, OverflowError) as exc:  # a duration Python's timedelta cannot hold
         return QueryVerdict(query, (f"a value in the query is out of range: {_first_line(exc)}",))
     problems: list[str] = []
@@ -108,7 +119,7 @@ def seconds_param(seconds: float) -> str:
     return text or "0"
 
 
-def _walk(root: pq.Expr, bounds: QueryBounds, scope: str | None) -> list[str]:
+def _walk(root: pq.Expr, bounds: QueryBounds, scope: str | None, labels: Labels) -> list[str]:
     """Every problem of the expression tree; iterative, so no tree is too deep to walk."""
     problems: list[str] = []
     stack: list[tuple[object, int]] = [(root, 0)]  # (node, subqueries around it)
@@ -117,7 +128,7 @@ def _walk(root: pq.Expr, bounds: QueryBounds, scope: str | None) -> list[str]:
         if isinstance(node, pq.NumberLiteral | pq.StringLiteral):
             continue
         if isinstance(node, pq.VectorSelector):
-            problems += _selector(node, bounds, scope)
+            problems += _selector(node, bounds, scope, labels)
         elif isinstance(node, pq.MatrixSelector):
             problems += _range("the range", node.range, bounds)
             stack.append((node.vector_selector, subqueries))
@@ -139,7 +150,8 @@ def _walk(root: pq.Expr, bounds: QueryBounds, scope: str | None) -> list[str]:
     return problems
 
 
-def _selector(node: pq.VectorSelector, bounds: QueryBounds, scope: str | None) -> list[str]:
+def _selector(node: pq.VectorSelector, bounds: QueryBounds, scope: str | None,
+              labels: Labels) -> list[str]:
     problems = _modifiers(node.offset, node.at)
     sets = node.matchers.or_matchers or [node.matchers.matchers]
     for matchers in sets:
@@ -153,7 +165,43 @@ def _selector(node: pq.VectorSelector, bounds: QueryBounds, scope: str | None) -
             problems.append(f"the selector {shown} names no metric; name one metric")
         if bounds.scope_label is not None:
             problems += _scoped(shown, matchers, bounds.scope_label, scope)
+        if labels:
+            problems += _carries(node.name, shown, matchers, labels)
     return problems
+
+
+def _unusable(labels: Labels) -> str | None:
+    """Why required ``labels`` cannot scope a query, or None: a selector can carry only a label
+    name with a value (``x=""`` would select the series *without* the label)."""
+    for name, value in labels:
+        if not LABEL_NAME.fullmatch(name) or name == "__name__":
+            return f"the component's metric label {_cut(name, 60)!r} is not a label name a query " \
+                   "can carry; fix the catalog's metric labels"
+        if not value:
+            return f"the component's metric label {name} has no value; fix the catalog's metric " \
+                   "labels"
+    return None
+
+
+def _carries(name: str | None, shown: str, matchers: list[pq.Matcher],
+             labels: Labels) -> list[str]:
+    """``add service="payments-api" to http_requests_total: …`` when one of ``labels`` is not
+    among the selector's equality matchers."""
+    equal = {(m.name, m.value) for m in matchers if m.op == pq.MatchOp.Equal}
+    lacking = [(key, value) for key, value in labels if (key, value) not in equal]
+    if not lacking:
+        return []
+    wanted = ", ".join(f"{key}={quoted(value)}" for key, value in lacking)
+    metric = name or next((m.value for m in matchers if m.name == "__name__"), None)
+    where = _cut(metric, 120) if metric else f"the selector {shown}"
+    keys = {key for key, _ in lacking}
+    other = [m for m in matchers if m.name in keys]  # the label, but not the component's value
+    if other:
+        why = (f"its selector {shown} reads {', '.join(_matcher(m) for m in other)}; only this "
+               "component's series may be read")
+    else:
+        why = f"its selector {shown} reads beyond this component's series"
+    return [f"add {wanted} to {where}: {why}"]
 
 
 def _scoped(shown: str, matchers: list[pq.Matcher], label: str, scope: str | None) -> list[str]:
@@ -161,10 +209,10 @@ def _scoped(shown: str, matchers: list[pq.Matcher], label: str, scope: str | Non
         return []
     named = [m for m in matchers if m.name == label]
     if not named:
-        return [f"the selector {shown} has no {label}={_quoted(scope or '')}: every selector "
+        return [f"the selector {shown} has no {label}={quoted(scope or '')}: every selector "
                 f"must carry the case's {label}"]
     return [f"the selector {shown} reads {', '.join(_matcher(m) for m in named)}; "
-            f"this case's {label} is {_quoted(scope or '')}"]
+            f"this case's {label} is {quoted(scope or '')}"]
 
 
 def _subquery(node: pq.SubqueryExpr, bounds: QueryBounds, around: int) -> list[str]:
@@ -242,11 +290,12 @@ def _shown(name: str | None, matchers: list[pq.Matcher]) -> str:
 
 
 def _matcher(matcher: pq.Matcher) -> str:
-    return f"{matcher.name}{_op(matcher.op)}{_quoted(matcher.value)}"
+    return f"{matcher.name}{_op(matcher.op)}{quoted(matcher.value)}"
 
 
-def _quoted(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+def quoted(value: str) -> str:
+    """A label value as PromQL (and Alertmanager's matchers) write it: ``"pay\\"ments"``."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
 def _cut(text: str, limit: int) -> str:

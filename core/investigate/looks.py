@@ -5,16 +5,18 @@ sentence the model can act on. ``words`` says what a look is doing, for the case
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from core.catalog.model import Catalog
+from core.catalog.model import Catalog, Component
 from core.investigate.scope import OutOfScope, Scope, Target, default_target, scope_of
 from core.investigate.tools import (
     ChangesArgs,
     EventsArgs,
+    FindArgs,
     HistoryArgs,
     LogsArgs,
     LookArgs,
@@ -90,7 +92,7 @@ class CaseLooks:
     scope: Scope
     opened_at: datetime
     sources: Sources
-    catalog_known: bool = True  # False: no catalog here (templates stay as written)
+    catalog: Catalog = Catalog.EMPTY
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
 
     @classmethod
@@ -99,9 +101,21 @@ class CaseLooks:
         default = default_target(settings.default_namespace, settings.default_selector,
                                  settings.default_metric_labels)
         scope = scope_of(catalog, case.get("components") or (), default)
-        return cls(scope, _instant(str(case["created_at"])), sources, bool(catalog.components))
+        return cls(scope, _instant(str(case["created_at"])), sources, catalog)
+
+    @property
+    def catalog_known(self) -> bool:
+        """Whether this installation has a catalog (without one, templates stay as written)."""
+        return bool(self.catalog.components)
 
     # -- the looks --------------------------------------------------------------------------
+
+    def find_components(self, args: FindArgs) -> dict[str, Any]:
+        if not self.catalog_known:
+            raise LookRefused("there is no service catalog here (OPSGATE_CATALOG)")
+        found = find_components(self.catalog, args.query)
+        return {"components": [_component(c) for c in found],
+                "named": list(self.scope.names())}
 
     def query_metrics(self, args: MetricsQueryArgs) -> dict[str, Any]:
         target = self.scope.metrics(args.component)
@@ -172,6 +186,32 @@ class CaseLooks:
         if source is None:
             raise LookRefused(NOT_CONFIGURED[name])
         return source
+
+
+WORD = re.compile(r"[a-z0-9]+")
+
+
+def find_components(catalog: Catalog, query: str, limit: int = 5) -> list[Component]:
+    """The components sharing the most words with ``query`` (its name, Kubernetes id, title,
+    system and description; a name or id word counts double), best first."""
+    asked = set(WORD.findall(query.lower()))
+
+    def score(component: Component) -> int:
+        named = set(WORD.findall(f"{component.name} {component.workload}".lower()))
+        said = set(WORD.findall(" ".join(filter(None, (
+            component.title, component.system, component.description))).lower()))
+        return 2 * len(asked & named) + len(asked & said)
+
+    ranked = sorted(catalog.components.values(), key=lambda c: (-score(c), c.name))
+    return [c for c in ranked if score(c) > 0][:limit]
+
+
+def _component(component: Component) -> dict[str, Any]:
+    fields = {"name": component.name, "title": component.title, "owner": component.owner,
+              "lifecycle": component.lifecycle, "system": component.system,
+              "namespace": component.kubernetes_namespace,
+              "description": component.description}
+    return {name: value for name, value in fields.items() if value}
 
 
 def _as_dict(answer: Any, key: str) -> dict[str, Any]:

@@ -39,10 +39,10 @@ def plan_for_case(looks: CaseLooks, template: str, component: str | None) -> dic
     plan = load_template(template)
     if not looks.catalog_known:
         return {"plan": plan, "made_for": "no catalog: the template as the operator wrote it"}
-    target = looks.scope.target(component)
     actions = {step["action"] for step in plan["steps"]}
-    if actions <= {"noop"}:
-        return {"plan": plan, "made_for": target.name}
+    if actions <= {"noop"}:  # changes nothing: made for whatever the case concerns
+        return {"plan": plan, "made_for": ", ".join(looks.scope.names()) or "the case"}
+    target = looks.scope.target(component)
     if "k8s.rollout" in actions:
         return _rollback(looks, plan, target)
     if "script.exec" in actions and template.startswith("script.restart"):

@@ -61,6 +61,11 @@ class ChangesArgs(LookArgs):
     hours: int = Field(default=6, ge=1, le=72, description="How far back from now.")
 
 
+class FindArgs(Args):
+    query: str = Field(min_length=1, max_length=300, description="Words of the incident (a "
+                       "title, a service's name).")
+
+
 class TemplateArgs(LookArgs):
     template: str = Field(min_length=1, max_length=100, description="A plan template's name "
                           "(k8s.rollout.canary, script.restart, gateway.flip.failover, noop).")
@@ -88,11 +93,15 @@ ROLLOUT_HISTORY = _look("rollout_history", "Read a rollout history", "A deployme
 RECENT_CHANGES = _look("recent_changes", "List recent changes", "Deploys and configuration "
                        "changes to the component, newest first (CI, Argo CD, GitHub and the "
                        "deployment's rollout history).", ChangesArgs)
+FIND_COMPONENTS = _look("find_components", "Find catalog components", "The service-catalog "
+                        "components whose names, titles or descriptions share words with the "
+                        "query, with their owners: name the case's with name_components.",
+                        FindArgs)
 PLAN_TEMPLATE = _look("plan_template", "Fill in a plan template", "A plan template made for "
                       "the component: its namespace, deployment and container from the catalog, "
                       "a rollback to the revision before its last change. Propose the answer "
                       "with propose_plan, or read why it cannot be made.", TemplateArgs)
 
-LOOKS: tuple[CaseTool[Args], ...] = (QUERY_METRICS, LIST_METRICS, LIST_ALERTS, KUBE_OBJECTS,
-                                     KUBE_EVENTS, POD_LOGS, ROLLOUT_HISTORY, RECENT_CHANGES,
-                                     PLAN_TEMPLATE)
+LOOKS: tuple[CaseTool[Args], ...] = (
+    FIND_COMPONENTS, QUERY_METRICS, LIST_METRICS, LIST_ALERTS, KUBE_OBJECTS, KUBE_EVENTS,
+    POD_LOGS, ROLLOUT_HISTORY, RECENT_CHANGES, PLAN_TEMPLATE)

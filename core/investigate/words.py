@@ -21,6 +21,7 @@ def look_words(tool: str, args: Any, looks: CaseLooks) -> str:
     if tool == "query_metrics":
         return f"querying {_metric(args.query)} for {component}{_window(args, looks)}"
     shown = {
+        "find_components": "looking the service up in the catalog",
         "list_metrics": f"listing the metrics of {component}",
         "list_alerts": f"reading the alerts of {component}",
         "kube_objects": f"reading the {getattr(args, 'kind', 'pods')} of {component}",

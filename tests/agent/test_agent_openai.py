@@ -68,7 +68,7 @@ def test_tool_calls_from_the_stub_run_once_despite_a_retried_timeout(engine: Eng
         "get_case", "list_cases", "case_timeline", "runbooks", "open_case",
         "record_findings", "propose_plan", "add_note", "name_components", "query_metrics",
         "list_metrics", "list_alerts", "kube_objects", "kube_events", "pod_logs",
-        "rollout_history", "recent_changes", "plan_template"}
+        "rollout_history", "recent_changes", "plan_template", "find_components"}
     tool_turn = [m for m in stub.requests[3]["messages"] if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in tool_turn] == ["call_a", "call_b", "call_c"]
     assert '"replayed"' in tool_turn[1]["content"]

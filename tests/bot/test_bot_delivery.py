@@ -112,7 +112,7 @@ def test_acks_are_immediate_while_the_agent_thinks(sqlite_engine: Engine) -> Non
 
 
 class BrokenAgent(ScriptedAgent):
-    def converse(self, case_id, text, *, user, correlation_id):  # type: ignore[no-untyped-def]
+    def converse(self, case_id, text, *, user, correlation_id, watch=None):  # type: ignore[no-untyped-def]
         raise RuntimeError("model server exploded: Traceback (most recent call last)")
 
 

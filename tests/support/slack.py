@@ -396,7 +396,8 @@ class ScriptedAgent:
     runs: list[tuple[UUID, str, str, str]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def converse(self, case_id: UUID, text: str, *, user: str, correlation_id: str) -> str:
+    def converse(self, case_id: UUID, text: str, *, user: str, correlation_id: str,
+                 watch: Any = None) -> str:
         with self._lock:
             self.runs.append((case_id, text, user, correlation_id))
         time.sleep(self.delay_s)
