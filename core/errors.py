@@ -17,11 +17,18 @@ carries a stable ``code``; the REST API alone maps them to HTTP statuses (``core
     │   │   ├── ApprovalRefused   the approver may not decide this plan (policy)
     │   │   └── StalePlan         the approval names a plan the case no longer waits on
     │   ├── KeyReuse              an idempotency key sent again with a different request
+    │   │   └── ChangeIdReused    (core.changes.model) a change id sent again with other content
+    │   ├── OutOfScope            (core.investigate.scope) a look outside the case's scope
+    │   │   └── LookRefused       (core.investigate.looks) a look at a source not configured
     │   ├── InvalidPlan           a ChangePlan that fails its JSON Schema
     │   ├── InvalidRequest        a request body or parameter of the wrong shape (REST API)
+    │   │   └── InvalidChange     (core.changes.model) a POSTed change that cannot be recorded
     │   ├── StepRefused           (core.steps.adapters) a step's params fail validation
     │   └── OffPlan               (core.api.walkthrough.execute) a step other than the plan's next
     ├── Unavailable               a dependency (database, Redis) is unreachable: safe to retry
+    │   ├── MetricsUnavailable    (core.investigate.metrics) Prometheus did not answer a look
+    │   ├── AlertsUnavailable     (core.investigate.alerts) Alertmanager did not answer a look
+    │   └── KubernetesUnavailable (core.investigate.kubernetes) the Kubernetes API did not answer
     ├── RemoteUnavailable         (core.mcp.remote) an external MCP server did not answer
     ├── BusinessRefusal           (core.gateway) a tool's deterministic "no", stored and replayed
     ├── Held                      (core.messaging.consumer) a message that cannot take effect yet

@@ -8,7 +8,7 @@ from importlib.metadata import PackageNotFoundError, version
 from fastapi import FastAPI
 
 from core.allowed_hosts import allowed_hosts
-from core.api import alerts, approvals, cases, health, ops, plans
+from core.api import alerts, approvals, cases, changes, health, ops, plans
 from core.api.failures import install_error_handlers
 from core.api.finite_json import FiniteJsonBody
 from core.api.hosts import AllowedHostsOnly
@@ -41,7 +41,7 @@ def create_api(app: App) -> FastAPI:
     api.add_middleware(AllowedHostsOnly, hosts=allowed_hosts(app.settings))
     api.add_middleware(CorrelationId)  # outermost: even a refused body's reply names its id
     for routes in (cases.router, approvals.router, plans.router, walkthrough.router,
-                   health.router, ops.router, alerts.router):
+                   health.router, ops.router, alerts.router, changes.router):
         api.include_router(routes)
     api.state.opsgate = app  # what the endpoints' dependencies read (core.api.deps.opsgate)
     mount_mcp(app, api)  # the case tools over MCP's streamable HTTP at /mcp

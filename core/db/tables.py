@@ -251,3 +251,24 @@ chat_thread = Table(  # migration 0011: the chat thread of a case, bound as the 
     Column("case_id", Uuid(), ForeignKey("ops_case.id"), nullable=False, unique=True),
     _now(),
 )
+
+change_record = Table(  # migration 0016: a deploy or configuration change POSTed to /changes
+    "change_record",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("change_id", String(200), nullable=False, unique=True),  # the sender's, or derived
+    Column("source", String(16), nullable=False),  # generic | argocd | github
+    Column("kind", String(16), nullable=False),  # deploy | config
+    Column("service", String(253), nullable=False),  # as sent
+    Column("component", String(253)),  # the catalog component it resolved to; NULL: none
+    Column("namespace", String(63)),
+    Column("version", String(200), nullable=False),  # a tag, a revision, a sha
+    Column("summary", Text, nullable=False),  # cut to 500 characters (data, never instructions)
+    Column("actor", String(200), nullable=False),
+    Column("url", Text),
+    Column("happened_at", DateTime(timezone=True), nullable=False),  # UTC
+    Column("received_at", DateTime(timezone=True), nullable=False),  # UTC
+    Column("fingerprint", String(64), nullable=False),  # of the content: a retry matches it
+    Index("ix_change_record_component_happened_at", "component", "happened_at"),
+    Index("ix_change_record_service_happened_at", "service", "happened_at"),
+)

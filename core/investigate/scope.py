@@ -11,17 +11,16 @@ from dataclasses import dataclass
 
 from core.catalog.descriptors import label_pairs
 from core.catalog.model import Catalog, Component
+from core.errors import Unprocessable
 
 Labels = tuple[tuple[str, str], ...]
 DEFAULT = "the default scope"
 
 
-class OutOfScope(ValueError):
+class OutOfScope(Unprocessable):
     """A read the case's scope does not allow; the message is a sentence the model can act on."""
 
-    @property
-    def message(self) -> str:
-        return str(self.args[0])
+    code = "out_of_scope"
 
 
 @dataclass(frozen=True)

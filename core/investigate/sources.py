@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from core.changes.store import ChangeStore
+from core.evidence.configured import promql_bounds
+from core.investigate.alerts import AlertsReader
 from core.investigate.looks import Sources
+from core.investigate.metrics import MetricsReader
 
 if TYPE_CHECKING:
     from core.bootstrap import App
@@ -14,4 +18,11 @@ if TYPE_CHECKING:
 
 def sources_of(app: App) -> Sources:
     """The sources of ``app``'s settings (built per agent run: cheap, nothing is connected)."""
-    return Sources()
+    settings = app.settings
+    metrics = None
+    if settings.prometheus_url:
+        metrics = MetricsReader(str(settings.prometheus_url), promql_bounds(settings),
+                                scope=settings.tenant if settings.promql_scope_label else None)
+    alerts = None if not settings.alertmanager_url else \
+        AlertsReader(str(settings.alertmanager_url), timeout_s=settings.promql_timeout_s)
+    return Sources(metrics=metrics, alerts=alerts, changes=ChangeStore(app.engine))

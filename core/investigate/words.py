@@ -71,3 +71,13 @@ def _window(args: Any, looks: CaseLooks) -> str:
     if ended - began > timedelta(days=1):
         return f", {began:%d %b %H:%M} to {ended:%d %b %H:%M}"
     return f", {began:%H:%M} to {ended:%H:%M}"
+
+
+def change_line(change: Any) -> str:
+    """A change as the card shows it: "14:02 payments-api v2.4.0 by ci" (UTC)."""
+    at = change.happened_at
+    when = f"{at:%H:%M}" if isinstance(at, datetime) else str(at)
+    what = change.component or change.service
+    version = f" {change.version}" if change.version else ""
+    kind = "" if change.kind == "deploy" else f" ({change.kind})"
+    return f"{when} {what}{version}{kind} by {change.actor}"

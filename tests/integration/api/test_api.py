@@ -368,7 +368,7 @@ def test_openapi_describes_every_endpoint_and_the_error_shape(client):
                                   "/case/{case_id}/approve", "/case/{case_id}/reject",
                                   "/plan/generate", "/gate/eval", "/adapter/exec",
                                   "/verify/run", "/healthz", "/readyz",
-                                  "/alerts/alertmanager"}
+                                  "/alerts/alertmanager", "/changes"}
     transition = spec["paths"]["/case/{case_id}/transition"]["patch"]
     assert {"200", "400", "401", "403", "404", "409", "412", "413", "422"} <= set(
         transition["responses"])
