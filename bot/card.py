@@ -91,6 +91,8 @@ def _summary(state: CaseState) -> str:
         line += f"\nOpened by {who(opened.actor)} at {_clock(opened.at)}"
     if state.touches:
         line += f"\n*Touches* {escape(state.touches)}"
+    if state.last_change:
+        line += f"\n*Last change* {_cut(escape(state.last_change), LINE_LIMIT)}"
     return line
 
 

@@ -27,9 +27,11 @@ from bot.card import card_message
 from bot.card_state import CaseState
 from bot.card_store import Card, CardStore
 from core.cases.progress import CaseProgress
+from core.changes.store import ChangeStore
 from core.chat import ChatSink, deliverable
 from core.errors import InternalError
 from core.gateway import ToolCall, ToolCallFailed, session_of
+from core.investigate.words import change_line
 
 if TYPE_CHECKING:
     from core.bootstrap import App
@@ -52,6 +54,7 @@ class CardKeeper:
         self.gateway = app.gateway
         self.sink = sink or app.chat
         self.store = store or CardStore(app.engine)
+        self.changes = ChangeStore(app.engine)
 
     def post(self, case_id: UUID) -> None:
         """Post the case's card, once per case however often this is asked, then bring it up
@@ -126,7 +129,20 @@ class CardKeeper:
         progress = self.cases.progress(case_id)
         needs = 1 if progress.gate is None else progress.gate.needed
         return CaseState(progress, needs, self.policy.describe_approvers(),
-                         None if card is None else card.working, self._touches(progress))
+                         None if card is None else card.working, self._touches(progress),
+                         self._last_change(progress))
+
+    def _last_change(self, progress: CaseProgress) -> str | None:
+        """The last deploy or configuration change of the case's components before it opened
+        ("14:02 payments-api v2.4.0 by ci"); None when there is none or none is named."""
+        names = progress.case.get("components") or []
+        if not names:
+            return None
+        catalog = self.policy.catalog()
+        workloads = [c.workload for n in names if (c := catalog.component(n)) is not None]
+        opened = datetime.fromisoformat(progress.case["created_at"])
+        change = self.changes.last_before(names, workloads, opened)
+        return None if change is None else change_line(change)
 
     def _touches(self, progress: CaseProgress) -> str | None:
         """What the case's latest plan touches (else the case's own components), with owners

@@ -28,6 +28,7 @@ class CaseState:
     approvers: str = "anyone but the requester"  # who may approve, in words
     working: str | None = None  # "… is working on it" while the agent works
     touches: str | None = None  # the case's components and their owners, in words
+    last_change: str | None = None  # the components' last change before the case opened
 
     @property
     def case(self) -> CaseView:
