@@ -4,11 +4,13 @@ in-cluster) and the change store; what is not configured stays None and its look
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from core.changes.store import ChangeStore
 from core.evidence.configured import promql_bounds
 from core.investigate.alerts import AlertsReader
+from core.investigate.kubernetes import KubernetesReader
 from core.investigate.looks import Sources
 from core.investigate.metrics import MetricsReader
 
@@ -25,4 +27,13 @@ def sources_of(app: App) -> Sources:
                                 scope=settings.tenant if settings.promql_scope_label else None)
     alerts = None if not settings.alertmanager_url else \
         AlertsReader(str(settings.alertmanager_url), timeout_s=settings.promql_timeout_s)
-    return Sources(metrics=metrics, alerts=alerts, changes=ChangeStore(app.engine))
+    return Sources(metrics=metrics, alerts=alerts, changes=ChangeStore(app.engine),
+                   kubernetes=kubernetes_reader(settings.kubeconfig, settings.kube_context))
+
+
+@lru_cache(maxsize=4)
+def kubernetes_reader(kubeconfig: str | None, context: str | None) -> KubernetesReader | None:
+    """One reader per cluster and process (its client keeps its connections); None when no
+    Kubernetes API is configured. ``InvalidSettings`` when the kubeconfig cannot be used: the
+    start of ``opsgate serve``/``consume`` reads it first (``check_sources``)."""
+    return KubernetesReader.from_settings(kubeconfig, context)
