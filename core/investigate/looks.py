@@ -167,8 +167,7 @@ class CaseLooks:
         answer: dict[str, Any] = {"component": target.name,
                                   "changes": [_change(change) for change in changes]}
         if self.sources.kubernetes is not None and target.namespace is not None:
-            history = self.sources.kubernetes.rollout_history(target, None)
-            answer.update(_as_dict(history, "rollout_history"))
+            answer["rollout_history"] = self.sources.kubernetes.rollout_history(target, None)
         return answer
 
     # -- plumbing ---------------------------------------------------------------------------

@@ -92,7 +92,8 @@ def argocd_delivery(app: dict[str, Any], *, with_headers: bool = True
 
 
 def github_event(state: str = "success", status_id: int = 2, deployment_id: int = 145,
-                 description: str = "Deployed by the release workflow") -> dict[str, Any]:
+                 description: str = "Deployed by the release workflow",
+                 at: str = "2026-11-27T14:02:00Z") -> dict[str, Any]:
     """A ``deployment_status`` event as GitHub documents it (trimmed of unused URLs)."""
     repo = "https://api.github.com/repos/acme/payments-api"
     mona = {"login": "mona", "id": 1, "type": "User"}
@@ -105,8 +106,7 @@ def github_event(state: str = "success", status_id: int = 2, deployment_id: int 
             "description": description, "environment": "production",
             "target_url": "https://github.com/acme/payments-api/actions/runs/99",
             "log_url": "https://github.com/acme/payments-api/actions/runs/99",
-            "environment_url": "", "created_at": "2026-11-27T14:02:00Z",
-            "updated_at": "2026-11-27T14:02:00Z",
+            "environment_url": "", "created_at": at, "updated_at": at,
             "deployment_url": f"{repo}/deployments/{deployment_id}", "repository_url": repo},
         "deployment": {
             "url": f"{repo}/deployments/{deployment_id}", "id": deployment_id,
