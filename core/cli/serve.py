@@ -39,6 +39,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from core.allowed_hosts import allowed_hosts
     from core.api import create_api
     from core.evidence.configured import metrics_source_line
+    from core.investigate.sources import sources_line
 
     settings = settings_of(args)
     hosts = allowed_hosts(settings, bound_to=args.host)  # bound beyond loopback: named, or exit
@@ -48,6 +49,7 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"hosts: answers to {hosts} (a request naming another in Host or Origin is 403)",
               flush=True)
         print(f"metrics: {metrics_source_line(app.settings)}", flush=True)
+        print(f"investigation: {sources_line(app.settings)}", flush=True)
         _warn(app)
         loop = socket = None
         try:

@@ -4,6 +4,7 @@ in-cluster) and the change store; what is not configured stays None and its look
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,7 @@ from core.investigate.metrics import MetricsReader
 
 if TYPE_CHECKING:
     from core.bootstrap import App
+    from core.settings import Settings
 
 
 def sources_of(app: App) -> Sources:
@@ -37,3 +39,24 @@ def kubernetes_reader(kubeconfig: str | None, context: str | None) -> Kubernetes
     Kubernetes API is configured. ``InvalidSettings`` when the kubeconfig cannot be used: the
     start of ``opsgate serve``/``consume`` reads it first (``check_sources``)."""
     return KubernetesReader.from_settings(kubeconfig, context)
+
+
+def sources_line(settings: Settings) -> str:
+    """What the investigator's looks can read, in one line: each source, or what is missing."""
+    read, missing = _sources(settings)
+    line = "the agent's looks read " + (", ".join(read) or "nothing")
+    return f"{line}; missing: {', '.join(missing)}" if missing else line
+
+
+def missing_sources(settings: Settings) -> bool:
+    return bool(_sources(settings)[1])
+
+
+def _sources(settings: Settings) -> tuple[list[str], list[str]]:
+    named = [("Prometheus", bool(settings.prometheus_url), "OPSGATE_PROMETHEUS_URL"),
+             ("Alertmanager", bool(settings.alertmanager_url), "OPSGATE_ALERTMANAGER_URL"),
+             ("Kubernetes", bool(settings.kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST")),
+              "OPSGATE_KUBECONFIG"),
+             ("recent changes", bool(settings.changes_token), "OPSGATE_CHANGES_TOKEN")]
+    return ([name for name, set_, _ in named if set_],
+            [f"{name} ({variable})" for name, set_, variable in named if not set_])

@@ -49,6 +49,7 @@ def readiness(app: App, now: datetime | None = None) -> dict[str, Any]:
         checks["relay_lag"] = {"ok": False, "error": "the database is unreachable"}
         checks["delivery"] = {"ok": False, "error": "the database is unreachable"}
     checks["metrics"] = check_metrics(app)
+    checks["investigation"] = check_investigation(app)
     checks["approvers"] = check_approvers(app)
     checks["policy"] = check_policy(app)
     checks["slack"] = check_slack(app)
@@ -134,6 +135,16 @@ def check_metrics(app: App) -> Check:
     a metric check is refused at the guard, probes verify)."""
     return {"ok": True, "configured": has_metrics_source(app.settings),
             "source": metrics_source_line(app.settings)}
+
+
+def check_investigation(app: App) -> Check:
+    """What the agent's looks can read (still ok when a source is missing: its looks say so);
+    ``warning`` names what is missing."""
+    from core.investigate.sources import missing_sources, sources_line
+
+    line = sources_line(app.settings)
+    check: Check = {"ok": True, "sources": line}
+    return {**check, "warning": line} if missing_sources(app.settings) else check
 
 
 NO_SLACK = ("Slack is not configured (SLACK_BOT_TOKEN): chat posts are held, none is recorded "

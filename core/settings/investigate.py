@@ -6,13 +6,22 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import AfterValidator, BaseModel, Field, SecretStr
 
+from core.catalog.descriptors import label_pairs
 from core.settings.forms import HttpUrl
 from core.settings_errors import Expect
 
-LabelPairs = Annotated[str, Expect("key=value labels separated by commas, such as "
-                                   "app=checkout,tier=web")]
+
+def _labels(value: str) -> str:
+    if label_pairs(value) is None:
+        raise ValueError("not key=value labels separated by commas")
+    return value
+
+
+LabelPairs = Annotated[str, AfterValidator(_labels),
+                       Expect("key=value labels separated by commas, such as "
+                              "app=checkout,tier=web")]
 
 
 class InvestigationSettings(BaseModel):

@@ -63,6 +63,11 @@ def test_healthz_answers_even_when_the_database_does_not():
     gen.close()
 
 
+NO_LOOKS = ("the agent's looks read nothing; missing: Prometheus (OPSGATE_PROMETHEUS_URL), "
+            "Alertmanager (OPSGATE_ALERTMANAGER_URL), Kubernetes (OPSGATE_KUBECONFIG), recent "
+            "changes (OPSGATE_CHANGES_TOKEN)")
+
+
 def test_a_fresh_process_is_ready(client, engine):
     status, report = _ready(client)
     assert status == 200, report
@@ -74,6 +79,7 @@ def test_a_fresh_process_is_ready(client, engine):
         "relay_lag": {"ok": True, "lag_s": 0.0, "bound_s": 60.0, "unpublished": 0},
         "delivery": {"ok": True, "undelivered": 0, "bound_s": 120.0},
         "metrics": {"ok": True, "configured": False, "source": NO_SOURCE},
+        "investigation": {"ok": True, "sources": NO_LOOKS, "warning": NO_LOOKS},
         "approvers": {"ok": True, "configured": False, "warning": (
             "no approvers are configured (OPSGATE_APPROVERS): nobody approves, plans wait at "
             "the gate until someone is named")},
