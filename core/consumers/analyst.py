@@ -29,6 +29,10 @@ from core.domain.messages import CommandPayload, Evidence, FindingsFacts, Topic,
 from core.errors import Unavailable
 from core.evidence.prometheus import CLIENT_GRACE_S
 from core.gateway import CallStatus, ToolCall, ToolCallFailed
+from core.investigate.looks import WINDOW_BEFORE, CaseLooks
+from core.investigate.scope import DEFAULT, Target
+from core.investigate.sources import sources_of
+from core.investigate.words import change_line
 from core.library import Library
 from core.library.runbooks import runbooks_folder
 from core.messaging.consumer import Delivery
@@ -72,6 +76,8 @@ class Analyst:
             reason = summary_line(evidence)
             meta = {"analyst": "metrics", "findings": len(evidence["findings"])}
             self._note(run, evidence, reason, correlation_id)
+        if evidence.get("looked"):
+            reason = "; ".join([reason, *evidence.get("looked", [])])
         cmd = TransitionCase(run.case_id, CaseEvent.ANALYSIS_DONE, actor=self.name,
                              reason=reason, meta=meta, correlation_id=correlation_id,
                              expected_version=run.version)
@@ -118,7 +124,11 @@ class Analyst:
         if self.runbooks_dir:
             self.library.index_runbooks(runbooks_folder(self.runbooks_dir))
         recall = self.library.recall(title, exclude=UUID(str(args["case_id"])))
-        return {**found, "source": source, **recall}
+        facts = cast(FindingsFacts, {**found, "source": source, **recall})
+        looked = looked_at(self.app, UUID(str(args["case_id"])))
+        if looked:
+            facts["looked"] = looked
+        return facts
 
     def _note(self, run: CommandRun, evidence: FindingsFacts, reason: str,
               correlation_id: str | None) -> None:
@@ -130,6 +140,44 @@ class Analyst:
         note = NoteCase(run.case_id, FINDINGS_EVENT, self.name, reason=reason, meta=evidence,
                         topic=Topic.ANALYSIS_FINDINGS, correlation_id=correlation_id)
         self.cases.note(note, f"{run.key}:findings", also=evidence_rows).data()
+
+
+def looked_at(app: App, case_id: UUID) -> list[str]:
+    """What the looks at the case's components find before any plan: the last change of each
+    before the case opened and its firing alerts, one line each (a source that is missing or
+    down says nothing)."""
+    case = app.cases.get_case(case_id)
+    looks = CaseLooks.of(case, app.catalog.current(), app.settings, sources_of(app))
+    lines: list[str] = []
+    for target in looks.scope.targets:
+        lines += _last_change(looks, target) + _firing(looks, target)
+    return lines
+
+
+def _last_change(looks: CaseLooks, target: Target) -> list[str]:
+    changes = looks.sources.changes
+    if changes is None or target.name == DEFAULT:
+        return []
+    try:
+        found = changes.recent([target.name], [target.workload or target.name],
+                               looks.opened_at - WINDOW_BEFORE, looks.opened_at, limit=1)
+    except Unavailable:
+        return []
+    return [f"last change before the case: {change_line(found[0])}"] if found else []
+
+
+def _firing(looks: CaseLooks, target: Target) -> list[str]:
+    alerts = looks.sources.alerts
+    if alerts is None or not target.metric_labels:
+        return []
+    try:
+        listed = alerts.alerts(target).get("alerts") or []
+    except Unavailable:
+        return []
+    firing = [f"{a.get('alertname')} ({a.get('severity') or 'no severity'})" for a in listed
+              if a.get("state") == "active"]
+    return [f"{len(firing)} alert(s) firing for {target.name}: {', '.join(firing[:5])}"] \
+        if firing else []
 
 
 def _with_similar(reason: str, evidence: Mapping[str, Any]) -> str:

@@ -175,6 +175,7 @@ class FindingsFacts(Evidence, Recall):
     """The analyst's evidence on a case: the metrics' findings and the library's recall."""
 
     source: str  # the metric source's type; "none" without one
+    looked: NotRequired[list[str]]  # what the looks at the components found, one line each
 
 
 class FindingsPayload(NotePayload, FindingsFacts):

@@ -1,10 +1,11 @@
 """The investigator's eyes end to end (issue 28), on SQLite and on PostgreSQL with the gateway's
-Redis: a scripted model's looks at payments-api are answered by Debian's real Prometheus (a
-recorded history, promtool) and Alertmanager, and by the recorded Kubernetes world through the
-official client; changes posted to ``POST /changes`` in each of the three formats (each twice)
-appear once in ``recent_changes`` and the last one before the case on its card; a look at
-another service is refused; an oversized answer is cut to its budget; text injected in logs,
-events and change descriptions causes nothing."""
+Redis. The analyst notes the component's last change and its firing alerts. A scripted model's
+looks at payments-api are answered by Debian's real Prometheus (a recorded history, promtool)
+and Alertmanager, and by the recorded Kubernetes world through the official client; changes
+posted to ``POST /changes`` in each of the three formats (each twice) appear once in
+``recent_changes`` and the last one before the case on its card; a look at another service is
+refused; an oversized answer is cut to its budget; text injected in logs, events and change
+descriptions causes nothing."""
 
 from __future__ import annotations
 
@@ -25,7 +26,10 @@ from bot.card import card_message
 from bot.card_keeper import CardKeeper
 from bot.sandbox.kube_world import BUSY_POD, INJECTED, INJECTED_POD
 from core.api import create_api
+from core.consumers.analyst import Analyst
 from core.domain.fsm import CaseStatus
+from core.domain.messages import Topic
+from core.messaging.consumer import ConsumerRunner
 from tests.support.agents import agent_app, ai, call, case_at, events, make_agent
 from tests.support.change_deliveries import (
     INJECTED as CHANGE_INJECTED,
@@ -41,6 +45,7 @@ from tests.support.change_deliveries import (
 )
 from tests.support.kube_world import KubeWorldServer, kube_world  # noqa: F401
 from tests.support.peers import Alertmanager, Prometheus
+from tests.support.plan_runs import envelope_of
 from tests.support.servers import REDIS_URL
 
 CATALOG = Path(__file__).parents[3] / "docs" / "examples" / "catalog"
@@ -189,3 +194,24 @@ def test_the_model_s_looks_are_answered_by_the_real_servers_within_scope_and_bud
     assert card.last_change is not None and "payments-api v2.4.1" in card.last_change
     text = json.dumps(card_message(card)[1])
     assert text.count("*Last change*") == 1 and "v2.4.1" in text
+
+
+def test_the_analyst_notes_the_component_s_last_change_and_its_firing_alerts(
+        world: dict[str, Any]) -> None:
+    engine: Engine = world.pop("engine")
+    world.pop("kube")
+    app = agent_app(engine, **world)
+    now = datetime.now(UTC)
+    post_changes(app, now)  # forty minutes ago and earlier: before the case opens
+    case_id = case_at(app, CaseStatus.ANALYZING, "payments are failing")
+    app.cases.name_components(case_id, ["payments-api"], "alertmanager", "named").data()
+
+    runner = ConsumerRunner(app.engine, Analyst(app), sleep=lambda _s: None)
+    assert runner.deliver(envelope_of(app.engine, case_id, Topic.ANALYSIS_RUN)) == "done"
+
+    assert app.cases.get_case(case_id)["status"] == "PLANNING"
+    [done] = events(app, case_id, "analysis_done")
+    assert "last change before the case: " in done["reason"]
+    assert "payments-api v2.4.1 by " in done["reason"]
+    assert "1 alert(s) firing for payments-api: PaymentsErrors (critical)" in done["reason"]
+    assert "orders-api" not in done["reason"]
