@@ -20,7 +20,11 @@ from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import CommandPayload, Topic, payload_as
 from core.domain.plan_templates import load_template
 from core.domain.plans import plan_problems
-from core.errors import GuardFailed
+from core.errors import GuardFailed, Unavailable
+from core.investigate.looks import CaseLooks
+from core.investigate.scope import OutOfScope
+from core.investigate.sources import sources_of
+from core.investigate.templates import plan_for_case
 from core.library import Library
 from core.messaging.consumer import Delivery
 
@@ -55,6 +59,12 @@ def learned_reason(learned: Mapping[str, Any]) -> str:
             f"similar verified case (shared: {', '.join(learned['shared'])})")
 
 
+def made_for_case(app: App, case: Mapping[str, Any], template: str) -> dict[str, Any]:
+    """``template`` made for the case's component (``plan_for_case``)."""
+    looks = CaseLooks.of(case, app.catalog.current(), app.settings, sources_of(app))
+    return plan_for_case(looks, template, None)
+
+
 def case_opener(cases: CaseService, case_id: UUID) -> str | None:
     """Who opened the case: the human every plan of the case is proposed for."""
     for row in cases.timeline(case_id):
@@ -81,6 +91,7 @@ class Planner:
     topics: tuple[str, ...] = (Topic.PLAN_GENERATE,)
 
     def __init__(self, app: App) -> None:
+        self.app = app
         self.cases = app.cases
         self.library = Library(app.engine)
 
@@ -92,6 +103,11 @@ class Planner:
             return
         proposal = self._proposal(run)
         correlation_id = payload.get("correlation_id")
+        if isinstance(proposal, str):  # the template cannot be made for the case: say why
+            note = NoteCase(run.case_id, "plan_not_proposed", self.name, reason=proposal,
+                            correlation_id=correlation_id)
+            self.cases.note(note, run.key, inbox_entry=delivery.inbox_entry).data()
+            return
         problems = plan_problems(proposal.plan)
         if problems:
             # A broken catalog entry is a bug to fix, not a message to retry: say so on the case.
@@ -102,9 +118,10 @@ class Planner:
             return
         self._propose(run, proposal, correlation_id, delivery)
 
-    def _proposal(self, run: CommandRun) -> Proposal:
+    def _proposal(self, run: CommandRun) -> Proposal | str:
         """The learned plan when the library has a valid one for the case's title, else the
-        catalog template the title picks."""
+        catalog template the title picks, made for the case's component when there is a
+        service catalog (``core.investigate.templates``); why not, when it cannot be made."""
         template = choose_template(run.case["title"])
         plan = load_template(template)
         learned = self.library.best_plan_for(str(run.case["title"]), exclude=run.case_id)
@@ -112,6 +129,13 @@ class Planner:
             # Evidence before templates: the plan that resolved the most similar verified case.
             return Proposal(template, learned["plan"], learned_reason(learned),
                             {"learned_from": learned["case_id"]})
+        if self.app.catalog.current().components:
+            try:
+                made = made_for_case(self.app, run.case, template)
+            except (OutOfScope, Unavailable) as refused:
+                return f"no plan proposed from the template {template}: {refused.message}"
+            return Proposal(template, made["plan"], f"template {template} chosen from the case "
+                            f"title, made for {made['made_for']}", {"template": template})
         return Proposal(template, plan, f"template {template} chosen from the case title",
                         {"template": template})
 

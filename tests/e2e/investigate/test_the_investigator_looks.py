@@ -27,6 +27,7 @@ from bot.card_keeper import CardKeeper
 from bot.sandbox.kube_world import BUSY_POD, INJECTED, INJECTED_POD
 from core.api import create_api
 from core.consumers.analyst import Analyst
+from core.consumers.planner import Planner
 from core.domain.fsm import CaseStatus
 from core.domain.messages import Topic
 from core.messaging.consumer import ConsumerRunner
@@ -215,3 +216,26 @@ def test_the_analyst_notes_the_component_s_last_change_and_its_firing_alerts(
     assert "payments-api v2.4.1 by " in done["reason"]
     assert "1 alert(s) firing for payments-api: PaymentsErrors (critical)" in done["reason"]
     assert "orders-api" not in done["reason"]
+
+
+def test_the_template_planner_makes_its_template_for_the_component_or_proposes_nothing(
+        world: dict[str, Any]) -> None:
+    engine: Engine = world.pop("engine")
+    world.pop("kube")
+    app = agent_app(engine, **world)
+    runner = ConsumerRunner(app.engine, Planner(app), sleep=lambda _s: None)
+    named = case_at(app, CaseStatus.PLANNING, "payments regression after the deploy")
+    app.cases.name_components(named, ["payments-api"], "alertmanager", "named").data()
+    unnamed = case_at(app, CaseStatus.PLANNING, "something regressed after a deploy")
+
+    for case_id in (named, unnamed):
+        assert runner.deliver(envelope_of(app.engine, case_id, Topic.PLAN_GENERATE)) == "done"
+
+    stored = app.cases.proposed_plan(named)
+    assert stored is not None
+    assert stored["plan"]["title"].startswith("Roll payments-api back to revision 6")
+    assert {s["params"]["deployment"] for s in stored["plan"]["steps"]} == {"payments-api"}
+    assert app.cases.proposed_plan(unnamed) is None
+    [note] = events(app, unnamed, "plan_not_proposed")
+    assert note["reason"].startswith("no plan proposed from the template k8s.rollout.canary: "
+                                     "this case names no catalog component")
