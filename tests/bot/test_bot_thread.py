@@ -127,6 +127,21 @@ def test_an_app_with_the_assistant_status_shows_it_in_the_thread(sqlite_engine: 
         assert not any("⏳" in texts(u) for u in bot.slack.updates_of(card["ts"]))
 
 
+def test_the_thread_status_says_what_the_agent_looks_at(sqlite_engine: Engine) -> None:
+    looks = ("querying http_5xx_ratio for payments-api, 13:30 to 14:30",
+             "reading the rollout history of payments-api")
+    agent = ScriptedAgent(looks=looks)
+    with running_bot(sqlite_engine, agent=agent, assistant=True) as bot:
+        to_the_gate(bot, "4.000100")
+        bot.slack.wait_for(lambda: len(bot.slack.calls("assistant.threads.setStatus")) == 4,
+                           what="the thread status through one turn")
+        calls = bot.slack.calls("assistant.threads.setStatus")
+        assert [c["status"] for c in calls] == [
+            "is working on it…", f"is {looks[0]}…", f"is {looks[1]}…", ""]
+        assert len(bot.slack.posts()) == len({p["ts"] for p in bot.slack.posts()})
+        assert not any(look in str(p["text"]) for p in bot.slack.posts() for look in looks)
+
+
 def catchup(bot: Stack, case_id: UUID) -> tuple[str, str]:
     answer = bot.command(f"catchup {str(case_id)[:8]}").json()
     assert answer["response_type"] == "ephemeral"

@@ -389,10 +389,12 @@ FORM = "application/x-www-form-urlencoded"
 
 @dataclass
 class ScriptedAgent:
-    """The agent protocol with a fixed reply (and a fixed think time); records every run."""
+    """The agent protocol with a fixed reply (and a fixed think time); records every run and
+    tells ``watch`` each of ``looks`` as a real run tells what it looks at."""
 
     reply: str = "Looking into it; the plan follows in this thread."
     delay_s: float = 0.0
+    looks: tuple[str, ...] = ()
     runs: list[tuple[UUID, str, str, str]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -400,6 +402,9 @@ class ScriptedAgent:
                  watch: Any = None) -> str:
         with self._lock:
             self.runs.append((case_id, text, user, correlation_id))
+        for look in self.looks:
+            if watch is not None:
+                watch(look)
         time.sleep(self.delay_s)
         return self.reply
 
