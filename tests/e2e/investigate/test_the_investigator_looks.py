@@ -149,9 +149,16 @@ def test_the_model_s_looks_are_answered_by_the_real_servers_within_scope_and_bud
                 start=iso(now - timedelta(hours=2)), end=iso(now), step_s=60)),
         ai(content="I looked; a human decides."),
     ])
+    watched: list[str] = []
     turn = make_agent(app, model).run_turn(case_id, "what is wrong?", requester=REQUESTER,
-                                           correlation_id="c", trigger="chat")
+                                           correlation_id="c", trigger="chat",
+                                           watch=watched.append)
     assert turn.outcome == "answered"
+    # What the thread's status line was told, look by look (a replayed look is not told again).
+    window = f"{now - timedelta(hours=2):%H:%M} to {now:%H:%M}"
+    assert watched[0] == f"querying http_5xx_ratio for payments-api, {window}"
+    assert "reading the logs of pod " + INJECTED_POD in watched
+    assert len(watched) == 9
     said = answers(model)
 
     # Prometheus answered a summary with the change at the deploy; the same look again in the
