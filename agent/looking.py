@@ -39,14 +39,19 @@ class Looking:
                                      * settings.tool_context_share))
         self._sources = sources
         self._looks: CaseLooks | None = None
+        self._named: tuple[str, ...] = ()
 
     @property
     def looks(self) -> CaseLooks:
-        if self._looks is None:
-            app = self.tools.app
+        """The case's looks, scoped to the components the case names now: a run that names
+        them (name_components) reads them from its next look on."""
+        app = self.tools.app
+        case = app.cases.get_case(self.tools.case_id)
+        named = tuple(case.get("components") or ())
+        if self._looks is None or named != self._named:
             sources = self._sources if self._sources is not None else sources_of(app)
-            case = app.cases.get_case(self.tools.case_id)
             self._looks = CaseLooks.of(case, app.catalog.current(), app.settings, sources)
+            self._named = named
         return self._looks
 
     def answer(self, name: str, args: Args) -> ToolReply:

@@ -3,7 +3,9 @@
 On the embedded default (a SQLite file, the ledger as dedup store, the in-process bus and relay,
 the offline planner model) it runs opsgate's API with the bot in HTTP mode on one port and the
 sandbox on another (``http://127.0.0.1:3000``): the sandbox signs what people do on its page and
-posts it to the bot's ``/slack/events``; the bot answers through the sandbox's Web API. With
+posts it to the bot's ``/slack/events``; the bot answers through the sandbox's Web API. The
+agent's Kubernetes reads go to a recorded world on 127.0.0.1, the catalog is the demo's own and
+the world's checkout deploy is in the change store (``bot/sandbox/demo_world.py``). With
 ``--postgres URL --redis URL`` the same demo runs on PostgreSQL and Redis Streams. ``--walk`` is
 the core's scripted REST walk of one case instead (no browser needed).
 """
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, TextIO
 from core.cli.command import CliError, Command
 
 if TYPE_CHECKING:
+    from bot.sandbox.demo_world import StandInWorld
     from bot.sandbox.server import Sandbox
     from bot.sandbox.serving import ThreadedServer
     from bot.settings import SlackSettings
@@ -134,6 +137,7 @@ class Demo:
     api_port: int
     out: TextIO
     sandbox: Sandbox | None = None
+    world: StandInWorld | None = None  # None when OPSGATE_KUBECONFIG names the user's own
     app: App | None = None
     servers: list[ThreadedServer] = field(default_factory=list)
     stops: list[Callable[[], None]] = field(default_factory=list)
@@ -159,9 +163,11 @@ class Demo:
         # Slack first: the bot may call auth.test while it is being built.
         self._serve(ThreadedServer(create_sandbox_app(self.sandbox), HOST, self.port,
                                    "opsgate-sandbox"))
-        settings = demo_settings(args, self.sandbox)
+        self._start_world()
+        settings = demo_settings(args, self.sandbox, self.world)
         # A demo's database is the demo's to upgrade, PostgreSQL too.
         self.app = self.closing.enter_context(opened_app(settings, upgrade=True, notes=self.out))
+        self._record_deploy(self.app)
         self._start_loop(self.app)
         self._serve(ThreadedServer(create_api(self.app), HOST, self.api_port, "opsgate-api"))
         self._welcome(settings, time.perf_counter() - started)
@@ -177,6 +183,25 @@ class Demo:
 
     def _serve(self, server: ThreadedServer) -> None:
         self.servers.append(server.start())
+
+    def _start_world(self) -> None:
+        """The recorded Kubernetes world, unless the user's own kubeconfig is configured;
+        stopped after the loop (``stops`` run in reverse), so no agent read outlives it."""
+        from bot.sandbox.demo_world import StandInWorld
+        from core.settings import load_settings
+
+        if load_settings().kubeconfig:
+            return
+        self.world = StandInWorld.start()
+        self.stops.append(self.world.stop)
+
+    def _record_deploy(self, app: App) -> None:
+        """The world's checkout deploy, in the change store (the card's "Last change" and the
+        agent's ``recent_changes`` read it)."""
+        from bot.sandbox.demo_world import record_checkout_deploy
+
+        if self.world is not None:
+            record_checkout_deploy(app, self.world)
 
     def _start_loop(self, app: App) -> None:
         if app.settings.redis_url:
@@ -198,6 +223,7 @@ class Demo:
         print("opsgate demo: restart-service, kubectl and the traffic gateway are stand-ins "
               "(bot/sandbox/bin, the sandbox): approved plans change nothing real",
               file=self.out, flush=True)
+        print(f"opsgate demo: {_world_line(settings, self.world)}", file=self.out, flush=True)
         print(f"opsgate demo: metrics: {metrics_source_line(settings)}", file=self.out,
               flush=True)
         print(f"opsgate demo: ready in {time.perf_counter() - STARTED:.2f} s "
@@ -206,7 +232,19 @@ class Demo:
               f"alice and click Approve\n  stop with Ctrl-C\n", file=self.out, flush=True)
 
 
-def demo_settings(args: argparse.Namespace, sandbox: Sandbox) -> Settings:
+def _world_line(settings: Settings, world: StandInWorld | None) -> str:
+    """What the agent's Kubernetes reads and catalog are, in one line of the welcome."""
+    from bot.sandbox.demo_world import CATALOG
+
+    kube = (f"the Kubernetes API is a stand-in (a recorded world at {world.server.base})"
+            if world is not None else f"Kubernetes is read with {settings.kubeconfig}")
+    catalog = ("the catalog is a stand-in (bot/sandbox/catalog)" if settings.catalog == CATALOG
+               else f"the catalog is {settings.catalog}")
+    return f"{kube}; {catalog}"
+
+
+def demo_settings(args: argparse.Namespace, sandbox: Sandbox,
+                  world: StandInWorld | None = None) -> Settings:
     """The environment's settings with Slack pointed at the sandbox, alice the approver, the
     offline planner model and no auto-approval (a person decides at the gate). PostgreSQL and
     Redis only when asked for on the command line: a production ``OPSGATE_DATABASE_URL`` in the
@@ -214,7 +252,9 @@ def demo_settings(args: argparse.Namespace, sandbox: Sandbox) -> Settings:
     stand-ins (``_with_stand_ins``). The analyst reads the
     recorded demo series unless ``OPSGATE_SERIES_DIR`` names others, so a latency, an error or a
     memory leak case shows its finding. Verification runs on the demo's clock
-    (``core.demo.demo_verification``): a plan's window after the change takes seconds."""
+    (``core.demo.demo_verification``): a plan's window after the change takes seconds. The
+    catalog is the demo's and Kubernetes is ``world`` unless OPSGATE_CATALOG and
+    OPSGATE_KUBECONFIG name the user's own."""
     from agent.settings import AgentSettings
     from bot.settings import SlackSettings
     from core.demo import demo_verification
@@ -222,7 +262,8 @@ def demo_settings(args: argparse.Namespace, sandbox: Sandbox) -> Settings:
 
     base = load_settings(SlackSettings, AgentSettings)
     database_url = _demo_database_url(args, base.database_url)
-    settings = base.model_copy(update=_sandbox_update(args, sandbox, base, database_url))
+    settings = base.model_copy(update={**_sandbox_update(args, sandbox, base, database_url),
+                                       **_world_update(base, world)})
     offline = base.layer(AgentSettings).model_copy(update={"model": None, "openai_api_key": None})
     return demo_verification(settings.with_layers(_sandbox_slack(sandbox, base), offline))
 
@@ -254,6 +295,16 @@ def _sandbox_update(args: argparse.Namespace, sandbox: Sandbox, base: Settings,
         "api_reads": "open",  # the sandbox's case panel reads the API without a token
         "series_dir": base.series_dir or str(RECORDED_DEMO),
     }
+
+
+def _world_update(base: Settings, world: StandInWorld | None) -> dict[str, object]:
+    """The demo's catalog and recorded Kubernetes world, where the user named none of theirs."""
+    from bot.sandbox.demo_world import CATALOG, CONTEXT
+
+    update: dict[str, object] = {"catalog": base.catalog or CATALOG}
+    if world is not None and not base.kubeconfig:
+        update.update(kubeconfig=str(world.kubeconfig), kube_context=CONTEXT)
+    return update
 
 
 def _sandbox_slack(sandbox: Sandbox, base: Settings) -> SlackSettings:

@@ -9,6 +9,7 @@ Screenshots go to ``artifacts/`` (gitignored); ``docs/img/sandbox.png`` is one o
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import time
@@ -208,6 +209,34 @@ def test_the_case_card_follows_the_case_in_place_and_a_pin_joins_it(page):
     stages = [text.split(" ")[1] for text in page.evaluate("window.cardStages")]
     assert [STAGES.index(s) for s in stages] == sorted(STAGES.index(s) for s in stages), stages
     assert {"WAIT_GATE", "VERIFYING", "CLOSED"} <= set(stages), stages
+
+
+CHECKOUT_ROLLBACK = ("Plan: Roll checkout back to revision 11 "
+                     "(registry.example.com/shop/checkout:v1.7.3) from revision 12")
+
+
+def test_the_checkout_incident_gets_a_rollback_of_the_demo_deployment(page):
+    """The demo's catalog names checkout (deployment shop/checkout), its recorded world says
+    revision 12 (v1.8.0) replaced revision 11 (v1.7.3) minutes ago, and the change store holds
+    that deploy: the plan rolls shop/checkout back to revision 11, not ``prod/app``."""
+    mention(page, "checkout p95 is over 2 s since the deploy")
+    thread = page.locator("#thread")
+    plan = thread.locator(".message", has=page.get_by_role("button", name="Approve"))
+    expect(plan.locator(".bk-header")).to_have_text(CHECKOUT_ROLLBACK)
+    expect(plan).to_contain_text('"deployment": "checkout"')
+    expect(plan).to_contain_text('"image": "registry.example.com/shop/checkout:v1.7.3"')
+    expect(plan).to_contain_text("Touches checkout")
+    expect(plan).not_to_contain_text("app:last-known-good")
+    card = thread.locator(".message", has=page.locator('[data-block-id="case_card"]'))
+    summary = card.locator('[data-block-id="case_card_summary"]')
+    expect(summary).to_contain_text(re.compile(r"Last change \d\d:\d\d checkout v1\.8\.0 by ci"))
+    expect(page.locator("#timeline [data-event=components_named]")).to_have_count(1)
+    shot(page, "sandbox-checkout-rollback")
+    be(page, "alice")
+    click_in_thread(page, "Approve")
+    closed_or_why(page, card.locator('[data-block-id="case_card"]'))
+    steps = card.locator('[data-block-id="case_card_steps"]')
+    expect(steps).to_contain_text("k8s.rollout set-image shop/checkout: exit 0")
 
 
 def test_rejection_with_a_reason_parks_the_case(page):

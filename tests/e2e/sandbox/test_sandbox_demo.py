@@ -4,10 +4,12 @@ Streams), and the refusals a visitor may meet when starting it."""
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -74,6 +76,59 @@ def test_demo_on_postgres_and_redis_streams_closes_an_approved_case(
         assert case["title"] == "orders API 5xx"
         assert any(redis_client.scan_iter(match=f"{redis_prefix}stream:*"))  # the bus was Redis
         assert demo.terminate() == 0
+    finally:
+        demo.close()
+
+
+WORLD = re.compile(r"the Kubernetes API is a stand-in \(a recorded world at (https://[0-9.:]+)\)")
+
+
+def checkout_changes(api: str) -> list[dict[str, Any]]:
+    answer = httpx.get(f"{api}/changes", params={"component": "checkout"}, timeout=5)
+    assert answer.status_code == 200, answer.text
+    return list(answer.json()["data"]["changes"])
+
+
+def kube_folders(temp: Path) -> list[Path]:
+    return [found for found in temp.iterdir() if found.name.startswith("opsgate-demo-kube-")]
+
+
+def test_the_demo_serves_its_world_and_records_its_deploy_at_each_start(tmp_path):
+    """The recorded Kubernetes world answers only with the demo's token, the checkout deploy it
+    remembers is in the change store once per start (a restart on the same database records it
+    at the world's new time, refusing nothing), and stopping takes the world and its kubeconfig
+    folder away."""
+    port, api_port = free_port(), free_port()
+    api = f"http://127.0.0.1:{api_port}"
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    demo = Process("demo", ("demo", "--port", str(port), "--api-port", str(api_port)),
+                   clean_env(TMPDIR=str(temp)), tmp_path / "demo.log")
+    try:
+        recorded = []
+        for _start in range(2):
+            demo.start()
+            demo.wait_for_output("open http://127.0.0.1")
+            said = WORLD.search(demo.output_of_this_start())
+            assert said, demo.output_of_this_start()
+            assert "the catalog is a stand-in (bot/sandbox/catalog)" in demo.output_of_this_start()
+            unsigned = httpx.get(f"{said.group(1)}/api/v1/namespaces/shop/pods", verify=False,
+                                 timeout=5)
+            assert unsigned.status_code == 401, unsigned.text  # served, and only to the demo
+            assert len(kube_folders(temp)) == 1, list(temp.iterdir())
+            recorded.append(checkout_changes(api))
+            assert demo.terminate() == 0
+            assert kube_folders(temp) == []  # the kubeconfig went with the demo
+            with pytest.raises(httpx.TransportError):
+                httpx.get(f"{said.group(1)}/version", verify=False, timeout=2)
+        first, second = recorded
+        assert len(first) == 1 and len(second) == 2, recorded
+        deploy = first[0]
+        assert deploy["change_id"].startswith("demo:shop/checkout:12@"), deploy
+        assert (deploy["component"], deploy["namespace"], deploy["version"], deploy["actor"],
+                deploy["kind"]) == ("checkout", "shop", "v1.8.0", "ci", "deploy")
+        assert deploy["summary"] == "checkout v1.8.0: new cart pricing"
+        assert deploy in second and second[0]["change_id"] != deploy["change_id"]
     finally:
         demo.close()
 
