@@ -49,7 +49,7 @@ class Looking:
         case = app.cases.get_case(self.tools.case_id)
         named = tuple(case.get("components") or ())
         if self._looks is None or named != self._named:
-            sources = self._sources if self._sources is not None else sources_of(app)
+            sources = self._sources or sources_of(app.settings, app.engine)
             self._looks = CaseLooks.of(case, app.catalog.current(), app.settings, sources)
             self._named = named
         return self._looks

@@ -31,7 +31,7 @@ from core.evidence.prometheus import CLIENT_GRACE_S
 from core.gateway import CallStatus, ToolCall, ToolCallFailed
 from core.investigate.looks import WINDOW_BEFORE, CaseLooks
 from core.investigate.scope import DEFAULT, Target
-from core.investigate.sources import sources_of
+from core.investigate.sources import case_looks
 from core.investigate.words import change_line
 from core.library import Library
 from core.library.runbooks import runbooks_folder
@@ -147,7 +147,7 @@ def looked_at(app: App, case_id: UUID) -> list[str]:
     before the case opened and its firing alerts, one line each (a source that is missing or
     down says nothing)."""
     case = app.cases.get_case(case_id)
-    looks = CaseLooks.of(case, app.catalog.current(), app.settings, sources_of(app))
+    looks = case_looks(case, app.catalog.current(), app.settings, app.engine)
     lines: list[str] = []
     for target in looks.scope.targets:
         lines += _last_change(looks, target) + _firing(looks, target)

@@ -21,9 +21,8 @@ from core.domain.messages import CommandPayload, Topic, payload_as
 from core.domain.plan_templates import load_template
 from core.domain.plans import plan_problems
 from core.errors import GuardFailed, Unavailable
-from core.investigate.looks import CaseLooks
 from core.investigate.scope import OutOfScope
-from core.investigate.sources import sources_of
+from core.investigate.sources import case_looks
 from core.investigate.templates import plan_for_case
 from core.library import Library
 from core.messaging.consumer import Delivery
@@ -61,7 +60,7 @@ def learned_reason(learned: Mapping[str, Any]) -> str:
 
 def made_for_case(app: App, case: Mapping[str, Any], template: str) -> dict[str, Any]:
     """``template`` made for the case's component (``plan_for_case``)."""
-    looks = CaseLooks.of(case, app.catalog.current(), app.settings, sources_of(app))
+    looks = case_looks(case, app.catalog.current(), app.settings, app.engine)
     return plan_for_case(looks, template, None)
 
 

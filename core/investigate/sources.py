@@ -5,32 +5,41 @@ in-cluster) and the change store; what is not configured stays None and its look
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from core.changes.store import ChangeStore
 from core.evidence.configured import promql_bounds
 from core.investigate.alerts import AlertsReader
 from core.investigate.kubernetes import KubernetesReader
-from core.investigate.looks import Sources
+from core.investigate.looks import CaseLooks, Sources
 from core.investigate.metrics import MetricsReader
 
 if TYPE_CHECKING:
-    from core.bootstrap import App
+    from sqlalchemy import Engine
+
+    from core.catalog.model import Catalog
     from core.settings import Settings
 
 
-def sources_of(app: App) -> Sources:
-    """The sources of ``app``'s settings (built per agent run: cheap, nothing is connected)."""
-    settings = app.settings
+def sources_of(settings: Settings, engine: Engine) -> Sources:
+    """The sources of ``settings`` (built per agent run: cheap, nothing is connected; the
+    Kubernetes reader is one per process), with the change store on ``engine``."""
     metrics = None
     if settings.prometheus_url:
         metrics = MetricsReader(str(settings.prometheus_url), promql_bounds(settings),
                                 scope=settings.tenant if settings.promql_scope_label else None)
     alerts = None if not settings.alertmanager_url else \
         AlertsReader(str(settings.alertmanager_url), timeout_s=settings.promql_timeout_s)
-    return Sources(metrics=metrics, alerts=alerts, changes=ChangeStore(app.engine),
+    return Sources(metrics=metrics, alerts=alerts, changes=ChangeStore(engine),
                    kubernetes=kubernetes_reader(settings.kubeconfig, settings.kube_context))
+
+
+def case_looks(case: Mapping[str, Any], catalog: Catalog, settings: Settings,
+               engine: Engine) -> CaseLooks:
+    """The looks of ``case`` at the sources of ``settings`` (the analyst's, the planner's)."""
+    return CaseLooks.of(case, catalog, settings, sources_of(settings, engine))
 
 
 @lru_cache(maxsize=4)
