@@ -32,32 +32,46 @@ class Fitted:
 
 def fit(body: Mapping[str, Any], max_tokens: int) -> Fitted:
     """``body`` within ``max_tokens``: the longest list loses items from its end, else the
-    longest text loses its start (logs: the newest lines stay), until it fits; each cut is
-    named in the answer's ``cut`` field so the model knows what it did not see."""
+    longest text loses its start (logs: the newest lines stay), until it fits or nothing is left
+    to cut (keys and numbers stay); each cut is named in the answer's ``cut`` field (at most
+    ``NOTES`` of them) so the model knows what it did not see."""
     fitted: dict[str, Any] = dict(body)
-    cuts: dict[str, str] = {}
-    while tokens_of({**fitted, "cut": list(cuts.values())}) > max_tokens:
+    totals: dict[str, tuple[int, str]] = {}  # path → its length before the first cut, unit
+    left: dict[str, int] = {}
+    while tokens_of({**fitted, "cut": _notes(totals, left, max_tokens)}) > max_tokens:
         path, value = _largest(fitted)
         if path is None:
             break
-        before = len(value)
         shorter = _shorter(value)
         _put(fitted, path, shorter)
         where = ".".join(map(str, path))
-        unit = "items" if isinstance(value, list) else "characters"
-        total = int(cuts[where].split(" of ")[1].split()[0]) if where in cuts else before
-        cuts[where] = f"{where}: {total - len(shorter)} of {total} {unit} cut to stay within " \
-                      f"{max_tokens} tokens"
-    if cuts:
-        fitted["cut"] = list(cuts.values())
-    return Fitted(fitted, tuple(cuts.values()))
+        totals.setdefault(where, (len(value), "items" if isinstance(value, list) else
+                                  "characters"))
+        left[where] = len(shorter)
+    notes = _notes(totals, left, max_tokens)
+    if notes:
+        fitted["cut"] = notes
+    return Fitted(fitted, tuple(notes))
+
+
+NOTES = 3
+"""The cuts named one by one; more are counted in one more note (the notes are never cut)."""
+
+
+def _notes(totals: Mapping[str, tuple[int, str]], left: Mapping[str, int],
+           max_tokens: int) -> list[str]:
+    notes = [f"{where}: {total - left[where]} of {total} {unit} cut to stay within "
+             f"{max_tokens} tokens" for where, (total, unit) in totals.items()]
+    if len(notes) <= NOTES:
+        return notes
+    return [*notes[:NOTES], f"and {len(notes) - NOTES} more lists or texts cut"]
 
 
 def _shorter(value: list[Any] | str) -> list[Any] | str:
     if isinstance(value, list):
         return value[:max(0, len(value) * 3 // 4)] if len(value) > 1 else []
     keep = len(value) * 3 // 4
-    return "…" + value[len(value) - keep:] if keep > 1 else ""
+    return "…" + value[len(value) - keep:] if 1 < keep < len(value) - 1 else ""
 
 
 def _largest(body: Any, path: tuple[Any, ...] = ()

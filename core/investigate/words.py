@@ -46,7 +46,8 @@ def _metric(query: str) -> str:
     """The first metric name a query reads (not a function, keyword or grouping label)."""
     query = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ",
                    query)
-    for found in re.finditer(r"[a-zA-Z_:][a-zA-Z0-9_:]*", query):
+    query = re.sub(r"\[[^\]]*\]", " ", query)  # a range's duration ([5m]) names no metric
+    for found in re.finditer(r"(?<![\w.])[a-zA-Z_:][a-zA-Z0-9_:]*", query):  # not 1e3
         word = found.group(0)
         rest = query[found.end():].lstrip()
         if word not in FUNCTIONS and not rest.startswith("(") and not rest.startswith("=") \
