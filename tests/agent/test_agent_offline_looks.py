@@ -25,7 +25,7 @@ from core.investigate.scope import NOTHING_IN_SCOPE, OutOfScope, scope_of
 from core.investigate.templates import plan_for_case
 from core.investigate.tools import FindArgs
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "docs" / "examples" / "catalog"
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "catalog"
 CATALOG = load_catalog(EXAMPLE)
 CASE_ID = "5b1c8d7e-0000-4000-8000-000000000028"
 OPENED = datetime(2026, 11, 27, 14, 10, tzinfo=UTC)
