@@ -145,7 +145,8 @@ def test_with_an_empty_library_the_template_plan_and_no_context_message(engine: 
     reply = make_agent(app, model).converse(case_id, "please propose a plan", user=REQUESTER,
                                             correlation_id="c")
 
-    assert model.system_messages == [1, 1, 1, 1, 1]  # the system prompt alone, every call (one finds no catalog)
+    # the system prompt alone, every call (one of them finds no catalog)
+    assert model.system_messages == [1, 1, 1, 1, 1]
     stored = app.cases.proposed_plan(case_id)
     assert stored is not None and stored["plan"] == load_template("k8s.rollout.canary")
     assert "learned from" not in reply
