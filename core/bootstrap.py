@@ -15,7 +15,6 @@ from core.db.database import make_engine
 from core.domain.policy import ApprovalPolicy
 from core.evidence.configured import has_metrics_source, promql_bounds
 from core.gateway import Gateway, build_gateway
-from core.investigate.sources import kubernetes_reader
 from core.policy.files import catalog_problems, load_rules
 from core.policy.judge import GroupMembers
 from core.policy.rules import PolicyError
@@ -109,6 +108,8 @@ def bootstrap(settings: Settings | None = None, *, engine: Engine | None = None,
     catalog = CatalogSource(settings.catalog)
     policy = policy_from_settings(settings, members, catalog)
     if settings.kubeconfig:  # a kubeconfig that cannot be used stops the start, in one line
+        from core.investigate.sources import kubernetes_reader
+
         kubernetes_reader(settings.kubeconfig, settings.kube_context)
     engine = engine or make_engine(settings.database_url, pool_size=settings.db_pool_size)
     app = App(settings=settings, engine=engine,

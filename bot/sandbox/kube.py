@@ -140,7 +140,7 @@ def _namespace(name: str) -> dict[str, Any]:
             "status": {"phase": "Active"}}
 
 
-class Refusal(Exception):
+class _Refusal(Exception):
     """An answer other than 200: a ``Status`` object as the API server writes it."""
 
     def __init__(self, code: int, reason: str, message: str,
@@ -154,8 +154,8 @@ class Refusal(Exception):
             self.body["details"] = dict(details)
 
 
-def not_found(resource: Resource, name: str) -> Refusal:
-    return Refusal(404, "NotFound", f'{resource.plural}.{resource.group or ""}'.rstrip(".")
+def not_found(resource: Resource, name: str) -> _Refusal:
+    return _Refusal(404, "NotFound", f'{resource.plural}.{resource.group or ""}'.rstrip(".")
                    + f' "{name}" not found', {"name": name, "group": resource.group,
                                                 "kind": resource.plural})
 
@@ -243,12 +243,12 @@ class KubeWorldServer:
         """(status, content type, body) for one request."""
         try:
             if authorization != f"Bearer {self.token}":
-                raise Refusal(401, "Unauthorized", "Unauthorized")
+                raise _Refusal(401, "Unauthorized", "Unauthorized")
             if request.method != "GET":
-                raise Refusal(405, "MethodNotAllowed", "the server does not allow this method "
+                raise _Refusal(405, "MethodNotAllowed", "the server does not allow this method "
                               "on the requested resource (this recorded world only reads)")
             return _route(self.world, request, self.base)
-        except Refusal as refusal:
+        except _Refusal as refusal:
             return refusal.code, "application/json", json.dumps(refusal.body).encode()
 
 
@@ -294,18 +294,18 @@ def _route(world: World, request: Request, base: str) -> tuple[int, str, bytes]:
         return _json(discovery)
     match = _OBJECTS.match(path)
     if match is None:
-        raise Refusal(404, "NotFound", "the server could not find the requested resource")
+        raise _Refusal(404, "NotFound", "the server could not find the requested resource")
     resource = _resource(match["group"] or "", match["version"] or match["core"],
                          match["plural"])
     namespace, name = match["namespace"], match["name"]
     if namespace is not None and namespace in world.forbidden:
         verb = "get" if name else "list"
-        raise Refusal(403, "Forbidden", f'{resource.plural} is forbidden: User '
+        raise _Refusal(403, "Forbidden", f'{resource.plural} is forbidden: User '
                       f'"system:serviceaccount:opsgate:opsgate-reader" cannot {verb} resource '
                       f'"{resource.plural}" in API group "{resource.group}" in the namespace '
                       f'"{namespace}"', {"kind": resource.plural})
     if request.param("watch") in ("true", "1"):
-        raise Refusal(400, "BadRequest", "this recorded world serves no watches")
+        raise _Refusal(400, "BadRequest", "this recorded world serves no watches")
     if match["sub"] == "log":
         return _logs(world, request, namespace or "default", name or "")
     if name is not None:
@@ -317,7 +317,7 @@ def _resource(group: str, version: str, plural: str) -> Resource:
     for resource in RESOURCES.values():
         if (resource.group, resource.version, resource.plural) == (group, version, plural):
             return resource
-    raise Refusal(404, "NotFound", "the server could not find the requested resource")
+    raise _Refusal(404, "NotFound", "the server could not find the requested resource")
 
 
 def _discovery(path: str, base: str) -> dict[str, Any] | None:
@@ -402,7 +402,7 @@ def _selector(text: str, what: str) -> list[Test]:
             key, negated = exists["key"], bool(exists["not"])
             tests.append(functools.partial(_exists, key, negated))
         else:
-            raise Refusal(400, "BadRequest", f"unable to parse requirement: {term!r} (this "
+            raise _Refusal(400, "BadRequest", f"unable to parse requirement: {term!r} (this "
                           f"recorded world reads equality {what} selectors)")
     return tests
 
@@ -429,15 +429,15 @@ def _logs(world: World, request: Request, namespace: str, pod: str) -> tuple[int
     container = request.param("container")
     if container is None:
         if len(containers) != 1:
-            raise Refusal(400, "BadRequest", f"a container name must be specified for pod "
+            raise _Refusal(400, "BadRequest", f"a container name must be specified for pod "
                           f"{pod}, choose one of: [{' '.join(containers)}]")
         container = containers[0]
     if container not in containers:
-        raise Refusal(400, "BadRequest", f"container {container} is not valid for pod {pod}")
+        raise _Refusal(400, "BadRequest", f"container {container} is not valid for pod {pod}")
     recorded = world.logs.get((namespace, pod), {})
     key = f"{container}:previous" if request.param("previous") == "true" else container
     if key not in recorded and key != container:
-        raise Refusal(400, "BadRequest", f'previous terminated container "{container}" in pod '
+        raise _Refusal(400, "BadRequest", f'previous terminated container "{container}" in pod '
                       f'"{pod}" not found')
     lines = list(recorded.get(key, []))
     since = request.param("sinceSeconds")

@@ -224,6 +224,8 @@ def _normalised(entity: Component | Group | User) -> dict[str, Any]:
     unordered = {"kubernetes_selector", "metric_labels", "members", "children", "member_of"}
     fields = asdict(entity)
     del fields["source"]
+    if not fields.get("metric_labels"):  # a catalog without them keeps the version it had
+        fields.pop("metric_labels", None)
     return {name: sorted(value) if name in unordered else value for name, value in fields.items()}
 
 

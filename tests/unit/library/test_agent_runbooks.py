@@ -47,9 +47,12 @@ def test_nothing_matches_nothing_and_a_missing_folder_is_empty(tmp_path: Path) -
     assert find_runbooks(tmp_path / "none", "latency") == []
 
 
-def test_the_model_gets_exactly_the_nine_tools() -> None:
+def test_the_model_gets_exactly_the_case_tools_then_the_looks() -> None:
     names = [spec["function"]["name"] for spec in tool_specs()]
     assert names == ["get_case", "list_cases", "case_timeline", "runbooks", "open_case",
-                     "record_findings", "propose_plan", "add_note", "name_components"]
+                     "record_findings", "propose_plan", "add_note", "name_components",
+                     "find_components", "query_metrics", "list_metrics", "list_alerts",
+                     "kube_objects", "kube_events", "pod_logs", "rollout_history",
+                     "recent_changes", "plan_template"]
     plan = tool_specs()[6]["function"]["parameters"]["properties"]["plan"]
     assert "steps" in plan["properties"] and "$schema" not in plan
