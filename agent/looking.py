@@ -7,7 +7,7 @@ the model inside the answer's JSON, as data."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.replies import ToolReply
 from core.errors import OpsgateError, Unavailable
@@ -23,15 +23,36 @@ from core.investigate.words import look_words
 from core.tools.args import Args
 
 if TYPE_CHECKING:
-    from agent.tools import CaseTools
+    from collections import Counter
+    from uuid import UUID
+
+    from core.bootstrap import App
+    from core.gateway import CallResult, SessionLease
 
 LOOKED = {tool.name: tool for tool in LOOKS}
+
+
+class Run(Protocol):
+    """What a look needs of the run it is part of (``agent.tools.CaseTools``)."""
+
+    app: App
+    case_id: UUID
+    lock: SessionLease
+    stats: Counter[str]
+
+    @property
+    def session_id(self) -> str: ...
+
+    def read(self, call: ToolCall, executor: Callable[[Mapping[str, Any]], Any]
+             ) -> CallResult: ...
+
+    def looking_at(self, words: str) -> None: ...
 
 
 class Looking:
     """The looks of one run on one case (``CaseTools`` answers them through it)."""
 
-    def __init__(self, tools: CaseTools, sources: Sources | None = None) -> None:
+    def __init__(self, tools: Run, sources: Sources | None = None) -> None:
         self.tools = tools
         settings = tools.app.settings
         self.result_tokens = settings.tool_result_tokens
@@ -66,7 +87,7 @@ class Looking:
                f"{short_digest(canonical_json(args.model_dump(mode='json')))}")
         call = ToolCall(f"look.{name}", args.model_dump(mode="json"), "agent", tool.session_id,
                         business_key=key)
-        result = tool._run(call, self._reader(name, args), idempotent=True)
+        result = tool.read(call, self._reader(name, args))
         if result.status is CallStatus.IN_PROGRESS:
             return ToolReply.of(False, {"error": "the same look is still running; ask again"})
         if result.status is CallStatus.REPLAYED:

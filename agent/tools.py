@@ -222,8 +222,7 @@ class CaseTools:
         assert self.mcp is not None
         toolbox = self.mcp
         try:
-            result = self._run(call, lambda given: toolbox.call(offered, given),
-                               idempotent=True)
+            result = self.read(call, lambda given: toolbox.call(offered, given))
         except RemoteUnavailable as down:
             return ToolReply.of(False, {"error": f"{down.message}; nothing is known to have "
                                         "happened; ask again later"})
@@ -381,6 +380,11 @@ class CaseTools:
         """Extend the run's lock lease; ``LostLock`` when another run holds it now."""
         if not self.app.gateway.locks or not self.app.gateway.locks.renew(self.lock):
             raise LostLock(f"the session lock of {self.session_id} was lost")
+
+    def read(self, call: ToolCall, executor: Callable[[Mapping[str, Any]], Any]) -> CallResult:
+        """A read through the gateway under the run's fence: the same call again in this run
+        replays its first answer."""
+        return self._run(call, executor, idempotent=True)
 
     def _run(self, call: ToolCall, executor: Callable[[Mapping[str, Any]], Any], *,
              idempotent: bool = False) -> CallResult:
