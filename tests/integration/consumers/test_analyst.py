@@ -1,5 +1,5 @@
-"""The analyst consumer on real SQLite and PostgreSQL: findings from recorded series and from
-Debian's real Prometheus on 127.0.0.1 (its ``query_range`` over a history promtool wrote) are
+"""The analyst consumer on real SQLite and PostgreSQL: findings from Debian's real Prometheus on
+127.0.0.1 (its ``query_range`` over the recorded series, written as history by promtool) are
 noted on the case (``evt.analysis.findings.v1`` in the outbox, ``evidence_link`` rows) in one
 transaction, then the case goes on to planning; a redelivery after a crash reads nothing again
 and writes nothing twice; with no metric source the case goes on at once, as before."""
@@ -60,9 +60,32 @@ def evidence_rows(engine, case_id: UUID) -> int:
         return int(conn.execute(query).scalar_one())
 
 
-def test_a_latency_step_is_noted_with_its_evidence_then_the_case_plans(engine):
-    app = make_app(engine, series_dir=str(SERIES / "latency_step"))
-    case_id = analyzing_case(app, "checkout p95 latency over 2 s")
+def recorded_history(folder: Path, origin: float) -> str:
+    """OpenMetrics for promtool: each recorded series of ``folder`` as the gauge
+    ``recorded_<metric>``, its point ``t`` at ``origin + t``."""
+    lines = []
+    for file in sorted(folder.glob("*.json")):
+        recorded = json.loads(file.read_text())
+        lines.append(f"# TYPE recorded_{recorded['metric']} gauge")
+        lines += [f"recorded_{recorded['metric']} {value} {origin + t:.3f}"
+                  for t, value in recorded["points"]]
+    return "\n".join([*lines, "# EOF", ""])
+
+
+def recorded_app(engine, prometheus_server, folder: Path):
+    """An app whose analyst reads ``folder``'s recorded series from a real Prometheus that
+    holds them around ``INCIDENT_AGO_S`` before now (each metric's query: its gauge)."""
+    names = [json.loads(f.read_text())["metric"] for f in sorted(folder.glob("*.json"))]
+    prometheus = prometheus_server([], history=recorded_history(folder,
+                                                                time.time() - INCIDENT_AGO_S))
+    return make_app(engine, prometheus_url=prometheus.base_url,
+                    metric_catalog={name: {"query": f"recorded_{name}"} for name in names})
+
+
+def test_a_latency_step_is_noted_with_its_evidence_then_the_case_plans(engine,
+                                                                       prometheus_server):
+    app = recorded_app(engine, prometheus_server, SERIES / "latency_step")
+    case_id = case_opened_at_the_spike(app, "checkout p95 latency over 2 s")
     assert analyse(app, case_id) == "done"
 
     assert status(app, case_id) == CaseStatus.PLANNING
@@ -78,9 +101,9 @@ def test_a_latency_step_is_noted_with_its_evidence_then_the_case_plans(engine):
     assert done[0]["meta"]["context"] == {"analyst": "metrics", "findings": 1}
 
 
-def test_a_flat_series_notes_that_nothing_changed(engine):
-    app = make_app(engine, series_dir=str(SERIES / "flat"))
-    case_id = analyzing_case(app, "checkout p95 latency over 2 s")
+def test_a_flat_series_notes_that_nothing_changed(engine, prometheus_server):
+    app = recorded_app(engine, prometheus_server, SERIES / "flat")
+    case_id = case_opened_at_the_spike(app, "checkout p95 latency over 2 s")
     assert analyse(app, case_id) == "done"
     [note] = notes(app, case_id, "analysis_findings")
     assert note["context"]["findings"] == []
