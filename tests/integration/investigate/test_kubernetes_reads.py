@@ -34,6 +34,7 @@ from core.investigate.scope import OutOfScope, Target, target_of
 from core.investigate.templates import revisions_of
 from core.settings_errors import InvalidSettings
 from tests.support.kube_world import TOKEN, World, kube_world  # noqa: F401
+from tests.support.peers import require
 
 ROOT = Path(__file__).resolve().parents[3]
 CATALOG = load_catalog(ROOT / "docs" / "examples" / "catalog")
@@ -448,10 +449,11 @@ def test_a_world_recorded_in_yaml_serves_the_same(kube_world, tmp_path):  # noqa
 
 # -- the recorded world, as kubectl sees it ---------------------------------------------------
 
-@pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed here")
 def test_kubectl_reads_the_recorded_world(world, tmp_path):
+    binary = require(KUBECTL)  # a kubectl the machine lacks fails the run, in one line
+
     def kubectl(*args: str) -> str:
-        done = subprocess.run([KUBECTL, "--kubeconfig", str(world.config), "--cache-dir",
+        done = subprocess.run([binary, "--kubeconfig", str(world.config), "--cache-dir",
                                str(tmp_path / "cache"), *args], capture_output=True, text=True,
                               timeout=60, check=False)
         assert done.returncode == 0, done.stderr
