@@ -146,7 +146,8 @@ class SlackCases:
             return
         self.cards.working(case_id, f"opsgate is working on {who(user)}'s message…")
         try:
-            yield lambda looking: self.cards.working(case_id, f"opsgate is {looking}…")
+            # What a look names came from the model and the catalog: escaped for mrkdwn.
+            yield lambda looking: self.cards.working(case_id, f"opsgate is {escape(looking)}…")
         finally:
             self.cards.working(case_id, None)
 

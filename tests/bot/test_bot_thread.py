@@ -142,6 +142,17 @@ def test_the_thread_status_says_what_the_agent_looks_at(sqlite_engine: Engine) -
         assert not any(look in str(p["text"]) for p in bot.slack.posts() for look in looks)
 
 
+def test_the_card_s_look_line_is_escaped(sqlite_engine: Engine) -> None:
+    agent = ScriptedAgent(looks=("reading the logs of pod <!channel>",), delay_s=0.5)
+    with running_bot(sqlite_engine, agent=agent) as bot:
+        to_the_gate(bot, "5.000100")
+        card = card_of(bot.slack)
+        bot.slack.wait_for(lambda: any("pod &lt;!channel&gt;" in texts(u)
+                                       for u in bot.slack.updates_of(card["ts"])),
+                           what="the look's line on the card")
+        assert not any("<!channel>" in texts(u) for u in bot.slack.updates_of(card["ts"]))
+
+
 def catchup(bot: Stack, case_id: UUID) -> tuple[str, str]:
     answer = bot.command(f"catchup {str(case_id)[:8]}").json()
     assert answer["response_type"] == "ephemeral"
