@@ -5,7 +5,6 @@ sentence the model can act on. ``words`` says what a look is doing, for the case
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -24,6 +23,7 @@ from core.investigate.tools import (
     MetricsQueryArgs,
     ObjectsArgs,
 )
+from core.library.runbooks import words
 
 if TYPE_CHECKING:
     from core.settings import Settings
@@ -187,18 +187,15 @@ class CaseLooks:
         return source
 
 
-WORD = re.compile(r"[a-z0-9]+")
-
-
 def find_components(catalog: Catalog, query: str, limit: int = 5) -> list[Component]:
     """The components sharing the most words with ``query`` (its name, Kubernetes id, title,
     system and description; a name or id word counts double), best first."""
-    asked = set(WORD.findall(query.lower()))
+    asked = words(query)
 
     def score(component: Component) -> int:
-        named = set(WORD.findall(f"{component.name} {component.workload}".lower()))
-        said = set(WORD.findall(" ".join(filter(None, (
-            component.title, component.system, component.description))).lower()))
+        named = words(f"{component.name} {component.workload}")
+        said = words(" ".join(filter(None, (component.title, component.system,
+                                            component.description))))
         return 2 * len(asked & named) + len(asked & said)
 
     ranked = sorted(catalog.components.values(), key=lambda c: (-score(c), c.name))
