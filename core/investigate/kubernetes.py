@@ -75,6 +75,10 @@ class _Missing(KubernetesUnavailable):
     """A 404: the object is not there (the callers that read one object say so in scope words)."""
 
 
+IN_CLUSTER = "in-cluster"
+"""``OPSGATE_KUBECONFIG``'s value that reads with the pod's own service account."""
+
+
 class KubernetesReader:
     """Read-only looks at one cluster through its own ``ApiClient`` (never the client's global
     default configuration); every request carries ``timeout_s``."""
@@ -91,18 +95,20 @@ class KubernetesReader:
     @classmethod
     def from_settings(cls, kubeconfig: str | None, context: str | None,
                       timeout_s: float = REQUEST_TIMEOUT_S) -> KubernetesReader | None:
-        """The reader of ``kubeconfig`` (its ``context``, else its current one), else of the
-        pod's service account when running in a cluster; None when neither is there.
-        ``InvalidSettings`` for a kubeconfig that cannot be used."""
-        if not kubeconfig and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        """The reader of ``kubeconfig`` (its ``context``, else its current one), or of the pod's
+        service account when it is ``in-cluster``; None when it is unset (fail closed: running
+        in a cluster does not by itself let the agent read it). ``InvalidSettings`` for a
+        kubeconfig or service account that cannot be used."""
+        if not kubeconfig:
             return None
+        in_cluster = kubeconfig == IN_CLUSTER
         from kubernetes import config as kube_config
         from kubernetes.client import ApiClient, Configuration
         from kubernetes.config.config_exception import ConfigException
 
         configuration = Configuration()
         try:
-            if kubeconfig:
+            if not in_cluster:
                 kube_config.load_kube_config(  # type: ignore[no-untyped-call]
                     config_file=os.path.expanduser(kubeconfig), context=context,
                     client_configuration=configuration, persist_config=False)
@@ -110,7 +116,7 @@ class KubernetesReader:
                 kube_config.load_incluster_config(  # type: ignore[no-untyped-call]
                     client_configuration=configuration)
         except (ConfigException, OSError, ValueError, TypeError, yaml.YAMLError) as exc:
-            where = f"the kubeconfig {kubeconfig}" if kubeconfig else "the in-cluster credentials"
+            where = "the in-cluster credentials" if in_cluster else f"the kubeconfig {kubeconfig}"
             raise InvalidSettings([f"{where} cannot be used to read Kubernetes: {exc}"]) from exc
         configuration.retries = 1  # a read the model waits on fails fast and says so
         return cls(ApiClient(configuration), timeout_s)

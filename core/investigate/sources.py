@@ -4,7 +4,6 @@ in-cluster) and the change store; what is not configured stays None and its look
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -64,8 +63,7 @@ def missing_sources(settings: Settings) -> bool:
 def _sources(settings: Settings) -> tuple[list[str], list[str]]:
     named = [("Prometheus", bool(settings.prometheus_url), "OPSGATE_PROMETHEUS_URL"),
              ("Alertmanager", bool(settings.alertmanager_url), "OPSGATE_ALERTMANAGER_URL"),
-             ("Kubernetes", bool(settings.kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST")),
-              "OPSGATE_KUBECONFIG"),
+             ("Kubernetes", bool(settings.kubeconfig), "OPSGATE_KUBECONFIG"),
              ("recent changes", bool(settings.changes_token), "OPSGATE_CHANGES_TOKEN")]
     return ([name for name, set_, _ in named if set_],
             [f"{name} ({variable})" for name, set_, variable in named if not set_])

@@ -33,8 +33,8 @@ class InvestigationSettings(BaseModel):
     )
     kubeconfig: str | None = Field(
         default=None, description="A kubeconfig file for the Kubernetes read tools (pods, "
-        "deployments, events, logs, rollout history). Unset: in-cluster credentials when "
-        "running in a pod, else no Kubernetes source (the tools say so).",
+        "deployments, events, logs, rollout history), or `in-cluster` for the pod's own service "
+        "account. Unset: no Kubernetes source (the tools say so), even inside a cluster.",
     )
     kube_context: str | None = Field(
         default=None, description="The kubeconfig context to use. Unset: its current-context.",

@@ -406,18 +406,18 @@ def test_an_api_that_never_answers_times_out(world, tmp_path):
 
 
 def test_from_settings(world, tmp_path, monkeypatch):
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    assert KubernetesReader.from_settings(None, None) is None, "nothing set: no source"
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    assert KubernetesReader.from_settings(None, None) is None, \
+        "nothing set: no source, in a cluster too"
 
     with pytest.raises(InvalidSettings, match=r"the kubeconfig \S+missing cannot be used"):
         KubernetesReader.from_settings(str(tmp_path / "missing"), None)
     with pytest.raises(InvalidSettings, match="cannot be used to read Kubernetes"):
         KubernetesReader.from_settings(str(world.config), "no-such-context")
 
-    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
-    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
     with pytest.raises(InvalidSettings, match="the in-cluster credentials cannot be used"):
-        KubernetesReader.from_settings(None, None)  # no service account token on this machine
+        KubernetesReader.from_settings("in-cluster", None)  # no service account token here
 
 
 def test_each_reader_has_its_own_configuration(world):
