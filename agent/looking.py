@@ -14,8 +14,7 @@ from core.errors import OpsgateError, Unavailable
 from core.gateway import CallStatus, ToolCall, canonical_json
 from core.gateway.keys import short_digest
 from core.investigate.budget import TurnBudget, fit
-from core.investigate.looks import CaseLooks, LookRefused, Sources
-from core.investigate.scope import OutOfScope
+from core.investigate.looks import CaseLooks, Sources
 from core.investigate.sources import sources_of
 from core.investigate.templates import plan_for_case
 from core.investigate.tools import LOOKS, TemplateArgs
@@ -110,10 +109,8 @@ class Looking:
                     return plan_for_case(looks, args.template, args.component)
                 answered: dict[str, Any] = getattr(looks, name)(args)
                 return answered
-            except (LookRefused, OutOfScope) as refused:
-                return {"error": refused.message}
             except Unavailable as down:
                 return {"error": f"{down.message}; nothing was read; ask again later"}
-            except OpsgateError as failed:
-                return {"error": failed.message}
+            except OpsgateError as refused:  # out of scope, not configured, cannot be made
+                return {"error": refused.message}
         return read

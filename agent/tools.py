@@ -96,7 +96,6 @@ class CaseTools:
         self.mcp = mcp
         self._mcp_offered: dict[str, Offered] = {} if mcp is None else mcp.offered()
         self.looking = Looking(self)
-        self.looked: list[str] = []  # what this run looked at, in words, in order
         self.watch: Callable[[str], None] | None = None  # told each look as it starts
 
     @property
@@ -327,9 +326,8 @@ class CaseTools:
                                         "case's timeline"})
 
     def looking_at(self, words: str) -> None:
-        """What the run is looking at now ("querying http_5xx_ratio for payments-api"): kept
-        for the turn, and told to whoever watches (the thread's status line)."""
-        self.looked.append(words)
+        """What the run is looking at now ("querying http_5xx_ratio for payments-api"), told
+        to whoever watches (the thread's status line)."""
         if self.watch is not None:
             try:
                 self.watch(words)
