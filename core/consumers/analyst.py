@@ -29,7 +29,7 @@ from core.domain.messages import CommandPayload, Evidence, FindingsFacts, Topic,
 from core.errors import Unavailable
 from core.evidence.prometheus import CLIENT_GRACE_S
 from core.gateway import CallStatus, ToolCall, ToolCallFailed
-from core.investigate.looks import WINDOW_BEFORE, CaseLooks
+from core.investigate.looks import CaseLooks
 from core.investigate.scope import DEFAULT, Target
 from core.investigate.sources import case_looks
 from core.investigate.words import change_line
@@ -159,11 +159,11 @@ def _last_change(looks: CaseLooks, target: Target) -> list[str]:
     if changes is None or target.name == DEFAULT:
         return []
     try:
-        found = changes.recent([target.name], [target.workload or target.name],
-                               looks.opened_at - WINDOW_BEFORE, looks.opened_at, limit=1)
+        found = changes.last_before([target.name], [target.workload or target.name],
+                                    looks.opened_at)  # as the card finds it
     except Unavailable:
         return []
-    return [f"last change before the case: {change_line(found[0])}"] if found else []
+    return [f"last change before the case: {change_line(found)}"] if found else []
 
 
 def _firing(looks: CaseLooks, target: Target) -> list[str]:

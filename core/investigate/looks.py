@@ -65,6 +65,9 @@ class ChangeReads(Protocol):
     def recent(self, components: list[str], services: list[str], since: datetime,
                until: datetime, limit: int = 20) -> list[Any]: ...
 
+    def last_before(self, components: list[str], services: list[str],
+                    at: datetime) -> Any | None: ...
+
 
 @dataclass(frozen=True)
 class Sources:
