@@ -1,6 +1,7 @@
-"""The demo's stand-in service: the recorded Kubernetes world (``kube_world.demo_world``) served
-on 127.0.0.1 with a kubeconfig of the demo's own, the demo's catalog (``bot/sandbox/catalog``),
-and the checkout deploy that world remembers, recorded as CI would post it to ``/changes``."""
+"""The demo's stand-in service: the recorded Kubernetes world (``agent.world.kube_objects``),
+served on 127.0.0.1 with a kubeconfig of the demo's own, the demo's catalog
+(``bot/sandbox/catalog``), and the checkout deploy that world remembers, recorded as CI would
+post it to ``/changes``."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bot.sandbox.kube import KubeWorldServer, World
-from bot.sandbox.kube_world import REVISION, SHOP, demo_world
+from agent.world.kube_api import KubeWorldServer, World
+from agent.world.kube_objects import REVISION, SHOP, demo_world
 
 if TYPE_CHECKING:
     from core.bootstrap import App

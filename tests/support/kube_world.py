@@ -1,4 +1,4 @@
-"""The recorded Kubernetes world in the tests: ``kube_world`` serves one (``bot.sandbox.kube``,
+"""The recorded Kubernetes world in the tests: ``kube_world`` serves one (``agent.world.kube_api``,
 the demo's own stand-in for a cluster's API) and writes its kubeconfig; stopped at teardown."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.sandbox.kube import TOKEN, KubeWorldServer, World
-from bot.sandbox.kube_world import demo_world
+from agent.world.kube_api import TOKEN, KubeWorldServer, World
+from agent.world.kube_objects import demo_world
 
 __all__ = ["TOKEN", "KubeWorldServer", "World", "kube_world"]
 

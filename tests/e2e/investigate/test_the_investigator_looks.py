@@ -22,9 +22,9 @@ from langchain_core.messages import ToolMessage
 from sqlalchemy import Engine
 
 from agent.scripted import ScriptedChatModel
+from agent.world.kube_objects import BUSY_POD, INJECTED, INJECTED_POD
 from bot.card import card_message
 from bot.card_keeper import CardKeeper
-from bot.sandbox.kube_world import BUSY_POD, INJECTED, INJECTED_POD
 from core.api import create_api
 from core.consumers.analyst import Analyst
 from core.consumers.planner import Planner

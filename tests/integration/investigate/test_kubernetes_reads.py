@@ -21,7 +21,7 @@ import pytest
 import yaml
 from kubernetes.client import Configuration
 
-from bot.sandbox.kube_world import (
+from agent.world.kube_objects import (
     BUSY_POD,
     INJECTED,
     INJECTED_POD,

@@ -1,12 +1,12 @@
-"""The sandbox's Kubernetes API: a recorded world on 127.0.0.1, for the demo and the investigator's
-tests (a cluster cannot run on these machines), served by a real HTTPS server
+"""A stand-in Kubernetes API: a recorded world on 127.0.0.1, for the demo, the evaluation and the
+investigator's tests (a cluster cannot run on these machines), served by a real HTTPS server
 speaking the Kubernetes REST API as far as the official Python client and ``kubectl get`` need
 (discovery, list/get with label and field selectors, pod logs, ``Status`` errors), answering from
 a fixed set of objects and recording every request, so a test can show only reads were sent.
 
 A cluster cannot run on these machines; this is the one fake of the investigator's peers. The
 world is a list of objects as the API serves them (Pods, Deployments, ReplicaSets, HPAs, Events)
-plus container logs; ``bot/sandbox/kube_world.py`` builds the payments and checkout one.
+plus container logs; ``agent/world/kube_objects.py`` builds the payments and checkout one.
 
 It serves TLS with a certificate of its own (a CA made per process): ``kubectl``, like any
 client-go program, sends no bearer token over plain HTTP, and a cluster's API is HTTPS anyway."""
