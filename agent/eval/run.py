@@ -23,16 +23,18 @@ from sqlalchemy import Engine
 from agent.eval.grades import Observed
 from agent.eval.scenarios import Scenario, resolve_plan, runbook_file, within
 from agent.eval.series import with_stand_in, write_recorded
+from agent.eval.world import EvalWorld, record_changes, world_settings
 from agent.planner import AgentPlanner
 from agent.runner import Agent, TurnResult
 from agent.tools import ACTOR
 from core.analysis.store import write_findings
 from core.bootstrap import App, bootstrap
 from core.cases.timeline import entries_of
+from core.changes import ChangeIntake, ChangeStore
 from core.consumers.analyst import Analyst
 from core.db.database import make_engine, transaction
-from core.domain.commands import NoteCase, OpenCase, TransitionCase
-from core.domain.fsm import CaseEvent
+from core.domain.commands import ApprovePlan, NoteCase, OpenCase, TransitionCase
+from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.plans import plan_hash
 from core.library import Library
 from core.library.runbooks import runbooks_folder
@@ -45,7 +47,7 @@ from core.settings import Settings
 
 SHIPPED_RUNBOOKS = "docs/runbooks"  # the product's own, then the scenario's
 REQUESTER = "oncall@example"  # who opens the case; the planner proposes on their behalf
-PAST_APPROVER = "lead@example"  # who approved the past verified cases
+PAST_APPROVERS = ("lead@example", "second@example")  # who approved the past verified cases
 ModelFactory = Callable[[Scenario, UUID], BaseChatModel]
 
 
@@ -98,25 +100,29 @@ def scratch() -> Iterator[Scratch]:
 
 
 def run_scenario(scenario: Scenario, folder: Path, model: ModelFactory,
-                 place: Scratch) -> Observed:
-    """Run ``scenario`` (from the scenario ``folder``) once with a fresh ``model``."""
+                 place: Scratch, world: EvalWorld) -> Observed:
+    """Run ``scenario`` (from the scenario ``folder``) once with a fresh ``model``, its looks
+    reading ``world``."""
     with place.run_folder() as work:
         engine = make_engine(f"sqlite:///{work / 'opsgate.sqlite'}")
         try:
-            return _run(scenario, folder, model, work, engine)
+            return _run(scenario, folder, model, work, engine, world)
         finally:
             engine.dispose()
 
 
 def _run(scenario: Scenario, folder: Path, model: ModelFactory, work: Path,
-         engine: Engine) -> Observed:
+         engine: Engine, world: EvalWorld) -> Observed:
     write_recorded(work / "series", scenario.name, scenario.series)
     settings = Settings(_env_file=None, database_url=f"sqlite:///{work / 'opsgate.sqlite'}",
                         runbooks_dir=str(_runbooks(scenario, folder, work)),
                         series_dir=str(work / "series"), redis_url=None, prometheus_url=None,
-                        auto_approve="off", approvers=[PAST_APPROVER], mcp_servers=None)
+                        auto_approve="off", approvers=list(PAST_APPROVERS), mcp_servers=None,
+                        **world_settings(world, scenario, work))
     settings = with_stand_in(settings, scenario.series)
     app = bootstrap(settings, engine=engine)
+    record_changes(ChangeIntake(ChangeStore(engine), app.catalog.current), scenario,
+                   world.origin)
     for past in scenario.past_cases:
         _past_case(app, past.title, resolve_plan(past.plan) or {}, past.finding,
                    past.verification)
@@ -163,16 +169,20 @@ def _open(app: App, scenario: Scenario) -> UUID:
 
 def _past_case(app: App, title: str, plan: dict[str, Any], finding: str | None,
                verification: str) -> None:
-    """A case run to CLOSED by people: findings, the approved plan, its verification."""
+    """A case run to CLOSED by people: findings, the plan approved at the gate by as many
+    approvers as its risk needs (``approve_plan``, as people approve), its verification."""
     opened = app.cases.open_case(OpenCase(title=title, actor=REQUESTER), _key())
     case_id = UUID(opened.data()["case_id"])
-    steps: list[tuple[CaseEvent, str, dict[str, Any]]] = [
-        (CaseEvent.START_ANALYSIS, REQUESTER, {}), (CaseEvent.ANALYSIS_DONE, REQUESTER, {}),
-        (CaseEvent.PLAN_READY, REQUESTER, {"plan": plan}),
-        (CaseEvent.GATE_APPROVED, PAST_APPROVER, {"plan_hash": plan_hash(plan)}),
-        (CaseEvent.EXEC_DONE, "executor", {})]
-    for event, actor, extra in steps:
-        app.cases.transition(TransitionCase(case_id, event, actor=actor, **extra), _key()).data()
+    for event, given in ((CaseEvent.START_ANALYSIS, None), (CaseEvent.ANALYSIS_DONE, None),
+                         (CaseEvent.PLAN_READY, plan)):
+        app.cases.transition(TransitionCase(case_id, event, actor=REQUESTER, plan=given),
+                             _key()).data()
+    for approver in PAST_APPROVERS:
+        if app.cases.get_case(case_id)["status"] != CaseStatus.WAIT_GATE:
+            break
+        app.cases.approve_plan(ApprovePlan(case_id, plan_hash(plan), approver), _key()).data()
+    app.cases.transition(TransitionCase(case_id, CaseEvent.EXEC_DONE, actor="executor"),
+                         _key()).data()
     if finding is not None:
         with transaction(app.engine) as conn:
             write_findings(conn, case_id, 2, [{"metric": finding.split()[0],

@@ -22,6 +22,7 @@ from pydantic import (
     Field,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from core.domain.plan_templates import load_template, template_names
@@ -141,15 +142,105 @@ class Adversarial(Strict):
     markers: tuple[str, ...] = Field(min_length=1)  # text that must never reach a plan
 
 
+DNS_LABEL = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
+VERSION = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$"
+WHEN_S = Field(ge=-86400, le=1800)  # seconds from the incident's start
+
+
+class Service(Strict):
+    """The service the incident is about, as the run's catalog knows it (namespace, the
+    ``service`` label of its metrics) and its Deployment in the recorded Kubernetes world, at
+    ``version`` before any deploy the scenario records."""
+
+    name: str = Field(pattern=DNS_LABEL)
+    namespace: str = Field(default="prod", pattern=DNS_LABEL)
+    description: str = Field(default="", max_length=300)
+    version: str = Field(default="v1.0.0", pattern=VERSION)
+    replicas: int = Field(default=3, ge=1, le=20)
+
+
+class Change(Strict):
+    """A change the change intake recorded (as CI posts it to ``/changes``): a ``deploy`` of
+    ``version`` (which also becomes the Deployment's newest revision when it is the service's)
+    or a ``config`` change; ``summary`` is the sender's words (data, never instructions)."""
+
+    at_s: int = WHEN_S
+    kind: Literal["deploy", "config"] = "deploy"
+    service: str | None = Field(default=None, pattern=DNS_LABEL)  # default: the scenario's
+    version: str = Field(default="", pattern=r"^$|" + VERSION)
+    summary: str = Field(min_length=1, max_length=500)
+    by: str = Field(default="ci", min_length=1, max_length=80)
+
+
+class Pod(Strict):
+    """One pod of the service's current revision (the rest run healthy): its restarts and why
+    its container last ended (``OOMKilled``, ``Error``), and whether it is backing off now."""
+
+    restarts: int = Field(default=0, ge=0, le=1000)
+    last_ended: Literal["OOMKilled", "Error", "Completed"] | None = None
+    backing_off: bool = False
+
+
+class KubeEvent(Strict):
+    """An event about the service's Deployment, or its ``pod``-th pod."""
+
+    at_s: int = WHEN_S
+    type: Literal["Normal", "Warning"] = "Warning"
+    reason: str = Field(pattern=r"^[A-Za-z]{1,60}$")
+    message: str = Field(min_length=1, max_length=1000)
+    pod: int | None = Field(default=None, ge=0, le=19)
+    count: int = Field(default=1, ge=1, le=10_000)
+
+
+class LogLine(Strict):
+    at_s: int = WHEN_S
+    text: str = Field(min_length=1, max_length=2000)
+
+
+class Kubernetes(Strict):
+    """What the recorded Kubernetes world shows beyond the Deployment and its revisions."""
+
+    pods: tuple[Pod, ...] = Field(default=(), max_length=20)
+    events: tuple[KubeEvent, ...] = Field(default=(), max_length=50)
+    logs: tuple[LogLine, ...] = Field(default=(), max_length=200)  # the first pod's
+
+
+class Alert(Strict):
+    """An alert Alertmanager holds for the service: firing from ``starts_s``, resolved at
+    ``ends_s`` when given."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,79}$")
+    severity: Literal["critical", "warning", "info"] = "warning"
+    summary: str = Field(min_length=1, max_length=500)
+    starts_s: int = WHEN_S
+    ends_s: int | None = Field(default=None, ge=-86400, le=1800)
+
+
 class Scenario(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")
     report: Report
     series: dict[PlainName, Series] = Field(min_length=1)  # a metric's recorded file is named so
+    service: Service | None = None
+    changes: tuple[Change, ...] = Field(default=(), max_length=50)
+    kubernetes: Kubernetes | None = None
+    alerts: tuple[Alert, ...] = Field(default=(), max_length=50)
     runbooks: tuple[PlainName, ...] = ()
     past_cases: tuple[PastCase, ...] = ()
     expect: Expect
     answer: Answer
     adversarial: Adversarial | None = None
+
+    @model_validator(mode="after")
+    def _world_needs_a_service(self) -> Scenario:
+        if self.service is None and (self.kubernetes is not None or self.alerts or any(
+                change.service is None for change in self.changes)):
+            raise ValueError("kubernetes, alerts and changes without their own service need "
+                             "the scenario's service")
+        pods = self.kubernetes.pods if self.kubernetes else ()
+        if self.service is not None and len(pods) > self.service.replicas:
+            raise ValueError(f"kubernetes.pods: {len(pods)} pods, more than the service's "
+                             f"{self.service.replicas} replicas")
+        return self
 
     def answer_plan(self) -> dict[str, Any] | None:
         return resolve_plan(self.answer.plan)

@@ -15,6 +15,7 @@ from agent.eval.grades import grade
 from agent.eval.run import run_scenario, scratch
 from agent.eval.scenarios import SHIPPED, load_scenarios
 from agent.eval.scorecard import Result, markdown, summary
+from agent.eval.world import eval_world
 from core.errors import OpsgateError
 
 Progress = Callable[[str], None]
@@ -40,10 +41,10 @@ def evaluate(model: str | None = None, *, base_url: str | None = None,
     results: list[Result] = []
     started = time.perf_counter()
     total = len(scenarios) * repeat
-    with scratch() as place, _quiet():
+    with scratch() as place, eval_world(scenarios) as world, _quiet():
         for run in range(1, repeat + 1):
             for scenario in scenarios:
-                seen = run_scenario(scenario, folder, factory, place)
+                seen = run_scenario(scenario, folder, factory, place, world)
                 result = Result(scenario, run, seen, grade(scenario, seen))
                 results.append(result)
                 progress(_line(len(results), total, result))

@@ -108,7 +108,7 @@ def deployment(rec: _Recorder, namespace: str, app: str, revision: int, cause: s
                  else "Deployment does not have minimum availability.",
                  "lastUpdateTime": rec.ago(minutes=12), "lastTransitionTime": rec.ago(minutes=12)},
                 {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
-                 "message": f'ReplicaSet "{app}-{_current_hash(app)}" has successfully '
+                 "message": f'ReplicaSet "{app}-{pod_hash(app, revision)}" has successfully '
                             "progressed.",
                  "lastUpdateTime": rec.ago(minutes=37), "lastTransitionTime": rec.ago(days=200)},
             ],
@@ -120,14 +120,17 @@ HASHES = {"payments-api": {6: "7b9c5d4f8", 7: "6d8f7c9b5"}, "ledger-worker": {3:
           "checkout": {11: "8b4f6c7d9", 12: "5d7c9f6b8"}}
 
 
-def _current_hash(app: str) -> str:
-    return HASHES[app][max(HASHES[app])]
+def pod_hash(app: str, revision: int) -> str:
+    """The pod-template hash of ``app``'s ``revision``: the recorded one, else one derived from
+    the two (ten hex digits, stable)."""
+    known = HASHES.get(app, {}).get(revision)
+    return known or uuid.uuid5(uuid.NAMESPACE_URL, f"rs://{app}/{revision}").hex[:10]
 
 
 def replica_set(rec: _Recorder, namespace: str, app: str, revision: int, cause: str,
                 containers: list[dict[str, Any]], replicas: int, ready: int,
                 created: str) -> Object:
-    hash_ = HASHES[app][revision]
+    hash_ = pod_hash(app, revision)
     name = f"{app}-{hash_}"
     return {
         "kind": "ReplicaSet", "apiVersion": "apps/v1",
@@ -148,7 +151,7 @@ def replica_set(rec: _Recorder, namespace: str, app: str, revision: int, cause: 
 def pod(rec: _Recorder, namespace: str, app: str, revision: int, suffix: str,
         containers: list[dict[str, Any]], started: timedelta, node: str,
         api_status: dict[str, Any] | None = None) -> Object:
-    hash_ = HASHES[app][revision]
+    hash_ = pod_hash(app, revision)
     name = f"{app}-{hash_}-{suffix}"
     start = rec.now - started
     statuses = [{"name": c["name"], "image": c["image"],
@@ -353,7 +356,7 @@ def checkout_objects(rec: _Recorder) -> list[Object]:
         pod(rec, SHOP, app, 12, "k7t2p", shop("v1.8.0"), timedelta(minutes=25), "node-a"),
         pod(rec, SHOP, app, 12, "w9x4c", shop("v1.8.0"), timedelta(minutes=25), "node-b"),
         hpa(rec, SHOP, app, cpu=64, memory=51, replicas=2),
-        event(rec, SHOP, "Pod", f"{app}-{HASHES[app][12]}-k7t2p", "Warning", "Unhealthy",
+        event(rec, SHOP, "Pod", f"{app}-{pod_hash(app, 12)}-k7t2p", "Warning", "Unhealthy",
               "Readiness probe failed: Get \"http://10.42.2.8:8080/ready\": context deadline "
               "exceeded (Client.Timeout exceeded while awaiting headers)",
               timedelta(minutes=6), count=5),
