@@ -114,11 +114,11 @@ def run_scenario(scenario: Scenario, folder: Path, model: ModelFactory,
 def _run(scenario: Scenario, folder: Path, model: ModelFactory, work: Path,
          engine: Engine, world: EvalWorld) -> Observed:
     write_recorded(work / "series", scenario.name, scenario.series)
+    where = {"prometheus_url": None, **world_settings(world, scenario, work)}
     settings = Settings(_env_file=None, database_url=f"sqlite:///{work / 'opsgate.sqlite'}",
                         runbooks_dir=str(_runbooks(scenario, folder, work)),
-                        series_dir=str(work / "series"), redis_url=None, prometheus_url=None,
-                        auto_approve="off", approvers=list(PAST_APPROVERS), mcp_servers=None,
-                        **world_settings(world, scenario, work))
+                        series_dir=str(work / "series"), redis_url=None, auto_approve="off",
+                        approvers=list(PAST_APPROVERS), mcp_servers=None, **where)
     settings = with_stand_in(settings, scenario.series)
     app = bootstrap(settings, engine=engine)
     record_changes(ChangeIntake(ChangeStore(engine), app.catalog.current), scenario,

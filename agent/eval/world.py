@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import httpx
+import yaml  # type: ignore[import-untyped]
 
 from agent.eval.scenarios import Scenario, Service, within
 from agent.eval.series import RECORDED_FROM_S, RECORDED_TO_S, STEP_S, value_at
@@ -305,11 +306,13 @@ def _events(scenario: Scenario, rec: _Recorder, origin: datetime,
 
 
 def catalog_text(scenario: Scenario) -> str:
-    """The run's catalog: the scenario's service as a Backstage component (JSON is YAML)."""
+    """The run's catalog: the scenario's service as a Backstage component, owned by on-call."""
     assert scenario.service is not None
     service = scenario.service
     labels = ",".join(f"{k}={v}" for k, v in labels_of(scenario, service.name).items())
-    return json.dumps({
+    owner = {"apiVersion": "backstage.io/v1alpha1", "kind": "Group",
+             "metadata": {"name": "oncall"}, "spec": {"type": "team", "children": []}}
+    return yaml.safe_dump_all([owner, {
         "apiVersion": "backstage.io/v1alpha1", "kind": "Component",
         "metadata": {"name": service.name, "title": service.name,
                      "description": service.description or f"The {service.name} service.",
@@ -319,7 +322,7 @@ def catalog_text(scenario: Scenario) -> str:
                                          f"app={service.name}",
                                      "opsgate.dev/metric-labels": labels}},
         "spec": {"type": "service", "lifecycle": "production", "owner": "group:default/oncall"},
-    }, indent=2)
+    }], sort_keys=False)
 
 
 def change_bodies(scenario: Scenario, origin: datetime) -> list[bytes]:
