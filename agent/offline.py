@@ -26,7 +26,16 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from agent.evidence import evidence_of, findings_cited, learned_from, learned_plan
-from agent.offline_looks import made_plan, next_looks
+from agent.offline_evidence import Decision
+from agent.offline_looks import (
+    Answers,
+    decision,
+    made_plan,
+    next_looks,
+    template_call,
+    with_checks,
+    written_plan,
+)
 from agent.usage import estimate_usage
 from core.consumers.planner import DEFAULT_TEMPLATE, choose_template
 from core.domain.fsm import CaseStatus
@@ -34,6 +43,22 @@ from core.domain.plan_templates import load_template, template_names
 
 CASE_ID = re.compile(r"case ([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
 WANTS_PLAN = ("plan", "propose", "fix", "mitigat", "remediat")
+ACTIONS = {"rollback": "roll the change back", "restart": "restart the component",
+           "scale": "scale the component out", "failover": "fail over to the standby",
+           "no change": "change nothing", "learned": "do what resolved the past case"}
+
+
+def answers_of(messages: Sequence[BaseMessage]) -> Answers:
+    """Every tool answer among ``messages``, by tool, with the arguments it was asked with."""
+    asked = {call["id"]: call for m in messages if isinstance(m, AIMessage)
+             for call in m.tool_calls}
+    found: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    for message in messages:
+        if isinstance(message, ToolMessage):
+            call = asked.get(message.tool_call_id)
+            args = dict(call["args"]) if call is not None else {}
+            found.setdefault(str(message.name), []).append((args, _json(message.content)))
+    return Answers(found)
 
 
 def _json(content: Any) -> dict[str, Any]:
@@ -75,8 +100,8 @@ class OfflinePlannerModel(BaseChatModel):
         start = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)),
                     default=0)
         request = str(messages[start].content) if messages else ""
-        results = {str(m.name): _json(m.content) for m in messages[start:]
-                   if isinstance(m, ToolMessage)}
+        answers = answers_of(messages[start:])
+        results = {name: dict(found[-1][1]) for name, found in answers.by_tool.items()}
         turn = sum(isinstance(m, AIMessage) for m in messages)
         evidence = evidence_of(messages)
         if case_id is None:
@@ -87,35 +112,65 @@ class OfflinePlannerModel(BaseChatModel):
         case = results.get("get_case", {})
         title = str(case.get("title", ""))
         if "propose_plan" in results:
-            learned = learned_plan(evidence, title) is not None
-            return AIMessage(content=self._proposal_answer(results["propose_plan"],
-                                                           evidence if learned else {},
-                                                           findings_cited(evidence)))
+            return AIMessage(content=self._proposal_answer(results["propose_plan"], evidence,
+                                                           answers, case))
         status = self._status(case, results.get("record_findings"))
         wants_plan = any(word in request.lower() for word in WANTS_PLAN)
         if wants_plan and status == CaseStatus.ANALYZING and "record_findings" not in results:
             return self._calls(turn, [("record_findings", {
                 "case_id": case_id, "summary": self._findings(title, results, evidence)})])
         if wants_plan and status == CaseStatus.PLANNING:
-            return self._plan_turn(turn, case_id, case, results, evidence, f"{title} {request}")
+            return self._plan_turn(turn, case_id, case, answers, evidence, f"{title} {request}")
         return AIMessage(content=self._status_answer(case, status, results))
 
-    def _plan_turn(self, turn: int, case_id: str, case: dict[str, Any],
-                   results: dict[str, dict[str, Any]], evidence: dict[str, Any],
-                   incident: str) -> AIMessage:
-        """The learned plan; else look at the service first (``agent.offline_looks``) and
-        propose the template made for its component — or, when it cannot be made, say why."""
+    def _plan_turn(self, turn: int, case_id: str, case: dict[str, Any], answers: Answers,
+                   evidence: dict[str, Any], incident: str) -> AIMessage:
+        """Look at the service first (``agent.offline_looks``), decide from what it showed
+        (``agent.offline_evidence``), write the findings citing the looks, then propose the
+        plan made for the component — or say why there is none."""
+        looks = next_looks(case_id, case, answers, incident)
+        if looks:
+            return self._calls(turn, looks)
+        if not answers.ok("recent_changes") and not answers.ok("query_metrics"):
+            return self._unlooked(turn, case_id, case, answers, evidence, incident)
+        chosen = decision(case, answers, learned_plan(evidence, str(case.get("title", ""))))
+        if not answers.asked("record_findings"):
+            return self._calls(turn, [("record_findings", {
+                "case_id": case_id, "summary": self._cited(chosen, evidence)})])
+        template = template_call(chosen)
+        if template and not answers.asked("plan_template"):
+            return self._calls(turn, template)
+        plan, refused = self._plan_for(chosen, answers, evidence, str(case.get("title", "")))
+        if plan is None:
+            return AIMessage(content=f"{chosen.findings()} I did not propose a plan: "
+                                     f"{refused or 'no plan could be written for it'}.")
+        return self._calls(turn, [("propose_plan", {"case_id": case_id, "plan": plan})])
+
+    def _unlooked(self, turn: int, case_id: str, case: dict[str, Any], answers: Answers,
+                  evidence: dict[str, Any], incident: str) -> AIMessage:
+        """Nothing could be looked at (no catalog, no component): the plan that resolved the
+        most similar verified case, else the template the words pick, as written."""
         plan = learned_plan(evidence, str(case.get("title", "")))
         if plan is None:
-            looks = next_looks(case_id, case, results, incident)
-            if looks:
-                return self._calls(turn, looks)
-            plan, refused = made_plan(results)
-            if refused is not None:
-                return AIMessage(content=f"I did not propose a plan: {refused}.")
-        if plan is None:
-            plan = load_template(self._template(incident, results))
+            latest = {name: dict(found[-1][1]) for name, found in answers.by_tool.items()}
+            plan = load_template(self._template(incident, latest))
         return self._calls(turn, [("propose_plan", {"case_id": case_id, "plan": plan})])
+
+    def _plan_for(self, chosen: Decision, answers: Answers, evidence: dict[str, Any],
+                  title: str) -> tuple[dict[str, Any] | None, str | None]:
+        if chosen.action == "learned":
+            return learned_plan(evidence, title), None
+        if template_call(chosen):
+            made, refused = made_plan(answers)
+            return (None, refused) if made is None else (with_checks(made, chosen), None)
+        return written_plan(chosen, answers), None
+
+    @staticmethod
+    def _cited(chosen: Decision, evidence: dict[str, Any]) -> str:
+        """The findings: what the looks showed, the decision, and the past case it follows."""
+        source = f"; the plan is the one {learned_from(evidence)}" \
+            if chosen.action == "learned" else ""
+        return f"Offline planner: {chosen.findings()[:-1]}{source} → {ACTIONS[chosen.action]}."
 
     @staticmethod
     def _case_id(messages: Sequence[BaseMessage]) -> str | None:
@@ -162,14 +217,24 @@ class OfflinePlannerModel(BaseChatModel):
         return "; ".join(part for part in parts if part) + "."
 
     @staticmethod
-    def _proposal_answer(result: dict[str, Any], learned: dict[str, Any], cited: str) -> str:
-        """``learned``: the evidence whose best plan was proposed (empty for a template);
-        ``cited``: the analyst's findings it rests on ("" when there are none)."""
+    def _proposal_answer(result: dict[str, Any], evidence: dict[str, Any], answers: Answers,
+                         case: dict[str, Any]) -> str:
+        """What was proposed, and what it rests on: the looks' findings, else the analyst's."""
         if result.get("error"):
             return f"I could not propose a plan: {json.dumps(result.get('error'))[:300]}"
         digest = str((result.get("result") or {}).get("plan_hash", ""))[:12]
-        source = f", {learned_from(learned)}" if learned else ""
-        basis = f" It rests on the analyst's {cited[:400]}." if cited else ""
+        learned = learned_plan(evidence, str(case.get("title", ""))) is not None
+        findings = (answers.first("record_findings") or {})
+        said = str(((findings.get("result") or {}).get("summary")) or "")
+        if answers.ok("query_metrics") or answers.ok("recent_changes"):
+            chosen = decision(case, answers, learned_plan(evidence, str(case.get("title", ""))))
+            basis = f" It rests on what I looked at: {chosen.findings()}"
+        else:
+            cited = findings_cited(evidence)
+            basis = (f" It rests on the analyst's {cited[:400]}." if cited else
+                     " I could look at nothing (no catalog component): the plan follows the "
+                     "incident's words and nothing was checked.")
+        source = f", {learned_from(evidence)}" if learned and not said else ""
         return (f"I proposed plan {digest}{source}.{basis} It waits at the gate: an authorized "
                 "human must approve it; I cannot execute or approve plans.")
 

@@ -1,70 +1,180 @@
-"""How the offline planner looks at the service before it proposes: it finds the case's component
-in the catalog and names it, reads what changed in it, and has the plan template made for it
-(``plan_template``). A deploy of the component shortly before the case opened makes the plan a
-rollback of that deploy; otherwise the incident's words pick the template, as before. Without a
-catalog every look answers an error and the template is proposed as the operator wrote it."""
+"""How the offline planner investigates before it proposes, in the order a careful SRE would: find
+the case's component in the catalog and name it; list its metrics and read each over the last
+two hours; read its alerts, recent changes, pods and events; then decide from what they showed
+(``agent.offline_evidence``) and have the plan made for the component (``plan_template``) or
+write it. Without a catalog it looks at nothing and the incident's words pick a template, as
+written — and it says that nothing was checked."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from core.consumers.planner import choose_template
+from agent.offline_evidence import Decision, Looked, decide
+from core.domain.plan_templates import load_template
 
-ROLLBACK_TEMPLATE = "k8s.rollout.canary"
-RECENT = timedelta(hours=6)
 Calls = list[tuple[str, dict[str, Any]]]
+WINDOW = timedelta(hours=2)
+MAX_METRICS = 6
+TEMPLATES = {"rollback": "k8s.rollout.canary", "restart": "script.restart"}
 
 
-def next_looks(case_id: str, case: Mapping[str, Any], results: Mapping[str, Any],
+@dataclass(frozen=True)
+class Answers:
+    """The looks of this turn: each tool's answers, in the order they came."""
+
+    by_tool: Mapping[str, Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]]
+
+    def first(self, name: str) -> Mapping[str, Any] | None:
+        found = self.by_tool.get(name) or ()
+        return found[0][1] if found else None
+
+    def asked(self, name: str) -> bool:
+        return name in self.by_tool
+
+    def ok(self, name: str) -> list[Mapping[str, Any]]:
+        return [answer for _, answer in self.by_tool.get(name) or () if _ok(answer)]
+
+
+def next_looks(case_id: str, case: Mapping[str, Any], answers: Answers,
                incident: str) -> Calls | None:
-    """The looks still to take before a plan can be chosen; None once every one answered."""
-    if "find_components" not in results and not case.get("components"):
+    """The looks still to take before a decision; None once every one answered."""
+    if not case.get("components") and not answers.asked("find_components"):
         return [("find_components", {"query": incident[:300]})]
-    found = _ok(results.get("find_components"))
-    if found and not case.get("components") and "name_components" not in results:
+    found = _ok(answers.first("find_components"))
+    if found and not case.get("components") and not answers.asked("name_components"):
         best = (found.get("components") or [{}])[0].get("name")
         if best:
             return [("name_components", {"case_id": case_id, "components": [best]})]
-    if not _known_component(case, results):
-        if found is not None and "plan_template" not in results:  # a catalog, no component
-            return [("plan_template", {"template": choose_template(incident)})]
+    if not _component(case, answers):
         return None
-    if "recent_changes" not in results:
-        return [("recent_changes", {})]
-    if "plan_template" not in results:
-        return [("plan_template", {"template": template_for(case, results, incident)})]
+    if not answers.asked("list_metrics"):
+        return [("list_metrics", {})]
+    if not answers.asked("query_metrics"):
+        return _metric_reads(case, answers) or _other_looks()
+    if not answers.asked("recent_changes"):
+        return _other_looks()
     return None
 
 
-def template_for(case: Mapping[str, Any], results: Mapping[str, Any], incident: str) -> str:
-    """A rollback when the component was deployed within six hours before the case opened;
-    else the template the incident's words pick."""
-    opened = _instant(str(case.get("created_at", "")))
-    changes = _ok(results.get("recent_changes")) or {}
-    deployed = [_instant(str(c.get("happened_at", ""))) for c in changes.get("changes", [])
-                if c.get("kind") == "deploy"]
-    if opened is not None and any(at is not None and opened - RECENT <= at <= opened
-                                  for at in deployed):
-        return ROLLBACK_TEMPLATE
-    return choose_template(incident)
+def _metric_reads(case: Mapping[str, Any], answers: Answers) -> Calls:
+    listing = _ok(answers.first("list_metrics")) or {}
+    selector = str(listing.get("selector") or "")
+    names = [str(n) for n in listing.get("metrics") or ()][:MAX_METRICS]
+    opened = _instant(str(case.get("created_at", ""))) or datetime.now(UTC)
+    start = (opened - WINDOW).isoformat().replace("+00:00", "Z")
+    return [("query_metrics", {"query": f"{name}{selector}", "start": start, "step_s": 60})
+            for name in names]
 
 
-def made_plan(results: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+def _other_looks() -> Calls:
+    return [("list_alerts", {}), ("recent_changes", {"hours": 24}),
+            ("kube_objects", {"kind": "deployments"}), ("kube_objects", {"kind": "pods"}),
+            ("kube_events", {"since_minutes": 120})]
+
+
+def looked(answers: Answers) -> Looked:
+    refused = [str(answer.get("error")) for _, answer in answers.by_tool.get("query_metrics", ())
+               if answer.get("error")] or [str((answers.first("list_metrics") or {}).get(
+                   "error") or "")]
+    return Looked(metrics=answers.ok("query_metrics"),
+                  changes=[c for a in answers.ok("recent_changes") for c in a.get("changes", ())],
+                  alerts=answers.ok("list_alerts"),
+                  pods=[a for a in answers.ok("kube_objects") if a.get("kind") == "pods"],
+                  events=answers.ok("kube_events"),
+                  metrics_refused=next((r for r in refused if r), None))
+
+
+def decision(case: Mapping[str, Any], answers: Answers,
+             past_plan: Mapping[str, Any] | None) -> Decision:
+    opened = _instant(str(case.get("created_at", ""))) or datetime.now(UTC)
+    return decide(looked(answers), opened, past_plan)
+
+
+def template_call(chosen: Decision) -> Calls | None:
+    """The ``plan_template`` look the decision needs (a rollback, a restart), else None."""
+    if chosen.action == "rollback" and (chosen.change or {}).get("kind") == "config":
+        return None
+    name = TEMPLATES.get(chosen.action)
+    return [("plan_template", {"template": name})] if name else None
+
+
+def written_plan(chosen: Decision, answers: Answers) -> dict[str, Any] | None:
+    """The plan for a decision no template is made for, written from what the looks showed."""
+    where = _where(answers)
+    if chosen.action == "failover":
+        plan = load_template("gateway.flip.failover")
+    elif chosen.action == "no change":
+        plan = load_template("noop")
+        plan["title"] = "No change: " + (chosen.because[-1] if chosen.because else
+                                         "nothing was found to act on")
+    elif chosen.action == "scale" and where is not None:
+        plan = _scale(*where)
+    elif chosen.action == "rollback" and where is not None:
+        plan = _undo(*where, chosen.change or {})
+    else:
+        return None
+    return with_checks(plan, chosen)
+
+
+def with_checks(plan: dict[str, Any], chosen: Decision) -> dict[str, Any]:
+    """``plan`` checked by what the looks showed is wrong (when they showed something)."""
+    made = dict(plan)
+    if chosen.checks:
+        made["verify"] = {"checks": [dict(check) for check in chosen.checks]}
+    made["title"] = str(made.get("title", "plan"))[:200]
+    return made
+
+
+def made_plan(answers: Answers) -> tuple[dict[str, Any] | None, str | None]:
     """The plan ``plan_template`` made, or why it could not be made (None, None: not asked)."""
-    answer = results.get("plan_template")
+    answer = answers.first("plan_template")
     if answer is None:
         return None, None
     made = _ok(answer)
     if made and isinstance(made.get("plan"), dict):
-        return made["plan"], None
+        return dict(made["plan"]), None
     return None, str(answer.get("error") or "the template could not be made for this case")
 
 
-def _known_component(case: Mapping[str, Any], results: Mapping[str, Any]) -> bool:
-    named = _ok(results.get("name_components"))
-    return bool(case.get("components")) or named is not None
+def _scale(namespace: str, deployment: str, replicas: int) -> dict[str, Any]:
+    target = f"{namespace}/{deployment}"
+    return {"title": f"Scale {target} out from {replicas} to {replicas * 2} replicas",
+            "risk_score": 0.3,
+            "steps": [{"action": "script.exec", "params": {"argv": [
+                "scale-deployment", target, f"--replicas={replicas * 2}"]}, "timeout_s": 300,
+                "retry": 1}],
+            "rollback": {"action": "script.exec", "params": {"argv": [
+                "scale-deployment", target, f"--replicas={replicas}"]}}}
+
+
+def _undo(namespace: str, deployment: str, _replicas: int,
+          change: Mapping[str, Any]) -> dict[str, Any]:
+    what = f"{change.get('kind', 'change')} {change.get('version') or ''}".strip()
+    return {"title": f"Roll {namespace}/{deployment} back to its revision before the {what}",
+            "risk_score": 0.4,
+            "steps": [{"action": "k8s.rollout", "params": {
+                "operation": "undo", "namespace": namespace, "deployment": deployment},
+                "timeout_s": 600, "retry": 1}],
+            "rollback": {"action": "k8s.rollout", "params": {
+                "operation": "restart", "namespace": namespace, "deployment": deployment}}}
+
+
+def _where(answers: Answers) -> tuple[str, str, int] | None:
+    """(namespace, deployment, desired replicas) of the component's first Deployment."""
+    for answer in answers.ok("kube_objects"):
+        found = answer.get("deployments") or [] if answer.get("kind") == "deployments" else []
+        for deployment in found:
+            desired = (deployment.get("replicas") or {}).get("desired") or 1
+            if answer.get("namespace") and deployment.get("name"):
+                return str(answer["namespace"]), str(deployment["name"]), int(desired)
+    return None
+
+
+def _component(case: Mapping[str, Any], answers: Answers) -> bool:
+    return bool(case.get("components")) or _ok(answers.first("name_components")) is not None
 
 
 def _ok(answer: Any) -> dict[str, Any] | None:

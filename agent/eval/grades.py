@@ -16,7 +16,8 @@ from core.domain.fsm import CaseStatus
 from core.domain.plans import ParsedPlan, PlanStep, parsed_or_none
 
 PAST_THE_GATE = (CaseStatus.EXECUTING, CaseStatus.VERIFYING, CaseStatus.CLOSED)
-ROLLBACK_WORDS = re.compile(r"last[-_ ]?known[-_ ]?good|previous|roll[-_ ]?back|revert", re.I)
+ROLLBACK_WORDS = re.compile(r"last[-_ ]?known[-_ ]?good|previous|roll[-_ ]?back|revert|"
+                            r"\broll\b[^.]{0,80}?\bback\b", re.I)
 
 
 @dataclass(frozen=True)
