@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TypedDict
 
 WORD = re.compile(r"[a-z0-9]+")
+CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]{2,}")
 HEADING = re.compile(r"^#\s+(.+)$", re.MULTILINE)
 TEMPLATE = re.compile(r"plan template `([a-z0-9_.-]+)`")
 STOP = frozenset({"a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "in", "is",
@@ -70,7 +71,11 @@ def load_runbooks(folder: Path) -> list[Runbook]:
 
 
 def words(text: str) -> set[str]:
-    return {w for w in WORD.findall(text.lower()) if w not in STOP and len(w) > 1}
+    """The words of ``text`` a search matches on: Latin words and digits, and each pair of
+    neighbouring characters in a run of CJK text (Chinese is written without spaces)."""
+    lowered = text.lower()
+    latin = {w for w in WORD.findall(lowered) if w not in STOP and len(w) > 1}
+    return latin | {run[i:i + 2] for run in CJK.findall(lowered) for i in range(len(run) - 1)}
 
 
 def rank(query: str, books: Iterable[Runbook]) -> list[tuple[int, Runbook]]:
