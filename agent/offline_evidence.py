@@ -4,8 +4,8 @@ them. Pure — it reads the answers of ``query_metrics``, ``recent_changes``, ``
 the way a careful SRE would, in this order:
 
 1. no metric is anomalous now (an anomaly that ended before the report, or none) → no change;
-2. a verified past case whose plan checks a metric that is anomalous now → that plan;
-3. a deploy or config change of the component shortly before the change point → roll it back;
+2. a deploy or config change of the component shortly before the change point → roll it back;
+3. a verified past case whose plan checks a metric that is anomalous now → that plan;
 4. a working set climbing (or pods killed for memory) with no change → restart;
 5. errors at a wall while a standby shows headroom → fail over;
 6. CPU saturated under a growing request rate → scale out;
@@ -136,12 +136,12 @@ def decide(looked: Looked, opened_at: datetime, past_plan: Mapping[str, Any] | N
         return _no_change(signals)
     said = tuple(s.said() for s in ongoing)
     checks = tuple(_check(s) for s in ongoing[:2])
-    if past_plan is not None and _plan_checks(past_plan) & {s.metric for s in ongoing}:
-        return Decision("learned", said, checks)
     onset = min((s.changed_at for s in ongoing if s.changed_at), default=opened_at)
     change = _cause(looked.changes, onset)
     if change is not None:
         return Decision("rollback", (*said, _change_said(change, onset)), checks, change)
+    if past_plan is not None and _plan_checks(past_plan) & {s.metric for s in ongoing}:
+        return Decision("learned", said, checks)
     return _without_change(looked, signals, ongoing, said, checks)
 
 

@@ -70,11 +70,17 @@ def load_runbooks(folder: Path) -> list[Runbook]:
     return books
 
 
+def _singular(word: str) -> str:
+    """``services`` and ``service`` are one word to a search (a plural's ``s`` goes)."""
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") \
+        else word
+
+
 def words(text: str) -> set[str]:
-    """The words of ``text`` a search matches on: Latin words and digits, and each pair of
+    """The words of ``text`` a search matches on: Latin words (singular) and digits, each pair of
     neighbouring characters in a run of CJK text (Chinese is written without spaces)."""
     lowered = text.lower()
-    latin = {w for w in WORD.findall(lowered) if w not in STOP and len(w) > 1}
+    latin = {_singular(w) for w in WORD.findall(lowered) if w not in STOP and len(w) > 1}
     return latin | {run[i:i + 2] for run in CJK.findall(lowered) for i in range(len(run) - 1)}
 
 
