@@ -17,6 +17,7 @@ and the thread may be wrong, or hostile."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -118,8 +119,8 @@ class Looked:
 
     def signals(self) -> list[Signal]:
         found = []
-        for answer in self.metrics:
-            for series in answer.get("series") or ():
+        for answer in _maps(self.metrics):
+            for series in _maps(answer.get("series")):
                 signal = _signal(answer, series)
                 if signal is not None:
                     found.append(signal)
@@ -193,7 +194,7 @@ def _without_metrics(looked: Looked, opened_at: datetime) -> Decision:
 
 def _cause(changes: Iterable[Mapping[str, Any]], onset: datetime) -> Mapping[str, Any] | None:
     """The latest change of the component in [onset - 1 h, onset + 3 min]."""
-    near = [(at, c) for c in changes if (at := _instant(c.get("happened_at"))) is not None
+    near = [(at, c) for c in _maps(list(changes)) if (at := _instant(c.get("happened_at"))) is not None
             and onset - CHANGE_BEFORE <= at <= onset + CHANGE_AFTER]
     return max(near, key=lambda pair: pair[0])[1] if near else None
 
@@ -210,16 +211,17 @@ def _change_said(change: Mapping[str, Any], onset: datetime, what: str = "it beg
 
 def _oom_killed(pods: Iterable[Mapping[str, Any]]) -> list[str]:
     killed = []
-    for answer in pods:
-        for pod in answer.get("pods") or ():
+    for answer in _maps(list(pods)):
+        for pod in _maps(answer.get("pods")):
             if "OOMKilled" in str(pod.get("last_termination") or ""):
                 killed.append(f"pod {pod.get('name', '?')} was OOMKilled (kube_objects)")
     return killed[:2]
 
 
 def _plan_checks(plan: Mapping[str, Any]) -> set[str]:
-    checks = (plan.get("verify") or {}).get("checks") or ()
-    return {str(check.get("metric")) for check in checks if isinstance(check, Mapping)}
+    verify = plan.get("verify")
+    checks = _maps(verify.get("checks")) if isinstance(verify, Mapping) else []
+    return {str(check.get("metric")) for check in checks}
 
 
 def _check(signal: Signal) -> dict[str, Any]:
@@ -228,15 +230,25 @@ def _check(signal: Signal) -> dict[str, Any]:
             "for_s": 300}
 
 
+def _maps(found: Any) -> list[Mapping[str, Any]]:
+    """The mappings among ``found`` (a tool's list, as far as it is one)."""
+    if not isinstance(found, list | tuple):
+        return []
+    return [item for item in found if isinstance(item, Mapping)]
+
+
 def _signal(answer: Mapping[str, Any], series: Mapping[str, Any]) -> Signal | None:
-    labels = series.get("labels") or {}
-    metric = str(labels.get("__name__") or _metric_of(str(answer.get("query", ""))))
+    labels = series.get("labels")
+    named = labels.get("__name__") if isinstance(labels, Mapping) else None
+    metric = str(named or _metric_of(str(answer.get("query", ""))))
     values = [series.get(k) for k in ("first", "last", "max")]
-    if not metric or not all(isinstance(v, int | float) for v in values):
+    if not metric or not all(isinstance(v, int | float) and not isinstance(v, bool)
+                             and math.isfinite(v) for v in values):
         return None
-    first, last, peak = (float(v) for v in values)  # type: ignore[arg-type]
-    change = series.get("change") or {}
-    return Signal(metric, first, last, peak, _instant(change.get("at")))
+    first, last, peak = (float(v) for v in values)
+    change = series.get("change")
+    return Signal(metric, first, last, peak,
+                  _instant(change.get("at")) if isinstance(change, Mapping) else None)
 
 
 def _metric_of(query: str) -> str:
