@@ -219,4 +219,5 @@ def observe(app: App, scenario: str, case_id: UUID, agent: RecordingAgent,
         malformed_calls=tools.get("malformed_calls", 0),
         refused=tuple(str(row["reason"]) for row in timeline if row["event"] == "agent_refused"),
         approvals=sum(row["event"] == CaseEvent.GATE_APPROVED for row in timeline),
-        seconds=agent.seconds, error=error)
+        seconds=agent.seconds, error=error, looks=tools.get("looks", 0),
+        looks_over_budget=tools.get("looks_over_budget", 0))

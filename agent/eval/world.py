@@ -312,7 +312,7 @@ def catalog_text(scenario: Scenario) -> str:
     labels = ",".join(f"{k}={v}" for k, v in labels_of(scenario, service.name).items())
     owner = {"apiVersion": "backstage.io/v1alpha1", "kind": "Group",
              "metadata": {"name": "oncall"}, "spec": {"type": "team", "children": []}}
-    return yaml.safe_dump_all([owner, {
+    text: str = yaml.safe_dump_all([owner, {
         "apiVersion": "backstage.io/v1alpha1", "kind": "Component",
         "metadata": {"name": service.name, "title": service.name,
                      "description": service.description or f"The {service.name} service.",
@@ -323,6 +323,7 @@ def catalog_text(scenario: Scenario) -> str:
                                      "opsgate.dev/metric-labels": labels}},
         "spec": {"type": "service", "lifecycle": "production", "owner": "group:default/oncall"},
     }], sort_keys=False)
+    return text
 
 
 def change_bodies(scenario: Scenario, origin: datetime) -> list[bytes]:

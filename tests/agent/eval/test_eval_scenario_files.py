@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from agent.eval.run import Scratch, run_scenario
+from agent.eval.world import eval_world
 from agent.eval.scenarios import SHIPPED, Scenario, ScenarioError, load_scenario, load_scenarios
 from agent.eval.series import write_recorded
 from core.cli import main
@@ -111,8 +112,9 @@ def test_the_harness_writes_only_into_its_scratch_folder(tmp_path: Path) -> None
     place = Scratch(scratch_root)
     before = files_under(tmp_path)
 
-    with pytest.raises(ScenarioError, match="not a plain name"):
-        run_scenario(evil, folder, lambda _s, _c: None, place)  # type: ignore[arg-type,return-value]
+    with eval_world([shipped]) as world, pytest.raises(ScenarioError, match="not a plain name"):
+        run_scenario(evil, folder, lambda _s, _c: None, place,  # type: ignore[arg-type,return-value]
+                     world)
 
     assert files_under(tmp_path) == before  # the run's folder is gone, nothing else changed
     assert not (scratch_root / "x.md").exists()
