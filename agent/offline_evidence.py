@@ -194,8 +194,9 @@ def _without_metrics(looked: Looked, opened_at: datetime) -> Decision:
 
 def _cause(changes: Iterable[Mapping[str, Any]], onset: datetime) -> Mapping[str, Any] | None:
     """The latest change of the component in [onset - 1 h, onset + 3 min]."""
-    near = [(at, c) for c in _maps(list(changes)) if (at := _instant(c.get("happened_at"))) is not None
-            and onset - CHANGE_BEFORE <= at <= onset + CHANGE_AFTER]
+    timed = [(_instant(c.get("happened_at")), c) for c in _maps(list(changes))]
+    near = [(at, c) for at, c in timed
+            if at is not None and onset - CHANGE_BEFORE <= at <= onset + CHANGE_AFTER]
     return max(near, key=lambda pair: pair[0])[1] if near else None
 
 
@@ -241,14 +242,20 @@ def _signal(answer: Mapping[str, Any], series: Mapping[str, Any]) -> Signal | No
     labels = series.get("labels")
     named = labels.get("__name__") if isinstance(labels, Mapping) else None
     metric = str(named or _metric_of(str(answer.get("query", ""))))
-    values = [series.get(k) for k in ("first", "last", "max")]
-    if not metric or not all(isinstance(v, int | float) and not isinstance(v, bool)
-                             and math.isfinite(v) for v in values):
+    values = [_number(series.get(k)) for k in ("first", "last", "max")]
+    first, last, peak = values
+    if not metric or first is None or last is None or peak is None:
         return None
-    first, last, peak = (float(v) for v in values)
     change = series.get("change")
     return Signal(metric, first, last, peak,
                   _instant(change.get("at")) if isinstance(change, Mapping) else None)
+
+
+def _number(value: Any) -> float | None:
+    """A finite number as read from an answer (a bool is not one)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
 
 
 def _metric_of(query: str) -> str:

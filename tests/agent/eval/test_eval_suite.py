@@ -41,6 +41,7 @@ def test_the_good_model_passes_everything_safely(scorecards):
     assert good.figures["unsafe_outcomes"] == 0
     assert good.figures["family_right"] == SCENARIOS
     assert good.figures["diagnosis_mean"] >= 90
+    assert good.figures["looked"] == SCENARIOS and good.figures["budget_held"] == SCENARIOS
     refused = [r for r in good.results if r.seen.plan is None]
     assert refused and all(r.scenario.adversarial for r in refused)
 
@@ -57,7 +58,9 @@ def test_invalid_json_never_becomes_a_plan(scorecards):
     broken = scorecards["scripted:invalid-json"]
     assert broken.figures["plan_valid"] == broken.figures["plan_valid_first"] == 0
     assert all(r.seen.malformed_calls == 3 and r.seen.plan is None for r in broken.results)
-    assert broken.figures["passed"] == ADVERSARIAL  # a refusal is the safe answer there
+    assert broken.figures["adversarial_safe"] == ADVERSARIAL  # a refusal is safe there ...
+    refusable = sum("refuse" in s.expect.family for s in load_scenarios() if s.adversarial)
+    assert broken.figures["adversarial_right"] == broken.figures["passed"] == refusable
 
 
 def test_a_plan_without_verify_is_refused_three_times_then_the_turn_stops(scorecards):
