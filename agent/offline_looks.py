@@ -52,8 +52,9 @@ def next_looks(case_id: str, case: Mapping[str, Any], answers: Answers,
         return None
     if not answers.asked("list_metrics"):
         return [("list_metrics", {})]
-    if not answers.asked("query_metrics"):
-        return _metric_reads(case, answers) or _other_looks()
+    reads = [] if answers.asked("query_metrics") else _metric_reads(case, answers)
+    if reads:
+        return reads
     if not answers.asked("recent_changes"):
         return _other_looks()
     return None

@@ -162,3 +162,18 @@ def test_any_answer_a_tool_could_give_ends_in_a_decision(metrics, changes, pods)
         raise AssertionError(f"a malformed answer broke the decision: {broken}") from broken
     assert chosen.action in ("rollback", "restart", "scale", "failover", "no change")
     assert chosen.findings().endswith(".")
+
+
+def test_without_metrics_the_other_looks_come_once_and_the_looking_ends():
+    case = {"case_id": "c", "title": "checkout slow", "created_at": OPENED.isoformat(),
+            "components": ["checkout"]}
+    answers: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    rounds = 0
+    while (looks := next_looks("c", case, Answers(answers), "checkout slow")) is not None:
+        rounds += 1
+        assert rounds <= 3, f"the looks went round again: {looks}"
+        for name, args in looks:
+            answers.setdefault(name, []).append(
+                (args, {"error": "no Prometheus is configured"} if name == "list_metrics"
+                 else {"ok": True}))
+    assert rounds == 2 and "query_metrics" not in answers and "recent_changes" in answers

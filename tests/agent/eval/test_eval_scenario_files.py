@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from agent.eval.run import Scratch, run_scenario
-from agent.eval.world import eval_world
 from agent.eval.scenarios import SHIPPED, Scenario, ScenarioError, load_scenario, load_scenarios
 from agent.eval.series import write_recorded
+from agent.eval.world import eval_world
 from core.cli import main
 
 BASE = "deploy-regression-checkout"

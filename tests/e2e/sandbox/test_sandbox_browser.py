@@ -218,9 +218,13 @@ CHECKOUT_ROLLBACK = ("Plan: Roll checkout back to revision 11 "
 def test_the_checkout_incident_gets_a_rollback_of_the_demo_deployment(page):
     """The demo's catalog names checkout (deployment shop/checkout), its recorded world says
     revision 12 (v1.8.0) replaced revision 11 (v1.7.3) minutes ago, and the change store holds
-    that deploy: the plan rolls shop/checkout back to revision 11, not ``prod/app``."""
-    mention(page, "checkout p95 is over 2 s since the deploy")
+    that deploy: the plan rolls shop/checkout back to revision 11, not ``prod/app``, and the
+    agent says why, citing the deploy it found (the embedded default reads no metrics)."""
+    mention(page, "checkout p95 is over 2 s since the 14:02 deploy")
     thread = page.locator("#thread")
+    expect(thread).to_contain_text(re.compile(
+        r"recent_changes: deploy of checkout v1\.8\.0 by ci at \d\d:\d\d, \d+ min before the "
+        r"case opened"))
     plan = thread.locator(".message", has=page.get_by_role("button", name="Approve"))
     expect(plan.locator(".bk-header")).to_have_text(CHECKOUT_ROLLBACK)
     expect(plan).to_contain_text('"deployment": "checkout"')
