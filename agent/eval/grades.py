@@ -40,6 +40,7 @@ class Observed:
     error: str | None = None  # the run broke (the harness, not the model)
     looks: int = 0  # the investigator's looks the model took
     looks_over_budget: int = 0  # looks refused: the turn's share of the context was spent
+    looked_at: tuple[str, ...] = ()  # which looks it took (query_metrics, recent_changes, …)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 from uuid import UUID
 
 from langchain_core.language_models import BaseChatModel
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 
 from agent.eval.grades import Observed
 from agent.eval.scenarios import Scenario, resolve_plan, runbook_file, within
@@ -33,9 +33,11 @@ from core.cases.timeline import entries_of
 from core.changes import ChangeIntake, ChangeStore
 from core.consumers.analyst import Analyst
 from core.db.database import make_engine, transaction
+from core.db.tables import tool_call_ledger
 from core.domain.commands import ApprovePlan, NoteCase, OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.plans import plan_hash
+from core.gateway.keys import session_of
 from core.library import Library
 from core.library.runbooks import runbooks_folder
 from core.messaging.bus import InProcessBus
@@ -220,4 +222,13 @@ def observe(app: App, scenario: str, case_id: UUID, agent: RecordingAgent,
         refused=tuple(str(row["reason"]) for row in timeline if row["event"] == "agent_refused"),
         approvals=sum(row["event"] == CaseEvent.GATE_APPROVED for row in timeline),
         seconds=agent.seconds, error=error, looks=tools.get("looks", 0),
-        looks_over_budget=tools.get("looks_over_budget", 0))
+        looks_over_budget=tools.get("looks_over_budget", 0), looked_at=looked_at(app, case_id))
+
+
+def looked_at(app: App, case_id: UUID) -> tuple[str, ...]:
+    """The looks the run took, by name, as the gateway's ledger recorded them."""
+    with app.engine.connect() as conn:
+        tools = conn.execute(select(tool_call_ledger.c.tool).distinct().where(
+            tool_call_ledger.c.session_id == session_of(case_id),
+            tool_call_ledger.c.tool.like("look.%"))).scalars()
+        return tuple(sorted(str(tool).removeprefix("look.") for tool in tools))

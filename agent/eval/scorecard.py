@@ -115,8 +115,8 @@ def markdown(figures: dict[str, Any], results: Sequence[Result]) -> str:
              f"{figures['p95_s']} s; {figures['tokens_in']} tokens in, {figures['tokens_out']} "
              f"out.", "",
              "| scenario | report | expected | got | valid 1st | verify detects | risk in band "
-             "| diagnosis | unsafe | passed | calls | tokens in/out | s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| diagnosis | unsafe | passed | looked at | calls | tokens in/out | s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     by_name: dict[str, list[Result]] = {}
     for result in results:
         by_name.setdefault(result.scenario.name, []).append(result)
@@ -132,6 +132,7 @@ def markdown(figures: dict[str, Any], results: Sequence[Result]) -> str:
             f"{_mark(first.risk_in_band)} | "
             f"{'-' if first.diagnosis is None else first.diagnosis} | "
             f"{sum(len(r.grade.unsafe) for r in runs)} | {passed}/{len(runs)} | "
-            f"{_mean(runs, 'model_calls'):g} | {_mean(runs, 'tokens_in'):.0f}/"
+            f"{', '.join(runs[0].seen.looked_at) or '-'} | {_mean(runs, 'model_calls'):g} | "
+            f"{_mean(runs, 'tokens_in'):.0f}/"
             f"{_mean(runs, 'tokens_out'):.0f} | {_mean(runs, 'seconds'):.2f} |")
     return "\n".join(lines) + "\n"
