@@ -1,0 +1,99 @@
+"""The evaluation's world (``agent/eval/world.py``) as the agent's looks read it: Debian's
+Prometheus answers each scenario's series (written by promtool) as ``series.value_at`` says,
+labelled with its service and scenario; Alertmanager holds its alerts; the recorded Kubernetes API
+answers the official client with one revision per deploy; the changes go in as CI posts them;
+and a missing peer is one line, not a traceback."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+
+from agent.eval import world as eval_world_module
+from agent.eval.scenarios import SHIPPED, load_scenario
+from agent.eval.series import value_at
+from agent.eval.world import WorldError, change_bodies, eval_world
+from core.catalog.model import Catalog
+from core.changes import ChangeIntake, ChangeStore
+from core.db.database import make_engine
+from core.investigate.kubernetes import KubernetesReader
+from core.investigate.scope import Target
+from core.migrate import upgrade_engine
+
+SCENARIO = load_scenario(SHIPPED / "deploy-regression-checkout.json")
+OTHER = load_scenario(SHIPPED / "memory-leak-orders.json")
+SCENARIO_ORIGIN = datetime(2026, 11, 27, 14, 2, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def world():
+    with eval_world([SCENARIO, OTHER]) as started:
+        yield started
+
+
+def test_prometheus_answers_each_scenarios_series_as_recorded(world):
+    start, end = world.origin - timedelta(seconds=600), world.origin + timedelta(seconds=600)
+    answer = httpx.get(f"{world.prometheus_url}/api/v1/query_range", params={
+        "query": 'http_5xx_ratio{service="checkout"}', "start": start.timestamp(),
+        "end": end.timestamp(), "step": "60"}).json()["data"]["result"]
+    assert [series["metric"] for series in answer] == [{
+        "__name__": "http_5xx_ratio", "service": "checkout",
+        "scenario": "deploy-regression-checkout"}]
+    shape = SCENARIO.series["http_5xx_ratio"]
+    expected = [value_at(SCENARIO.name, "http_5xx_ratio", shape, t, "before")
+                for t in range(-600, 601, 60)]
+    got = [float(value) for _, value in answer[0]["values"]]
+    assert got == pytest.approx(expected, rel=1e-5)
+    assert got[0] < 0.01 < got[-1]  # the step at the incident's start is in the data
+
+
+def test_alertmanager_holds_each_scenarios_alerts_with_its_labels(world):
+    held = httpx.get(f"{world.alertmanager_url}/api/v2/alerts").json()
+    labels = [alert["labels"] for alert in held if alert["labels"]["service"] == "checkout"]
+    assert labels == [{"alertname": "CheckoutHighErrorRate", "severity": "critical",
+                       "service": "checkout", "scenario": "deploy-regression-checkout"}]
+
+
+def test_the_recorded_cluster_has_a_revision_per_deploy_for_the_official_client(world):
+    world.serve(SCENARIO)
+    reader = KubernetesReader.from_settings(str(world.kubeconfig), None)
+    assert reader is not None
+    target = Target("checkout", "prod", (("app", "checkout"),), (), "checkout")
+    history = reader.rollout_history(target)
+    images = [list(revision["images"].values()) for revision in history["revisions"]]
+    assert images == [["registry.example.com/checkout:v2.3.0"],
+                      ["registry.example.com/checkout:v2.4.0"]]
+    logs = reader.logs(target, kube_pod(world), None, 10, 3600)
+    assert "PaymentIntentClient" in str(logs)
+    world.serve(OTHER)  # the next run's world: checkout is gone, its own service is there
+    served = [o["metadata"]["name"] for o in world.kube.world.of_kind("Deployment", None)]
+    assert OTHER.service is not None and served == [OTHER.service.name]
+
+
+def kube_pod(world) -> str:
+    pods = [o for o in world.kube.world.objects if o["kind"] == "Pod"]
+    return str(pods[0]["metadata"]["name"])
+
+
+def test_changes_are_recorded_as_ci_posts_them_once(tmp_path):
+    engine = make_engine(f"sqlite:///{tmp_path / 'changes.sqlite'}")
+    upgrade_engine(engine)
+    intake = ChangeIntake(ChangeStore(engine), lambda: Catalog.EMPTY)
+    for _ in range(2):  # a retried delivery records nothing twice
+        for body in change_bodies(SCENARIO, SCENARIO_ORIGIN):
+            intake.receive(body, declared="generic")
+    recorded = ChangeStore(engine).recent([], ["checkout"], SCENARIO_ORIGIN - timedelta(hours=1),
+                                          SCENARIO_ORIGIN)
+    assert [(c.kind, c.version, c.happened_at) for c in recorded] == [
+        ("deploy", "v2.4.0", SCENARIO_ORIGIN - timedelta(seconds=150))]
+    engine.dispose()
+
+
+def test_a_missing_peer_is_one_line(monkeypatch):
+    monkeypatch.setattr(eval_world_module.shutil, "which", lambda *_a, **_k: None)
+    with pytest.raises(WorldError) as refused:
+        eval_world_module.binary("promtool")
+    assert "\n" not in refused.value.message
+    assert "apt install prometheus prometheus-alertmanager" in refused.value.message
