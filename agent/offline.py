@@ -2,12 +2,14 @@
 
 It is not a language model. It reads the conversation the graph gives it and answers the way a
 careful model would, through the very same tools: look at the case and the runbooks, record
-findings while the case is still analysed (citing the analyst's findings and the most similar
-verified case, from the evidence context ``agent.evidence`` adds), then propose the plan that
-resolved the most similar verified case, adapted to this case and naming it — else the catalog
-plan (core/domain/plan_templates) whose keywords match the incident text (else the one the best
-runbook names) — and say that a human must approve it.
-It never asks for a tool that does not exist, so prompt-injected text changes nothing.
+findings while the case is still analysed (citing the analyst's findings), then investigate the
+case's component (``agent.offline_looks``: its metrics, alerts, changes, Deployments, pods and
+events), decide from what the looks showed (``agent.offline_evidence``), record findings citing
+them, and propose the plan made for the component — the plan of a verified past case that
+matches the evidence, naming it; without a catalog, the catalog plan whose keywords match the
+incident (else the one the best runbook names) — and say that a human must approve it.
+It never asks for a tool that does not exist, and no rule reads the incident's words, so
+prompt-injected text changes nothing.
 """
 
 from __future__ import annotations
@@ -219,22 +221,22 @@ class OfflinePlannerModel(BaseChatModel):
     @staticmethod
     def _proposal_answer(result: dict[str, Any], evidence: dict[str, Any], answers: Answers,
                          case: dict[str, Any]) -> str:
-        """What was proposed, and what it rests on: the looks' findings, else the analyst's."""
+        """What was proposed, and what it rests on: what the looks showed, else the analyst's
+        findings; and the past case it came from, when it did."""
         if result.get("error"):
             return f"I could not propose a plan: {json.dumps(result.get('error'))[:300]}"
         digest = str((result.get("result") or {}).get("plan_hash", ""))[:12]
-        learned = learned_plan(evidence, str(case.get("title", ""))) is not None
-        findings = (answers.first("record_findings") or {})
-        said = str(((findings.get("result") or {}).get("summary")) or "")
+        past = learned_plan(evidence, str(case.get("title", "")))
         if answers.ok("query_metrics") or answers.ok("recent_changes"):
-            chosen = decision(case, answers, learned_plan(evidence, str(case.get("title", ""))))
+            chosen = decision(case, answers, past)
+            learned = chosen.action == "learned"
             basis = f" It rests on what I looked at: {chosen.findings()}"
         else:
-            cited = findings_cited(evidence)
+            learned, cited = past is not None, findings_cited(evidence)
             basis = (f" It rests on the analyst's {cited[:400]}." if cited else
                      " I could look at nothing (no catalog component): the plan follows the "
                      "incident's words and nothing was checked.")
-        source = f", {learned_from(evidence)}" if learned and not said else ""
+        source = f", {learned_from(evidence)}" if learned else ""
         return (f"I proposed plan {digest}{source}.{basis} It waits at the gate: an authorized "
                 "human must approve it; I cannot execute or approve plans.")
 
