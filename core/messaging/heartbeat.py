@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from core.errors import OpsgateError
+
 Role = Literal["relay", "consume"]
 ROLES: tuple[Role, ...] = ("relay", "consume")
 
@@ -25,8 +27,10 @@ MAX_AGE_S = 60.0
 period, at most 60 s) and an outage's longest backoff (15 s), well under a probe's patience."""
 
 
-class HeartbeatError(Exception):
+class HeartbeatError(OpsgateError):
     """The heartbeat is missing, unreadable, stale or behind; the message is one line."""
+
+    code = "unhealthy"
 
 
 def heartbeat_path(directory: str | None, role: Role) -> Path:
