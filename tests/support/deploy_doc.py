@@ -28,18 +28,26 @@ NEEDS = re.compile(r"^# needs: (?P<what>.+)$")
 def sections(markdown: str | None = None) -> dict[str, list[str]]:
     """Every ``sh`` block of the doc, by the heading (any level) it sits under."""
     found: dict[str, list[str]] = {}
-    heading, block = "", None
+    heading, fence, block = "", None, None
     for line in (markdown or DOC.read_text()).splitlines():
-        if block is None and line.startswith("#") and " " in line and line.lstrip("#")[:1] == " ":
-            heading = line.lstrip("#").strip()
-        elif block is None and line.strip() == "```sh":
-            block = []
-        elif block is not None and line.strip() == "```":
-            found.setdefault(heading, []).append("\n".join(block))
-            block = None
+        if fence is None and line.startswith("```"):
+            fence = line.strip()
+            block = [] if fence == "```sh" else None
+        elif fence is not None and line.strip() == "```":
+            if block is not None:
+                found.setdefault(heading, []).append("\n".join(block))
+            fence = block = None
         elif block is not None:
             block.append(line)
+        elif fence is None and re.match(r"^#+ ", line):
+            heading = line.lstrip("#").strip()
     return found
+
+
+def needs(block: str) -> str | None:
+    """What a block needs that no test here has (its first line says), else None."""
+    found = NEEDS.match(block.splitlines()[0]) if block.strip() else None
+    return found["what"] if found else None
 
 
 def blocks(heading: str) -> list[str]:
@@ -49,17 +57,19 @@ def blocks(heading: str) -> list[str]:
 
 
 def run_blocks(heading: str, cwd: Path, replaced: Sequence[tuple[str, str]] = (),
-               **env: str) -> str:
+               timeout_s: float = 300, **env: str) -> str:
     """The section's blocks, in order, by one bash, with the doc's example values ``replaced``
     by the test's own (in order); what they printed. A failing command fails the test with the
     output so far."""
-    script = "set -euo pipefail\n" + "\n".join(blocks(heading))
+    runnable = [block for block in blocks(heading) if needs(block) is None]
+    assert runnable, f"docs/deploy.md, {heading!r}: every block needs something"
+    script = "set -euo pipefail\n" + "\n".join(runnable)
     for example, own in replaced:
         assert example in script, f"{heading!r} no longer says {example!r}"
         script = script.replace(example, own)
     path = f"{Path(sys.executable).parent}:/usr/lib/postgresql/15/bin:/usr/bin:/bin"
     result = subprocess.run(["bash", "-c", script], cwd=cwd, env=clean_env(PATH=path, **env),
-                            capture_output=True, text=True, timeout=300, check=False)
+                            capture_output=True, text=True, timeout=timeout_s, check=False)
     assert result.returncode == 0, (f"docs/deploy.md, {heading!r} failed:\n{result.stdout}\n"
                                     f"{result.stderr}")
     return result.stdout + result.stderr

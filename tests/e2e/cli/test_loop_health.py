@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from tests.support.deploy_doc import run_blocks
 from tests.support.processes import Process, clean_env, command
 from tests.support.servers import REDIS_URL
 
@@ -53,6 +54,9 @@ def test_health_follows_the_relay_and_consume_loops(tmp_path, pg_engine, redis_p
         assert "alive; 4 loops polled within" in said and "lag 0.0s" in said, said
         ready = health(env, "relay", "--max-lag-s", "60")
         assert ready.returncode == 0, ready.stderr
+        documented = run_blocks("Health of each process", tmp_path,
+                                OPSGATE_HEARTBEAT_DIR=env["OPSGATE_HEARTBEAT_DIR"])
+        assert documented.count(": alive; ") == 2, documented
 
         consume.freeze()  # whichever goes stale first, the file or a loop's last poll, is named
         said = until("consume", env, healthy=False)

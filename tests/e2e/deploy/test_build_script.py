@@ -20,11 +20,13 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from tests.support.deploy_doc import run_blocks
 from tests.support.processes import clean_env
 
 ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
 BUILD_TIMEOUT_S = 300
+DOC_PREFIX = "/tmp/opsgate-image/opt/opsgate"
 
 
 def run(argv: list[str], cwd: Path, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
@@ -38,15 +40,13 @@ def run(argv: list[str], cwd: Path, timeout_s: float = 120) -> subprocess.Comple
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The environment deploy/build.sh makes, at a path like the image's /opt/opsgate."""
-    scratch = tmp_path_factory.mktemp("image")
-    prefix = scratch / "opt" / "opsgate"
-    env = clean_env(UV=str(BIN / "uv"), PYTHON=sys.executable)
-    result = subprocess.run([str(ROOT / "deploy" / "build.sh"), str(ROOT), str(prefix)],
-                            cwd=scratch, env=env, capture_output=True, text=True,
-                            timeout=BUILD_TIMEOUT_S, check=False)
-    assert result.returncode == 0, f"deploy/build.sh failed:\n{result.stdout}\n{result.stderr}"
-    assert result.stdout.strip().endswith(f"opsgate environment ready in {prefix}")
+    """The environment deploy/build.sh makes, at a path like the image's /opt/opsgate: by
+    docs/deploy.md's "1. The image" as written, from this checkout, into a scratch folder."""
+    prefix = tmp_path_factory.mktemp("image") / "opt" / "opsgate"
+    said = run_blocks("1. The image", ROOT, replaced=[(DOC_PREFIX, str(prefix))],
+                      timeout_s=BUILD_TIMEOUT_S)
+    assert f"opsgate environment ready in {prefix}" in said, said
+    assert "usage: opsgate" in said, said
     return prefix
 
 

@@ -24,6 +24,7 @@ from kubernetes_validate.utils import all_versions
 
 from core.cli.app import plugged_in
 from core.settings import PLACEHOLDER, InvalidSettings, load_settings
+from tests.support.deploy_doc import run_blocks
 from tests.support.processes import clean_env, command
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -199,3 +200,26 @@ def test_the_database_bus_and_cache_are_the_operators_never_embedded(rendered):
     policy = the(objects, "NetworkPolicy", "opsgate")
     assert policy["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "opsgate"}}
     assert policy["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 8080}]
+
+
+def test_the_first_apply_is_what_the_migrate_job_needs_and_the_job_alone():
+    objects = render(KUSTOMIZATIONS["production"])
+    first = sorted((o["kind"], o["metadata"]["name"].rsplit("-", 1)[0]
+                    if o["kind"] in ("ConfigMap", "Secret") else o["metadata"]["name"])
+                   for o in objects if o["metadata"].get("labels", {}).get(
+                       "app.kubernetes.io/component") in ("config", "migrate"))
+    assert first == [("ConfigMap", "opsgate-catalog"), ("ConfigMap", "opsgate-policies"),
+                     ("ConfigMap", "opsgate-settings"), ("Job", "opsgate-migrate"),
+                     ("Namespace", "opsgate"), ("Secret", "opsgate-secrets"),
+                     ("ServiceAccount", "opsgate"), ("ServiceAccount", "opsgate-rollout")]
+
+
+def test_the_documented_render(tmp_path):
+    said = run_blocks("3. Kubernetes", ROOT, replaced=[
+        ("> opsgate.yaml", f"> {tmp_path}/opsgate.yaml"),
+        ("grep -c '^kind:' opsgate.yaml", f"grep -c '^kind:' {tmp_path}/opsgate.yaml")])
+    rendered = [doc for doc in yaml.safe_load_all((tmp_path / "opsgate.yaml").read_text()) if doc]
+    assert said.strip() == str(len(rendered))
+    documented = next(line for line in (ROOT / "docs/deploy.md").read_text().splitlines()
+                      if line.startswith("grep -c '^kind:' opsgate.yaml"))
+    assert documented.endswith(f"# {len(rendered)} objects")
