@@ -102,6 +102,9 @@ def test_the_processes_have_probes_resources_and_locked_down_pods(rendered):
         assert container["readinessProbe"]["exec"]["command"][:3] == ["opsgate", "health", role]
     assert pod_spec(the(objects, "Job", "opsgate-migrate"))["containers"][0]["args"] == [
         "migrate"]
+    # A read-only root: $HOME (kubectl's cache) and the heartbeat live in the /tmp emptyDir.
+    settings = the(objects, "ConfigMap", "opsgate-settings")["data"]
+    assert settings["HOME"] == "/tmp" and settings["OPSGATE_HEARTBEAT_DIR"] == "/tmp"
 
 
 def test_only_consume_carries_a_token_and_it_may_only_roll_deployments():
