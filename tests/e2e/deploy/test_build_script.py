@@ -139,6 +139,11 @@ def test_the_build_stage_runs_the_script_on_what_the_wheel_needs():
     needed = {"pyproject.toml", "uv.lock", project["project"]["readme"], "deploy/build.sh",
               *wheel["packages"], *wheel["force-include"]}
     assert needed <= copied, needed - copied
+    # The wheel's build backend is pinned too, so the build resolves nothing of its own.
+    backend = {Requirement(r).name for r in project["build-system"]["requires"]}
+    pinned = [Requirement(r) for r in project["tool"]["uv"]["build-constraint-dependencies"]]
+    assert {r.name for r in pinned} == backend
+    assert all(str(r.specifier).startswith("==") for r in pinned)
     assert final[0] == build[0].removesuffix(" AS build")
 
 
