@@ -21,11 +21,12 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from core.bootstrap import App
 from core.consumers import subscriptions
-from core.messaging import inbox, outbox
+from core.messaging import delivery, heartbeat, inbox, outbox
 from core.messaging.bus import Bus, RedisStreamsBus
 from core.messaging.consumer import Consumer, ConsumerRunner
 from core.messaging.delivery import DeliveryWatchdog, subscribers
 from core.messaging.envelope import Envelope
+from core.messaging.heartbeat import Heartbeat, Polls, Role
 from core.messaging.jetstream.bus import JetStreamBus
 from core.messaging.jetstream.config import JetStreamConfig
 from core.messaging.jetstream.reader import readers
@@ -55,6 +56,69 @@ def jetstream_bus(settings: Settings, name: str) -> JetStreamBus:
                         name=f"opsgate-{name}-{socket.gethostname()}-{os.getpid()}").connect()
 
 
+# -- the heartbeat ---------------------------------------------------------------------------
+
+LAG_EVERY_S = 10.0
+"""How often a heartbeat measures its lag again (a query): the loops' polls are stamped live."""
+
+
+class HeartbeatWriter:
+    """Writes a process's heartbeat (``core.messaging.heartbeat``) each time it is called:
+    its loops' last polls, and its lag measured at most every ``LAG_EVERY_S``."""
+
+    def __init__(self, settings: Settings, role: Role, polls: Polls,
+                 lag: Callable[[datetime], float]) -> None:
+        self.path = heartbeat.heartbeat_path(settings.heartbeat_dir, role)
+        self.role, self.polls, self.lag = role, polls, lag
+        self._lag: tuple[float | None, str] = (None, "lag not measured yet")
+        self._measured = 0.0
+
+    def __call__(self) -> None:
+        if time.monotonic() - self._measured >= LAG_EVERY_S:
+            self._lag = self._measure()
+            self._measured = time.monotonic()
+        lag_s, note = self._lag
+        Heartbeat(self.role, os.getpid(), time.time(), self.polls.snapshot(), lag_s,
+                  note).write(self.path)
+
+    def _measure(self) -> tuple[float | None, str]:
+        try:
+            return self.lag(datetime.now(UTC)), ""
+        except SQLAlchemyError:
+            return None, "lag unknown: the database is unreachable"
+
+
+def watch_with_heartbeat(workers: Supervisor, beat: HeartbeatWriter, report: Callable[[], None],
+                         progress_every_s: float) -> None:
+    """Write the heartbeat every ``heartbeat.EVERY_S`` and ``report`` progress every
+    ``progress_every_s``, until the workers stop."""
+    beat()
+    reported = time.monotonic()
+
+    def tick() -> None:
+        nonlocal reported
+        beat()
+        if time.monotonic() - reported >= progress_every_s:
+            reported = time.monotonic()
+            report()
+
+    workers.watch(min(heartbeat.EVERY_S, progress_every_s), tick)
+
+
+def relay_lag_s(engine: Engine, now: datetime) -> float:
+    """How long the oldest due outbox row has waited for a relay (0 when none waits)."""
+    oldest, _waiting = outbox.oldest_unpublished(engine, now)
+    return 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds())
+
+
+def consumers_lag_s(engine: Engine, consumers: Sequence[Consumer], now: datetime) -> float:
+    """How long the oldest published message of these consumers' topics has waited for one of
+    them to record it (0 when none waits)."""
+    topics = subscribers({consumer.name: consumer.topics for consumer in consumers})
+    late = delivery.look(engine, topics, now, bound_s=0).late
+    return max((message.age_s(now) for message in late), default=0.0)
+
+
 # -- the relay -------------------------------------------------------------------------------
 
 
@@ -74,9 +138,9 @@ def run_relay(app: App, bus: Bus, stop: threading.Event, out: TextIO, *,
               progress_every_s: float = 10.0) -> int:
     """Relay until ``stop`` is set; returns how many messages this process published."""
     settings = app.settings
-    counting = CountingBus(bus)
+    counting, polls = CountingBus(bus), Polls()
     relay = OutboxRelay(app.engine, counting, batch_size=settings.relay_batch_size,
-                        poll_s=settings.relay_poll_s)
+                        poll_s=settings.relay_poll_s, polls=polls)
     workers = Supervisor(stop, "relay")
     workers.start("opsgate-relay", relay.run, restart_after_s=relay.poll_s)
     watchdog = delivery_watchdog(app)
@@ -91,7 +155,9 @@ def run_relay(app: App, bus: Bus, stop: threading.Event, out: TextIO, *,
             print(f"relay: {reported} messages published ({rate:.1f}/s), "
                   f"{_waiting(app.engine)}", file=out, flush=True)
 
-    workers.watch(progress_every_s, report)
+    beat = HeartbeatWriter(settings, "relay", polls,
+                           lambda now: relay_lag_s(app.engine, now))
+    watch_with_heartbeat(workers, beat, report, progress_every_s)
     workers.join(settings.relay_poll_s + 30)
     return counting.published
 
@@ -157,6 +223,7 @@ class ConsumerProcess:
     workers: int = 1
     name: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     runners: list[CountingRunner] = field(default_factory=list)
+    polls: Polls = field(default_factory=Polls)
 
     def run(self, stop: threading.Event, out: TextIO, *, progress_every_s: float = 10.0) -> None:
         workers = self._start(stop)
@@ -170,7 +237,9 @@ class ConsumerProcess:
                 reported = counts
                 print(f"consume: {self.progress()}", file=out, flush=True)
 
-        workers.watch(progress_every_s, report)
+        beat = HeartbeatWriter(self.app.settings, "consume", self.polls,
+                               lambda now: consumers_lag_s(self.app.engine, self.consumers, now))
+        watch_with_heartbeat(workers, beat, report, progress_every_s)
         workers.join(STREAM_BLOCK_MS / 1000 + 30)
 
     def progress(self) -> str:
@@ -192,14 +261,14 @@ class ConsumerProcess:
             if isinstance(self.bus, JetStreamBus):
                 self.bus.ensure_consumers({consumer.name: consumer.topics})
                 for worker in range(self.workers):
-                    for reader in readers(self.bus, runner):
+                    for reader in readers(self.bus, runner, self.polls):
                         workers.start(f"consume-{consumer.name}-{reader.topic}-{worker}",
                                       reader.run, restart_after_s=1.0)
                 continue
             for worker in range(self.workers):
                 stream = StreamConsumer(self.bus, runner, block_ms=STREAM_BLOCK_MS,
                                         claim_idle_ms=claim_idle_ms,
-                                        name=f"{self.name}-{worker}")
+                                        name=f"{self.name}-{worker}", polls=self.polls)
                 stream.ensure_groups()
                 # One consumer's unexpected failure must not end the others' threads.
                 workers.start(f"consume-{consumer.name}-{worker}", stream.run,

@@ -73,6 +73,8 @@ LANES = {
               "tests/integration/messaging/test_jetstream.py",
               "tests/mcp/test_mcp_server.py::test_twenty_concurrent_identical_calls_open_one_case"),
     "sandbox_browser": ("tests/e2e/sandbox/test_sandbox_browser.py",),
+    # One build of the image's environment (its module fixture) rather than one per worker.
+    "image_build": ("tests/e2e/deploy/test_build_script.py",),
 }
 
 

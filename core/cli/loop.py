@@ -260,6 +260,32 @@ def _requeue(app: App, dead_letter_id: int) -> None:
           f"({envelope.topic}, case {envelope.key}) goes to its consumer again", flush=True)
 
 
+def health_arguments(parser: argparse.ArgumentParser) -> None:
+    from core.messaging.heartbeat import MAX_AGE_S, ROLES
+
+    parser.add_argument("role", choices=ROLES, help="the process to check")
+    parser.add_argument("--max-age-s", type=float, default=MAX_AGE_S, metavar="SECONDS",
+                        help="unhealthy when a loop has not polled for this long "
+                             "(default: %(default)s)")
+    parser.add_argument("--max-lag-s", type=float, metavar="SECONDS",
+                        help="also unhealthy when the oldest message waiting for this process "
+                             "is older (a readiness check; default: lag not checked)")
+
+
+def run_health(args: argparse.Namespace) -> int:
+    import time
+
+    from core.messaging.heartbeat import Heartbeat, HeartbeatError, heartbeat_path, judged
+
+    path = heartbeat_path(settings_of(args).heartbeat_dir, args.role)
+    try:
+        print(judged(Heartbeat.read(path), time.time(), max_age_s=args.max_age_s,
+                     max_lag_s=args.max_lag_s), flush=True)
+    except HeartbeatError as unhealthy:
+        raise CliError(str(unhealthy)) from unhealthy
+    return 0
+
+
 COMMANDS = (
     Command(
         name="relay",
@@ -291,6 +317,19 @@ COMMANDS = (
                     "messages in hand.",
         add_arguments=consume_arguments,
         run=run_consume,
+    ),
+    Command(
+        name="health",
+        summary="is this container's relay or consume loop alive (a probe's command)",
+        description="Read the heartbeat the `opsgate relay` or `opsgate consume` process of "
+                    "this machine or container writes every 2 s to $OPSGATE_HEARTBEAT_DIR "
+                    "(default: the temporary directory): each of its loops' last poll and its "
+                    "lag. Exits 0 with one line when every loop polled within --max-age-s, 1 "
+                    "with one line saying what is stuck otherwise. It asks no database, so a "
+                    "liveness probe does not restart a process that waits out an outage; "
+                    "--max-lag-s makes it a readiness check too.",
+        add_arguments=health_arguments,
+        run=run_health,
     ),
     Command(
         name="outbox",

@@ -23,6 +23,10 @@ STOP = frozenset({"a", "an", "and", "are", "as", "at", "be", "by", "for", "from"
                   "it", "of", "on", "or", "the", "to", "with"})
 EXCERPT_CHARS = 600
 SOURCE_TREE = Path(__file__).resolve().parents[2]
+DEFAULT_FOLDER = Path("docs/runbooks")
+SHIPPED = Path(__file__).resolve().with_name("shipped_runbooks")
+"""docs/runbooks as the wheel carries it (pyproject.toml): an installed opsgate (the image) has
+no source tree."""
 
 
 @dataclass(frozen=True)
@@ -45,12 +49,15 @@ class RunbookHit(TypedDict):
 def runbooks_folder(configured: str) -> Path:
     """``OPSGATE_RUNBOOKS_DIR``; a relative folder missing from the working directory is looked
     up in the source tree, so the shipped runbooks work from any directory (``opsgate mcp`` is
-    started from wherever a desktop app likes)."""
+    started from wherever a desktop app likes), and the default one in the installed package
+    when there is no source tree (the image)."""
     folder = Path(configured)
     if folder.is_absolute() or folder.is_dir():
         return folder
-    shipped = SOURCE_TREE / folder
-    return shipped if shipped.is_dir() else folder
+    in_tree = SOURCE_TREE / folder
+    if in_tree.is_dir():
+        return in_tree
+    return SHIPPED if folder == DEFAULT_FOLDER and SHIPPED.is_dir() else folder
 
 
 def runbook_title(text: str, path: Path) -> str:

@@ -28,6 +28,7 @@ from core.clock import Clock, utcnow
 from core.messaging import outbox
 from core.messaging.bus import Bus
 from core.messaging.envelope import Envelope
+from core.messaging.heartbeat import Polls
 from core.messaging.outage import Outage
 from core.metrics import OUTBOX_PUBLISH
 
@@ -40,8 +41,9 @@ class OutboxRelay:
     """Publishes unpublished outbox rows to ``bus``; ``run`` loops until stopped."""
 
     def __init__(self, engine: Engine, bus: Bus, *, batch_size: int = 200,
-                 poll_s: float = 1.0, clock: Clock = utcnow) -> None:
+                 poll_s: float = 1.0, clock: Clock = utcnow, polls: Polls | None = None) -> None:
         self.engine = engine
+        self.polls = polls  # each pass of ``run`` stamps it: the process's heartbeat
         self.bus = bus
         self.batch_size = batch_size
         self.poll_s = poll_s
@@ -91,6 +93,8 @@ class OutboxRelay:
         outage = Outage("outbox relay", first_s=self.poll_s / 10)
         with _Waker(self.engine) as waker:
             while not stop.is_set():
+                if self.polls is not None:
+                    self.polls.stamp("relay")
                 try:
                     moved = self.relay_batch()
                 except outage.transient as exc:

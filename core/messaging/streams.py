@@ -21,6 +21,7 @@ import redis
 from core.messaging.bus import RedisStreamsBus
 from core.messaging.consumer import ConsumerRunner
 from core.messaging.envelope import Envelope
+from core.messaging.heartbeat import Polls
 from core.messaging.outage import Outage
 
 log = logging.getLogger(__name__)
@@ -41,8 +42,9 @@ class StreamConsumer:
 
     def __init__(self, bus: RedisStreamsBus, runner: ConsumerRunner, *, batch: int = 50,
                  block_ms: int = 1000, claim_idle_ms: int = 30_000,
-                 name: str | None = None) -> None:
+                 name: str | None = None, polls: Polls | None = None) -> None:
         self.bus = bus
+        self.polls = polls  # each pass of ``run`` stamps it: the process's heartbeat
         self.runner = runner
         self.group = runner.consumer.name
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
@@ -88,6 +90,8 @@ class StreamConsumer:
         outage = Outage(f"consumer {self.group} ({self.name})")
         next_reclaim, missing_group = 0.0, True
         while not stop.is_set():
+            if self.polls is not None:
+                self.polls.stamp(f"{self.group}/{self.name}")
             try:
                 if missing_group:
                     self.ensure_groups()

@@ -18,7 +18,10 @@ def policy_files(path: Path) -> tuple[Path, ...]:
     if path.is_file():
         return (path,)
     if path.is_dir():
-        found = tuple(sorted(p for p in path.rglob("*.cedar") if p.is_file()))
+        # Hidden folders are skipped, as the catalog's are: a Kubernetes ConfigMap volume holds
+        # each file twice, once in its hidden ``..<timestamp>`` folder.
+        found = tuple(sorted(p for p in path.rglob("*.cedar") if p.is_file() and not any(
+            part.startswith(".") for part in p.relative_to(path).parent.parts)))
         if found:
             return found
         raise PolicyError([PolicyProblem(str(path), None, f"no .cedar file in it; {EXPECTED}")])

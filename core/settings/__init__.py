@@ -11,6 +11,7 @@ line: the variable, what is wrong, and what was expected (``core.settings_errors
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
 
@@ -24,7 +25,14 @@ from core.settings.loop import LoopSettings
 from core.settings.serving import McpSettings, OperationsSettings, ServingSettings
 from core.settings_errors import InvalidSettings, invalid_settings
 
-__all__ = ["InvalidSettings", "OpsgateSettings", "Settings", "load_settings", "read_settings"]
+__all__ = ["PLACEHOLDER", "InvalidSettings", "OpsgateSettings", "Settings", "load_settings",
+           "placeholders", "read_settings"]
+
+PLACEHOLDER = "CHANGE-ME"
+"""What the deploy files (compose.yaml, deploy/kubernetes) put where a first deploy must name its
+own value: a process refuses to start while any setting still holds it."""
+READ_PREFIXES = ("OPSGATE_", "SLACK_", "OPENAI_")
+"""The environment variables opsgate's settings read."""
 
 
 class OpsgateSettings(BaseSettings):
@@ -79,6 +87,9 @@ def load_settings(*layers: type[OpsgateSettings], **overrides: Any) -> Settings:
     """Settings from the environment, with the outer layers' ``layers`` read beside them
     (``overrides``: what the command line named, each to the class declaring it); the one place
     that reads it. Every mistake of every class raises one ``InvalidSettings``."""
+    left = placeholders(os.environ)
+    if left:
+        raise InvalidSettings(left)
     theirs = {name for kind in layers for name in kind.model_fields}
     problems: list[str] = []
     settings = _read(Settings, {name: value for name, value in overrides.items()
@@ -88,6 +99,15 @@ def load_settings(*layers: type[OpsgateSettings], **overrides: Any) -> Settings:
     if problems or settings is None:
         raise InvalidSettings(problems)
     return settings.with_layers(*(layer for layer in read if layer is not None))
+
+
+def placeholders(environ: Mapping[str, str]) -> list[str]:
+    """One line for each setting of ``environ`` still holding the deploy files' placeholder
+    (its value is never shown: it may hold a secret around the placeholder)."""
+    return [f"{name}: still the placeholder {PLACEHOLDER} of the deploy files; set it to your "
+            "own value (docs/deploy.md)"
+            for name, value in sorted(environ.items())
+            if name.startswith(READ_PREFIXES) and PLACEHOLDER in value]
 
 
 def _read(kind: type[Layer], overrides: Mapping[str, Any], problems: list[str]) -> Layer | None:

@@ -61,6 +61,13 @@ class OperationsSettings(BaseModel):
         description="`opsgate relay`/`consume` serve /metrics on this port (the API serves it "
         "itself). Unset: no metrics server.",
     )
+    heartbeat_dir: str | None = Field(
+        default=None,
+        description="Where `opsgate relay`/`consume` write their heartbeat every 2 s "
+        "(opsgate-relay.json, opsgate-consume.json), which `opsgate health relay|consume` "
+        "reads: a liveness probe for processes that serve no port. Unset: the temporary "
+        "directory ($TMPDIR, else /tmp).",
+    )
     reconcile_outbox_lag_s: float = Field(
         default=300.0, gt=0,
         description="`opsgate reconcile` reports outbox rows unpublished for longer than this.",

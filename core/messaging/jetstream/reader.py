@@ -14,6 +14,7 @@ import nats.errors
 import nats.js.errors
 
 from core.errors import Unavailable
+from core.messaging.heartbeat import Polls
 from core.messaging.jetstream.config import JetStreamSetupError, first_line
 from core.messaging.jetstream.wire import decode
 from core.messaging.outage import Outage
@@ -53,8 +54,9 @@ class JetStreamReader:
     """Feeds one opsgate consumer from its durable consumer on one topic's stream."""
 
     def __init__(self, bus: JetStreamBus, runner: ConsumerRunner, topic: str, *,
-                 batch: int = 10, wait_s: float = 1.0) -> None:
+                 batch: int = 10, wait_s: float = 1.0, polls: Polls | None = None) -> None:
         self.bus = bus
+        self.polls = polls  # each pass of ``run`` stamps it: the process's heartbeat
         self.runner = runner
         self.consumer = runner.consumer.name
         self.topic = topic
@@ -67,6 +69,8 @@ class JetStreamReader:
         outage = Outage(f"consumer {self.consumer} on {self.bus.config.stream(self.topic)}")
         subscription: JetStreamContext.PullSubscription | None = None
         while not stop.is_set():
+            if self.polls is not None:
+                self.polls.stamp(f"{self.consumer}/{self.topic}")
             try:
                 if subscription is None:
                     subscription = self.bus.subscribe(self.consumer, self.topic)
@@ -113,6 +117,7 @@ class JetStreamReader:
         self.runner.deliver(envelope)
 
 
-def readers(bus: JetStreamBus, runner: ConsumerRunner) -> list[JetStreamReader]:
+def readers(bus: JetStreamBus, runner: ConsumerRunner,
+            polls: Polls | None = None) -> list[JetStreamReader]:
     """One reader per topic of the runner's consumer."""
-    return [JetStreamReader(bus, runner, topic) for topic in runner.consumer.topics]
+    return [JetStreamReader(bus, runner, topic, polls=polls) for topic in runner.consumer.topics]
