@@ -19,16 +19,19 @@ from uuid import UUID
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
+from agent.tools import ACTOR as AGENT_ACTOR
 from bot.agent import Agent, Watch
 from bot.blocks import short_id, who
 from bot.card_keeper import CardKeeper
 from bot.card_state import CaseState
 from bot.mrkdwn import escape, from_slack
+from bot.people import People
 from bot.settings import SlackSettings
 from bot.slack_store import ApprovalRef, SlackStore
 from core.bootstrap import App
 from core.cases.queries import only_one
 from core.cases.replies import Reply
+from core.cases.timeline import entries_of
 from core.domain.commands import ApprovePlan, ChatThread, OpenCase, RejectPlan
 from core.domain.fsm import CaseStatus
 from core.domain.views import ApprovalView, CaseView, MovedCase
@@ -88,7 +91,8 @@ class SlackCases:
         self.client = client
         self.store = store
         self.agent = agent
-        self.cards = CardKeeper(app)
+        self.people = People(client)
+        self.cards = CardKeeper(app, names=self.people)
         self.thread_status = True  # whether assistant.threads.setStatus works for this app
         self._workspace_url: str | None = None
         # where cases opened outside Slack get their thread (OPSGATE_INCIDENT_CHANNEL)
@@ -126,11 +130,28 @@ class SlackCases:
                 else f"Noted on case `{short_id(case_id)}`."
             self.say(where, reply, business_key=f"reply:{event_id}")
             return reply
+        since = int(self.cases.get_case(case_id)["version"])
         with self.working(case_id, where, user) as watch:
             reply = self.agent.converse(case_id, text, user=user, correlation_id=event_id,
                                         watch=watch)
-            self.say(where, escape(reply), business_key=f"reply:{event_id}")
+            moved = self.moved_on(case_id, since)
+            said = escape(reply) if moved is None else (
+                f"The case moved on while I was answering (it is {escape(moved)} now): see the "
+                "case card and the latest posts above for where it stands.")
+            self.say(where, said, business_key=f"reply:{event_id}")
         return reply
+
+    def moved_on(self, case_id: UUID, since: int) -> str | None:
+        """The status the case is in when other hands than the agent's (the analyst, the gate,
+        a person) moved it since version ``since``: a reply composed before is stale and is not
+        posted. None when only the agent moved it, or nobody did."""
+        case = self.cases.get_case(case_id)
+        if int(case["version"]) == since:
+            return None
+        others = [entry for entry in entries_of(self.cases.timeline(case_id))
+                  if entry.accepted and (entry.version or 0) > since
+                  and entry.actor != AGENT_ACTOR]
+        return str(case["status"]) if others else None
 
     @contextmanager
     def working(self, case_id: UUID, where: SlackThread, user: str) -> Iterator[Watch]:

@@ -32,7 +32,7 @@ def test_mention_plan_approve_closes_the_case(engine: Engine) -> None:
         assert case_id is not None
         labels = [e["text"]["text"] for b in plan["blocks"] if b["type"] == "actions"
                   for e in b["elements"]]
-        assert labels == ["Approve", "Reject"]
+        assert labels == ["Approve", "Reject", "Details"]
         shown = json.dumps(plan["blocks"])
         for part in ("Risk", "Steps", "Rollback", "Verify"):
             assert part in shown
