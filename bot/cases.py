@@ -19,7 +19,6 @@ from uuid import UUID
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from agent.tools import ACTOR as AGENT_ACTOR
 from bot.agent import Agent, Watch
 from bot.blocks import short_id, who
 from bot.card_keeper import CardKeeper
@@ -31,7 +30,6 @@ from bot.slack_store import ApprovalRef, SlackStore
 from core.bootstrap import App
 from core.cases.queries import only_one
 from core.cases.replies import Reply
-from core.cases.timeline import entries_of
 from core.domain.commands import ApprovePlan, ChatThread, OpenCase, RejectPlan
 from core.domain.fsm import CaseStatus
 from core.domain.views import ApprovalView, CaseView, MovedCase
@@ -40,6 +38,10 @@ from core.gateway import ToolCall
 from core.library import Library
 
 log = logging.getLogger(__name__)
+
+_POSTED_STAGES = frozenset({CaseStatus.WAIT_GATE, CaseStatus.EXECUTING, CaseStatus.VERIFYING,
+                            CaseStatus.CLOSED, CaseStatus.PARKED})
+"""From the gate on, the thread itself says where the case stands."""
 
 OPEN_WAIT_S = 10.0  # a duplicate delivery waits this long for the first one's case
 _MENTION = re.compile(r"<@[A-Z0-9]+(\|[^>]*)?>")
@@ -130,28 +132,20 @@ class SlackCases:
                 else f"Noted on case `{short_id(case_id)}`."
             self.say(where, reply, business_key=f"reply:{event_id}")
             return reply
-        since = int(self.cases.get_case(case_id)["version"])
         with self.working(case_id, where, user) as watch:
             reply = self.agent.converse(case_id, text, user=user, correlation_id=event_id,
                                         watch=watch)
-            moved = self.moved_on(case_id, since)
-            said = escape(reply) if moved is None else (
-                f"The case moved on while I was answering (it is {escape(moved)} now): see the "
-                "case card and the latest posts above for where it stands.")
-            self.say(where, said, business_key=f"reply:{event_id}")
+            composed = str(self.cases.get_case(case_id)["status"])  # what the reply knew
+            self.say(where, escape(reply), business_key=f"reply:{event_id}",
+                     unless_moved=(case_id, composed))
         return reply
 
-    def moved_on(self, case_id: UUID, since: int) -> str | None:
-        """The status the case is in when other hands than the agent's (the analyst, the gate,
-        a person) moved it since version ``since``: a reply composed before is stale and is not
-        posted. None when only the agent moved it, or nobody did."""
-        case = self.cases.get_case(case_id)
-        if int(case["version"]) == since:
-            return None
-        others = [entry for entry in entries_of(self.cases.timeline(case_id))
-                  if entry.accepted and (entry.version or 0) > since
-                  and entry.actor != AGENT_ACTOR]
-        return str(case["status"]) if others else None
+    def moved_on(self, case_id: UUID, composed: str) -> bool:
+        """Whether the case reached the gate or a later stage (the plan message, a decision,
+        an outcome: what the thread already shows) after a reply was composed in status
+        ``composed``, before it: such a reply is stale. The analysis moving on is not."""
+        now = str(self.cases.get_case(case_id)["status"])
+        return now != composed and now in _POSTED_STAGES and composed not in _POSTED_STAGES
 
     @contextmanager
     def working(self, case_id: UUID, where: SlackThread, user: str) -> Iterator[Watch]:
@@ -191,14 +185,20 @@ class SlackCases:
             return False
 
     def say(self, where: SlackThread, text: str, *, business_key: str,
-            blocks: list[dict[str, Any]] | None = None) -> None:
+            blocks: list[dict[str, Any]] | None = None,
+            unless_moved: tuple[UUID, str] | None = None) -> None:
         """Post ``text`` (mrkdwn: what came from outside is escaped) in the thread, once per
-        business key."""
+        business key; with ``unless_moved`` (a case and the status the text was composed in),
+        not at all when the case has moved on to the gate or past it (a stale reply)."""
         call = ToolCall(tool="slack.reply", args={"channel": where.channel,
                                                   "thread_ts": where.thread_ts, "text": text},
                         actor="slack-bot", session_id=f"slack:{where.key}",
                         business_key=business_key)
         def post(args: Any) -> dict[str, Any]:
+            if unless_moved is not None and self.moved_on(*unless_moved):
+                log.info("reply %s dropped: case %s moved on since it was composed",
+                         business_key, unless_moved[0])
+                return {"dropped": "the case moved on since the reply was composed"}
             reply = self.client.chat_postMessage(channel=args["channel"],
                                                  thread_ts=args["thread_ts"], text=args["text"],
                                                  blocks=blocks)
