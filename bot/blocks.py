@@ -308,11 +308,12 @@ def case_status(case: CaseView) -> Message:
         section(text), context(f"id `{case['case_id']}` · updated {case['updated_at']}")]
 
 
-def case_timeline(case: CaseView, rows: Sequence[TimelineEntry]) -> Message:
+def case_timeline(case: CaseView, rows: Sequence[TimelineEntry],
+                  names: Names = as_is) -> Message:
     recent = rows[-TIMELINE_ROWS:]
     lines = []
     for entry in entries_of(recent):
-        lines.append(timeline_line(entry))
+        lines.append(timeline_line(entry, names=names))
     more = [] if len(rows) <= len(recent) else \
         [context(f"{len(rows) - len(recent)} earlier row(s) not shown")]
     return (f"Timeline of case {short_id(case['case_id'])}",
@@ -321,10 +322,11 @@ def case_timeline(case: CaseView, rows: Sequence[TimelineEntry]) -> Message:
              *more, section("\n".join(lines) or "—")])
 
 
-def timeline_line(entry: Entry, at: str | None = None, limit: int = REASON_SHOWN) -> str:
+def timeline_line(entry: Entry, at: str | None = None, limit: int = REASON_SHOWN,
+                  names: Names = as_is) -> str:
     """One timeline row in words: "`07:00:01` *case opened* as NEW by @alice — why", "*plan
-    ready* PLANNING → WAIT_GATE by …"."""
-    reason = f" — {shown(entry.reason, limit)}" if entry.reason else ""
+    ready* PLANNING → WAIT_GATE by …"; people in its reason by name."""
+    reason = f" — {shown(names_in(entry.reason, names), limit)}" if entry.reason else ""
     return (f"`{at or str(entry.at)[11:19]}` *{event_words(entry.event)}*{move_words(entry)} "
             f"by {who(entry.actor)}{reason}")
 

@@ -29,6 +29,7 @@ from bot.card_state import (
     waiting_reading,
 )
 from bot.mrkdwn import drawn, escape, link, shown
+from bot.people import Names
 from bot.plan_words import said_mrkdwn
 from core.alerts.text import shortened
 from core.cases.progress import Pin, StepAttempt
@@ -44,7 +45,7 @@ SECTION_LIMIT = 3000  # Slack: a section's text
 HEADER_LIMIT = 150  # Slack: a header's plain text
 LINE_LIMIT = 220  # one line on the card, so that a phone shows it in two or three
 STEP_LIMIT = 110  # one step's result: twenty steps fit in one section
-STEP_SAID = 90  # one step's sentence on the card
+STEP_SAID = 150  # one step's sentence on the card
 CATCHUP_EVENTS = 5
 
 STATUS_MARK = {"NEW": "🆕", "ANALYZING": "🔎", "PLANNING": "📝", "WAIT_GATE": "⏸️",
@@ -303,7 +304,7 @@ def catchup_message(state: CaseState) -> Message:
     case, status = state.case, state.status
     title = f"{STATUS_MARK.get(status, '•')} Case `{short_id(case['case_id'])}` " \
             f"*{escape(case.get('title'))}* — {status} · {case.get('severity')}"
-    recent = [_event_line(entry) for entry in state.entries[-CATCHUP_EVENTS:]]
+    recent = [_event_line(entry, state.names) for entry in state.entries[-CATCHUP_EVENTS:]]
     blocks = [section(title),
               section(f"*Waiting on* {waiting_on(state)}"),
               section(_fit(f"*Last {len(recent)} event(s)*", recent)),
@@ -333,8 +334,8 @@ def waiting_on(state: CaseState) -> str:
     return "*opsgate*: the analysis and the plan"
 
 
-def _event_line(entry: Entry) -> str:
-    return timeline_line(entry, _clock(entry.at), 160)
+def _event_line(entry: Entry, names: Names) -> str:
+    return timeline_line(entry, _clock(entry.at), 160, names)
 
 
 def _decisions(state: CaseState) -> list[str]:

@@ -132,7 +132,7 @@ class CardKeeper:
         needs = 1 if progress.gate is None else progress.gate.needed
         return CaseState(progress, needs, names_in(self.policy.describe_approvers(), self.names),
                          None if card is None else card.working, self._touches(progress),
-                         self._last_change(progress))
+                         self._last_change(progress), names=self.names)
 
     def _last_change(self, progress: CaseProgress) -> str | None:
         """The last deploy or configuration change of the case's components before it opened

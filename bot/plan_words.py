@@ -92,7 +92,9 @@ def details_modal(title: str, plan: Mapping[str, Any] | object) -> dict[str, Any
     if len(pieces) > len(shown):
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text":
                        f"{len(pieces) - len(shown)} more part(s): the REST API has it whole"}]})
-    heading = at_word(" ".join(title.split()), 60) or "the plan"
+    whole = " ".join(title.split())
+    heading = at_word(whole, 60)
+    heading = "the plan" if not heading else heading if heading == whole else f"{heading}…"
     return {"type": "modal",
             "title": {"type": "plain_text", "text": "Plan details"},
             "close": {"type": "plain_text", "text": "Close"},

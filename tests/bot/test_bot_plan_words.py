@@ -188,3 +188,7 @@ def test_the_details_modal_holds_the_exact_json_within_limits() -> None:
     assert json.loads(text.replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">")) \
         == plan
     assert len(modal["title"]["text"]) <= 24
+    titled = details_modal("Roll checkout back to revision 11 (registry.example.com/shop/x:v1)",
+                           plan)
+    assert "“Roll checkout back to revision 11 (registry.example.com/shop…”" in \
+        titled["blocks"][0]["elements"][0]["text"]  # cut at a word, and said to be cut

@@ -5,6 +5,7 @@ latecomer where the case stands, at the gate and once closed."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from uuid import UUID
 
@@ -169,6 +170,8 @@ def test_catchup_at_the_gate_and_once_closed(engine: Engine) -> None:
         assert text == f"Catch-up on case {str(case_id)[:8]}: WAIT_GATE"
         assert "*Waiting on* *people*: 1 more approval(s) of plan “Take no action" in shown
         assert "from bob, carol (not <@U0ALICE>, who requested it)" in shown  # names
+        assert "approved so far by bob" in shown  # a reason from the core, its ids as names
+        assert re.sub(r"<@U0[A-Z]+>", "", shown).count("U0") == 0  # no id but in a mention
         assert "*Last 5 event(s)*" in shown and shown.count("\n`") == 5
         assert f"👍 <@{APPROVER}> approved plan `" in shown and "(1 more needed then)" in shown
 
