@@ -1,7 +1,8 @@
 """People by their names, not their ids: a Slack user id read as the person's display name
-(``users.info``, cached), for every text the bot writes that is not a mention — refusals, the
-approvers line, the card, catch-up. An id Slack does not know (or a Slack that cannot be asked)
-reads as itself: a name is a courtesy, never a reason to fail a message."""
+(``users.info``, cached) and a user group's id as its handle (``usergroups.list``, cached), for
+every text the bot writes that is not a mention — refusals, the approvers line, the card,
+catch-up. An id Slack does not know (or a Slack that cannot be asked) reads as itself: a name is
+a courtesy, never a reason to fail a message."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ Names = Callable[[str], str]
 NAME_TTL_S = 3600.0
 UNKNOWN_TTL_S = 300.0
 _USER_ID = re.compile(r"\b[UW][A-Z0-9]*[0-9][A-Z0-9]*\b")
+_GROUP_ID = re.compile(r"\bS[A-Z0-9]*[0-9][A-Z0-9]*\b")
+_ANY_ID = re.compile(r"\b[UWS][A-Z0-9]*[0-9][A-Z0-9]*\b")
 
 
 def as_is(person: str) -> str:
@@ -30,12 +33,14 @@ def as_is(person: str) -> str:
 
 
 def names_in(text: str, names: Names) -> str:
-    """``text`` with every Slack user id in it read as the person's name."""
-    return _USER_ID.sub(lambda found: names(found.group(0)), text)
+    """``text`` with every Slack user id in it read as the person's name (and every user group
+    id as its handle)."""
+    return _ANY_ID.sub(lambda found: names(found.group(0)), text)
 
 
 class People:
-    """Display names from ``users.info``, kept an hour (an unknown id five minutes)."""
+    """Display names from ``users.info`` and group handles from ``usergroups.list``, kept an
+    hour (an unknown id five minutes)."""
 
     def __init__(self, client: WebClient, clock: Callable[[], float] = time.monotonic) -> None:
         self._client = client
@@ -48,6 +53,8 @@ class People:
 
     def name(self, person: str) -> str:
         """``person``'s display name (else real name, else user name); the id when unknown."""
+        if _GROUP_ID.fullmatch(person):
+            return self._handle(person)
         if not _USER_ID.fullmatch(person):
             return person
         now = self._clock()
@@ -59,6 +66,27 @@ class People:
         with self._lock:
             self._known[person] = (name, now + ttl)
         return name
+
+    def _handle(self, group: str) -> str:
+        """``@handle`` of the user group ``group`` (every group read in one call)."""
+        now = self._clock()
+        with self._lock:
+            known = self._known.get(group)
+        if known is not None and known[1] > now:
+            return known[0]
+        try:
+            groups = self._client.usergroups_list().get("usergroups") or []
+        except (SlackApiError, OSError) as error:
+            log.info("usergroups.list: %s", error)
+            groups = []
+        handles = {str(g.get("id")): f"@{g['handle']}" for g in groups
+                   if isinstance(g, dict) and g.get("handle")}
+        with self._lock:
+            for found, handle in handles.items():
+                self._known[found] = (handle, now + NAME_TTL_S)
+            if group not in handles:
+                self._known[group] = (group, now + UNKNOWN_TTL_S)
+        return handles.get(group, group)
 
     def _ask(self, person: str) -> tuple[str, float]:
         try:

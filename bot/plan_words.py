@@ -14,6 +14,7 @@ from core.steps.words import Sentence, Value, plain_text
 
 CUT = "…"
 _BOUNDARY = re.compile(r"[\s/.,:;=_()\[\]{}-]")
+_SPACES = re.compile(r"\s+")
 DETAILS_SECTION = 2900  # JSON per section of the details modal (Slack: 3000 with its fences)
 DETAILS_SECTIONS = 40  # a modal holds 100 blocks; a plan's JSON is under 256 KiB
 MORE_ROOM = 40  # what "… and N more" takes at the end of a fitted section
@@ -38,7 +39,7 @@ def said_mrkdwn(said: Sentence, limit: int) -> str:
     room = limit if whole else limit - len(CUT)
     drawn: list[str] = []
     for part in said:
-        text = " ".join((part.text if isinstance(part, Value) else part).split(" "))
+        text = _SPACES.sub(" ", part.text if isinstance(part, Value) else part)  # one line
         kept = text if len(text) <= room else at_word(text, room)
         room -= len(kept)
         if kept:

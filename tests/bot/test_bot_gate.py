@@ -177,7 +177,8 @@ def test_approvers_by_user_group(sqlite_engine: Engine) -> None:
     with running_bot(sqlite_engine, approvers=["S0ONCALL"]) as bot:
         case_id, plan, approval_id = open_and_wait_for_plan(bot, "24.000100")
         bot.click(Action.APPROVE, approval_id, user=SECOND, message_ts=plan["ts"])
-        assert "not an approver (S0ONCALL may approve)" in wait_ephemeral(bot, SECOND)[0]
+        # the group by its handle, the person by name
+        assert "carol is not an approver (@oncall may approve)" in wait_ephemeral(bot, SECOND)[0]
         bot.click(Action.APPROVE, approval_id, user=APPROVER, message_ts=plan["ts"])
         bot.slack.wait_for(lambda: any("CLOSED" in t for t in bot.slack.texts()),
                            what="CLOSED")

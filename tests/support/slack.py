@@ -39,6 +39,7 @@ TEAM, CHANNEL, BOT_USER = "T0001", "C0INCIDENT", "U0BOT"
 REQUESTER, APPROVER, SECOND, OUTSIDER = "U0ALICE", "U0BOB", "U0CAROL", "U0MALLORY"
 APPROVERS = [APPROVER, SECOND]
 GROUPS = {"S0ONCALL": [APPROVER]}  # the user groups the fake Slack knows
+HANDLES = {"S0ONCALL": "oncall"}  # their handles (usergroups.list)
 NAMES = {REQUESTER: "alice", APPROVER: "bob", SECOND: "carol", OUTSIDER: "mallory",
          BOT_USER: "opsgate"}  # display names (users.info); any other id is user_not_found
 
@@ -307,6 +308,9 @@ def _web_api(slack: FakeSlack) -> dict[str, Any]:
         "/api/users.info": answer(user),
         "/api/chat.getPermalink": answer(permalink),
         "/api/views.open": answer(lambda _s: {"view": {"id": "V0001"}}),
+        "/api/usergroups.list": answer(lambda _seen: {"usergroups": [
+            {"id": group, "team_id": TEAM, "name": handle.title(), "handle": handle,
+             "is_usergroup": True} for group, handle in HANDLES.items()]}),
         "/api/usergroups.users.list": answer(
             lambda seen: {"users": GROUPS.get(str(args_of(seen).get("usergroup")), [])}),
     }
