@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.ids import COMMAND, REASON_BLOCK, REASON_INPUT, Action, Subcommand, View
-from bot.mrkdwn import escape, shown
+from bot.mrkdwn import at_word, escape, shown
 from bot.people import Names, as_is, names_in
-from bot.plan_words import at_word, fitted, said_mrkdwn
+from bot.plan_words import fitted, said_mrkdwn
 from core.cases.timeline import Entry, entries_of
 from core.domain.gate_rule import GateRule, gate_rule
 from core.domain.plans import ParsedPlan, PlanStep, parsed_or_none

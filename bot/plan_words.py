@@ -9,27 +9,14 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from bot.mrkdwn import escape
+from bot.mrkdwn import at_word, escape
 from core.steps.words import Sentence, Value, plain_text
 
 CUT = "…"
-_BOUNDARY = re.compile(r"[\s/.,:;=_()\[\]{}-]")
 _SPACES = re.compile(r"\s+")
 DETAILS_SECTION = 2900  # JSON per section of the details modal (Slack: 3000 with its fences)
 DETAILS_SECTIONS = 40  # a modal holds 100 blocks; a plan's JSON is under 256 KiB
 MORE_ROOM = 40  # what "… and N more" takes at the end of a fitted section
-
-
-def at_word(text: str, room: int) -> str:
-    """At most ``room`` characters of ``text``, ending where a word ends (before a space or
-    punctuation, or at the end); empty when not even the first word fits."""
-    if len(text) <= room:
-        return text
-    kept = text[:max(0, room)]
-    if _BOUNDARY.match(text[len(kept)]):
-        return kept.rstrip()
-    ends = [m.start() for m in _BOUNDARY.finditer(kept)]
-    return kept[:ends[-1]].rstrip() if ends else ""
 
 
 def said_mrkdwn(said: Sentence, limit: int) -> str:

@@ -5,13 +5,17 @@ Kit's limits; a verify check that already holds is marked; the JSON is one click
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bot.blocks import plan_message, step_line, verify_lines
-from bot.plan_words import _BOUNDARY, at_word, details_modal, said_mrkdwn
+from bot.mrkdwn import BOUNDARY as _BOUNDARY
+from bot.mrkdwn import at_word, shown
+from bot.plan_words import details_modal, said_mrkdwn
+from core.alerts.text import storable
 from core.domain.plans import StepAction, canonical_json, parse_plan, parsed_or_none
 from core.domain.policy import ApprovalPolicy
 from core.evidence.baseline import read_before, tell_the_model
@@ -192,3 +196,17 @@ def test_the_details_modal_holds_the_exact_json_within_limits() -> None:
                            plan)
     assert "“Roll checkout back to revision 11 (registry.example.com/shop…”" in \
         titled["blocks"][0]["elements"][0]["text"]  # cut at a word, and said to be cut
+
+
+@given(text=st.text(max_size=300), limit=st.integers(2, 200))
+def test_shown_text_is_cut_where_a_word_ends(text: str, limit: int) -> None:
+    said = shown(text, limit)
+    read = said.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+    flat = storable(" ".join(text.split()))
+    assert len(read) <= limit
+    if read != flat and read.endswith("…"):
+        kept = read[:-1]
+        assert flat.startswith(kept)
+        words = [w for w in re.split(r"[\s/.,:;=_()\[\]{}-]", flat) if w]
+        # cut where a word ends, unless the first word alone is longer than the line
+        assert _BOUNDARY.match(flat[len(kept)]) or len(words[0]) >= limit - 1 or not kept
