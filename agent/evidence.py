@@ -20,6 +20,7 @@ from uuid import UUID
 from langchain_core.messages import BaseMessage, SystemMessage
 from sqlalchemy.exc import SQLAlchemyError
 
+from core.alerts.text import shortened
 from core.domain.plans import plan_problems
 from core.errors import OpsgateError
 from core.library import Library
@@ -78,10 +79,10 @@ def learned_plan(evidence: Mapping[str, Any], title: str) -> dict[str, Any] | No
     if not best or not isinstance(best.get("plan"), dict):
         return None
     plan = json.loads(json.dumps(best["plan"]))  # a deep copy of plain JSON
-    suffix = f" (learned from case {best['case_id']})"
+    suffix = f" (learned from case {str(best['case_id'])[:8]})"  # the short id /case takes
     original = LEARNED_TITLE.sub("", str(plan.get("title") or "plan"))  # not a chain of cases
     adapted = f"{original} for: {title}" if title else original
-    plan["title"] = adapted[:200 - len(suffix)] + suffix
+    plan["title"] = shortened(adapted, 200 - len(suffix)) + suffix  # cut at a word
     return None if plan_problems(plan) else plan
 
 
@@ -89,8 +90,8 @@ def learned_from(evidence: Mapping[str, Any]) -> str:
     """One sentence naming the case a learned plan came from."""
     best = evidence.get("best_plan") or {}
     shared = ", ".join(best.get("shared") or [])
-    return (f"learned from case {best.get('case_id')} ({best.get('title')}), the most similar "
-            f"verified case (shared: {shared})")
+    return (f"learned from case {str(best.get('case_id'))[:8]} ({best.get('title')}), the most "
+            f"similar verified case (shared: {shared})")
 
 
 def findings_cited(evidence: Mapping[str, Any]) -> str:

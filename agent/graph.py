@@ -36,7 +36,7 @@ from agent.prompts import system_prompt
 from agent.replies import ToolReply
 from agent.state import AgentState
 from agent.tools import CaseTools
-from agent.usage import model_name
+from agent.usage import ESTIMATED, model_name
 from core.errors import InternalError
 
 log = logging.getLogger(__name__)
@@ -65,10 +65,17 @@ class RunUsage:
     tokens_in: int = 0
     tokens_out: int = 0
     failures: list[str] = field(default_factory=list)
+    estimated: bool = False  # a model reported no tokens of its own: the counts are estimates
 
     def as_dict(self) -> dict[str, int]:
         return {"model_calls": self.model_calls, "tokens_in": self.tokens_in,
                 "tokens_out": self.tokens_out}
+
+    def tokens_said(self) -> str:
+        """"120 tokens in, 30 tokens out", or "~120 tokens in, ~30 tokens out (estimated)"."""
+        mark = "~" if self.estimated else ""
+        said = f"{mark}{self.tokens_in} tokens in, {mark}{self.tokens_out} tokens out"
+        return f"{said} (estimated)" if self.estimated else said
 
 
 def build_graph(model: BaseChatModel, tools: CaseTools, checkpointer: BaseCheckpointSaver[Any],
@@ -162,6 +169,8 @@ def _count(reply: AIMessage, name: str, usage: RunUsage) -> dict[str, int]:
                                       "total_tokens": 0}
     tokens_in, tokens_out = int(tokens["input_tokens"]), int(tokens["output_tokens"])
     usage.model_calls += 1
+    usage.estimated = usage.estimated or bool(reply.response_metadata.get(ESTIMATED)) \
+        or reply.usage_metadata is None
     usage.tokens_in += tokens_in
     usage.tokens_out += tokens_out
     metrics.MODEL_CALLS.labels(model=name, outcome="ok").inc()

@@ -38,7 +38,7 @@ from agent.offline_looks import (
     with_checks,
     written_plan,
 )
-from agent.usage import estimate_usage
+from agent.usage import estimated
 from core.consumers.planner import DEFAULT_TEMPLATE, choose_template
 from core.domain.fsm import CaseStatus
 from core.domain.plan_templates import load_template, template_names
@@ -91,8 +91,8 @@ class OfflinePlannerModel(BaseChatModel):
                   run_manager: CallbackManagerForLLMRun | None = None,
                   **kwargs: Any) -> ChatResult:
         reply = self.decide(messages)
-        reply.usage_metadata = estimate_usage(messages, reply, kwargs.get("tools") or ())
         reply.response_metadata = {"model_name": self.model_name}
+        estimated(reply, messages, kwargs.get("tools") or ())
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
     # -- the decision ---------------------------------------------------------------------

@@ -199,11 +199,11 @@ class Agent:
         snapshot = graph.get_state(config)
         checkpoint = str(snapshot.config.get("configurable", {}).get("checkpoint_id", "none"))
         meta = {"model": model_name(self.model), "trigger": trigger, **usage.as_dict(),
-                "failed_calls": len(usage.failures), "tools": dict(sorted(tools.stats.items())),
+                "failed_calls": len(usage.failures), "tokens_estimated": usage.estimated,
+                "tools": dict(sorted(tools.stats.items())),
                 **({"cut": tools.looking.budget.cuts[:20]} if tools.looking.budget.cuts else {}),
                 "case_total": usage_of(snapshot.values)}
-        reason = (f"{usage.model_calls} model call(s), {usage.tokens_in} tokens in, "
-                  f"{usage.tokens_out} tokens out")
+        reason = f"{usage.model_calls} model call(s), {usage.tokens_said()}"
         try:
             tools.note("agent_usage", reason, meta,
                        key=f"usage:{tools.case_id}:{checkpoint}:{len(usage.failures)}")

@@ -15,7 +15,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field
 
-from agent.usage import estimate_usage
+from agent.usage import estimated
 
 Turn = AIMessage | Exception
 
@@ -43,5 +43,5 @@ class ScriptedChatModel(BaseChatModel):
         if isinstance(turn, Exception):
             raise turn
         reply = turn.model_copy(deep=True)
-        reply.usage_metadata = estimate_usage(messages, reply, kwargs.get("tools") or ())
+        estimated(reply, messages, kwargs.get("tools") or ())
         return ChatResult(generations=[ChatGeneration(message=reply)])

@@ -28,6 +28,8 @@ from core.domain.commands import Fence, NoteCase, OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.plans import plan_problems
 from core.errors import NotFound, StaleFence
+from core.evidence.baseline import read_before, tell_the_model
+from core.evidence.configured import source_from_settings
 from core.gateway import (
     CallResult,
     CallStatus,
@@ -286,10 +288,22 @@ class CaseTools:
                                  meta={"source": ACTOR}, fence=self.fence,
                                  requester=self.requester, correlation_id=self.correlation_id)
             data = reply_data(self.cases.transition(cmd, f"agent:{named.key}"))
-            return {"case": data, "plan_hash": named.fingerprint["plan_hash"],
-                    "next": "waiting at the gate for a human approval"}
+            answer = {"case": data, "plan_hash": named.fingerprint["plan_hash"],
+                      "next": "waiting at the gate for a human approval"}
+            return {**answer, **self._holding_already(args.plan)}
 
         return self._through_gateway("propose_plan", named, run)
+
+    def _holding_already(self, plan: Mapping[str, Any]) -> dict[str, Any]:
+        """The verify checks that already hold before any change, told once (this answer is
+        the proposal's, replayed as it is): such a check cannot show the change worked."""
+        tenant = self.cases.get_case(self.case_id).get("tenant")
+        readings = read_before(plan.get("verify"), source_from_settings(self.app.settings),
+                               None if tenant is None else str(tenant))
+        told = tell_the_model(readings)
+        return {} if told is None else {
+            "verify_note": told,
+            "verify_now": [reading.as_dict() for reading in readings]}
 
     def _name_components(self, args: ComponentsArgs) -> ToolReply:
         case_id = self._own_case(args.case_id)

@@ -27,6 +27,17 @@ def _text_of(message: BaseMessage) -> str:
     return text
 
 
+ESTIMATED = "opsgate_tokens_estimated"
+"""Set in a reply's ``response_metadata`` when its token counts are ``estimate_usage``'s, not
+the model's: the timeline says "~N tokens (estimated)"."""
+
+
+def estimated(reply: AIMessage, messages: Sequence[BaseMessage], tools: Sequence[Any]) -> None:
+    """Give ``reply`` the estimate of its tokens, marked as an estimate."""
+    reply.usage_metadata = estimate_usage(messages, reply, tools)
+    reply.response_metadata = {**reply.response_metadata, ESTIMATED: True}
+
+
 def estimate_usage(messages: Sequence[BaseMessage], reply: AIMessage,
                    tools: Sequence[Any] = ()) -> UsageMetadata:
     """A deterministic token estimate (4 characters a token) for models without a tokenizer:

@@ -8,21 +8,26 @@ and links nowhere.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from bot.ids import COMMAND, REASON_BLOCK, REASON_INPUT, Action, Subcommand, View
-from bot.mrkdwn import escape, shown
-from core.cases.timeline import entries_of
+from bot.mrkdwn import at_word, escape, shown
+from bot.people import Names, as_is, names_in
+from bot.plan_words import fitted, said_mrkdwn
+from core.cases.timeline import Entry, entries_of
 from core.domain.gate_rule import GateRule, gate_rule
 from core.domain.plans import ParsedPlan, PlanStep, parsed_or_none
 from core.domain.policy import NO_APPROVERS, ApprovalPolicy, PlanLike, number_words, plan_risk
+from core.domain.verify import parse_verify
 from core.domain.views import CaseView, TimelineEntry
+from core.errors import InvalidPlan
+from core.evidence.baseline import CheckReading
 from core.library.render import evidence_text
 from core.policy.judge import is_slack_group
+from core.steps.sentences import check_sentence, duration, step_sentence
 
 Block = dict[str, Any]
 Message = tuple[str, list[Block]]
@@ -71,37 +76,61 @@ class PlanDecisionView:
     needs: int = 0
 
 
-def _step_line(index: int, step: PlanStep) -> str:
-    params = json.dumps(step.params, sort_keys=True, ensure_ascii=False)
-    if len(params) > 120:
-        params = params[:117] + "…"
-    return (f"{index}. `{escape(step.action)}` {escape(params)} (timeout {step.timeout_s} s, "
-            f"retry {step.retry})")
+STEP_SAID, CHECK_SAID = 240, 200  # characters of a step's sentence, of a check's, as read
 
 
-def _verify_lines(verify: object) -> str:
-    if isinstance(verify, Mapping):
-        checks = verify.get("checks") if isinstance(verify.get("checks"), list) else [verify]
-        lines = [json.dumps(check, sort_keys=True, ensure_ascii=False)[:200]
-                 for check in checks or []]
-        return "\n".join(f"• `{escape(line)}`" for line in lines) or "—"
-    return f"`{escape(json.dumps(verify, ensure_ascii=False)[:200])}`"
+def step_line(index: int, step: PlanStep) -> str:
+    """"2. Restart deployment `shop/checkout` _(up to 60 s, retried once)_"."""
+    retried = {0: "", 1: ", retried once"}.get(step.retry, f", retried up to {step.retry} times")
+    return (f"{index}. {said_mrkdwn(step_sentence(step), STEP_SAID)} "
+            f"_(up to {duration(step.timeout_s)}{retried})_")
+
+
+def verify_lines(verify: object, readings: Sequence[CheckReading] = ()) -> list[str]:
+    """Each check of the verify block as a sentence, with its reading now when there is one;
+    a check that already holds is marked: it cannot show that the change worked."""
+    try:
+        block = parse_verify(verify)
+    except InvalidPlan:
+        return ["• a verify block that cannot be judged (see Details)"]
+    now = {reading.index: reading for reading in readings}
+    lines = []
+    for n, check in enumerate(block.checks):
+        line = f"• {said_mrkdwn(check_sentence(check), CHECK_SAID)}"
+        reading = now.get(n)
+        if reading is not None:
+            line += _reading(reading)
+        lines.append(line)
+    if block.timeout_s:
+        lines.append(f"_judged within {duration(block.timeout_s)} of the change_")
+    return lines
+
+
+def _reading(reading: CheckReading) -> str:
+    stand_in = " (stand-in)" if reading.stand_in else ""
+    if reading.holds:
+        return (f"\n    ⚠️ *holds already*: {shown(reading.said, CHECK_SAID)}{stand_in} — it "
+                "cannot show that the change worked")
+    return f" — now {reading.value:g}{stand_in}"
 
 
 def plan_message(case: CaseView, plan: PlanLike, plan_hash: str,
                  approval_id: str, requester: str, policy: ApprovalPolicy,
-                 decision: PlanDecisionView | None = None) -> Message:
-    """The one message a proposed plan is: title, risk, steps, rollback, verify and, until it
-    is decided, the ``Approve`` and ``Reject`` buttons bound to ``approval_id``. It shows the
-    parsed plan, the steps exactly as the executor would run them; a plan that does not meet
-    the contract gets no buttons."""
+                 decision: PlanDecisionView | None = None, *,
+                 readings: Sequence[CheckReading] = (), names: Names = as_is) -> Message:
+    """The one message a proposed plan is: title, risk, steps, rollback and verify in words
+    (each step as its adapter says it would run it; each check with its reading now, marked when
+    it already holds), the ``Details`` button that shows the exact JSON and, until it is
+    decided, the ``Approve`` and ``Reject`` buttons bound to ``approval_id``. A plan that does
+    not meet the contract gets no buttons. ``names`` reads a person's id as their name."""
     parsed = parsed_or_none(plan)
     if parsed is None:
         return _unreadable_plan(case, plan_hash)
     policy = policy.at(case.get("components", ()), None)
     rule = gate_rule(policy, parsed, requester)  # Cedar asked once for who and how many
     risk, needed = plan_risk(parsed), rule.needed
-    blocks = _plan_sections(case, parsed, plan_hash, requester, policy, risk, needed)
+    blocks = _plan_sections(case, parsed, plan_hash, requester, policy, risk, needed,
+                            readings, names)
     blocks[2:2] = rule_sections(rule, policy)
     if decision is None or decision.verdict == "pending":
         if policy.nobody_named:
@@ -109,26 +138,31 @@ def plan_message(case: CaseView, plan: PlanLike, plan_hash: str,
                                   "waits at the gate until someone is named."))
         confirm = approve_confirm(parsed.title, risk, policy) if needed >= 2 else None
         blocks.append(_buttons(approval_id, confirm))
+    else:
+        blocks.append(_details_only(approval_id))
     if decision is not None:
         blocks.append(_decided(decision))
-    return _plan_text(case, parsed.title, risk, decision), blocks
+    return _plan_text(case, parsed.title, risk, decision, names), blocks
 
 
 def _plan_sections(case: CaseView, parsed: ParsedPlan, plan_hash: str, requester: str,
-                   policy: ApprovalPolicy, risk: float, needed: int) -> list[Block]:
+                   policy: ApprovalPolicy, risk: float, needed: int,
+                   readings: Sequence[CheckReading], names: Names) -> list[Block]:
     """The plan as read: header, case and risk, steps, rollback, verify, and its hash."""
-    steps = "\n".join(_step_line(i, step) for i, step in enumerate(parsed.steps, 1))
-    rollback = "\n".join(_step_line(i, step) for i, step in enumerate(parsed.rollback, 1))
+    steps = [step_line(i, step) for i, step in enumerate(parsed.steps, 1)]
+    rollback = [step_line(i, step) for i, step in enumerate(parsed.rollback, 1)]
     approvers = "one approver" if needed == 1 else f"{number_words(needed)} distinct approvers"
+    title = at_word(" ".join(f"Plan: {parsed.title}".split()), 149)
+    title = title if title == " ".join(f"Plan: {parsed.title}".split()) else f"{title}…"
     return [
-        {"type": "header", "text": {"type": "plain_text", "text": f"Plan: {parsed.title}"[:150]}},
-        section(f"*Case* `{short_id(case['case_id'])}` {escape(case.get('title'))}\n"
-                f"*Risk* {risk:g} — needs {approvers}; requested by {who(requester)}"),
-        section(f"*Steps*\n{steps}"),
-        section(f"*Rollback*\n{rollback or '— (nothing to undo)'}"),
-        section(f"*Verify*\n{_verify_lines(parsed.verify)}"),
+        {"type": "header", "text": {"type": "plain_text", "text": title}},
+        section(f"*Case* `{short_id(case['case_id'])}` {shown(case.get('title'), TITLE_SHOWN)}"
+                f"\n*Risk* {risk:g} — needs {approvers}; requested by {who(requester)}"),
+        section(fitted("*Steps*", steps)),
+        section(fitted("*Rollback*", rollback or ["— (nothing to undo)"])),
+        section(fitted("*Verify* (after the change)", verify_lines(parsed.verify, readings))),
         context(f"plan `{plan_hash[:12]}` · case version {case.get('version')} · "
-                f"approvers: {escape(policy.describe_approvers())}"),
+                f"approvers: {escape(names_in(policy.describe_approvers(), names))}"),
     ]
 
 
@@ -167,13 +201,15 @@ def group_mention(name: str, policy: ApprovalPolicy) -> str:
 
 
 def _plan_text(case: CaseView, title: str, risk: float,
-               decision: PlanDecisionView | None) -> str:
+               decision: PlanDecisionView | None, names: Names = as_is) -> str:
     """The notification text of the plan message, with its decision once there is one."""
-    text = f"Plan for case {short_id(case['case_id'])}: {escape(title)} (risk {risk:g})"
+    text = (f"Plan for case {short_id(case['case_id'])}: {shown(title, TITLE_SHOWN)} "
+            f"(risk {risk:g})")
     if decision is not None and decision.verdict == "expired":
         return f"{text} — {escape(decision.reason or 'approval expired')}"
     if decision is not None and decision.verdict != "pending":
-        return f"{text} — {decision.verdict} by {escape(', '.join(decision.by))}"
+        by = ", ".join(names(person) for person in decision.by)
+        return f"{text} — {decision.verdict} by {escape(by)}"
     return text
 
 
@@ -191,7 +227,19 @@ def _buttons(approval_id: str, confirm: Block | None = None) -> Block:
         approve,
         {"type": "button", "action_id": Action.REJECT, "style": "danger", "value": approval_id,
          "text": {"type": "plain_text", "text": "Reject"}},
+        _details_button(approval_id),
     ]}
+
+
+def _details_button(approval_id: str) -> Block:
+    """The button that opens the plan's exact JSON (``bot.plan_words.details_modal``)."""
+    return {"type": "button", "action_id": Action.DETAILS, "value": approval_id,
+            "text": {"type": "plain_text", "text": "Details"}}
+
+
+def _details_only(approval_id: str) -> Block:
+    return {"type": "actions", "block_id": "plan_details",
+            "elements": [_details_button(approval_id)]}
 
 
 CONFIRM_TITLE, CONFIRM_TEXT = 100, 300  # Slack's limits on a confirmation dialog's texts
@@ -228,8 +276,10 @@ def _decided(decision: PlanDecisionView) -> Block:
                    f"{decision.needs} more approval(s) needed")
 
 
-def reject_modal(approval_id: str, private_metadata: str) -> dict[str, Any]:
-    """The modal the ``Reject`` button opens: one required reason."""
+def reject_modal(title: str | None, private_metadata: str) -> dict[str, Any]:
+    """The modal the ``Reject`` button opens: the plan by its title, and one required
+    reason."""
+    which = f"plan “{shown(title, 120)}”" if title else "this plan"
     return {
         "type": "modal", "callback_id": View.REJECT_REASON,
         "private_metadata": private_metadata,
@@ -237,8 +287,7 @@ def reject_modal(approval_id: str, private_metadata: str) -> dict[str, Any]:
         "submit": {"type": "plain_text", "text": "Reject"},
         "close": {"type": "plain_text", "text": "Cancel"},
         "blocks": [
-            section(f"Why is this plan rejected? The case parks with your reason. "
-                    f"(`{approval_id[:11]}`)"),
+            section(f"Why is {which} rejected? The case parks with your reason."),
             {"type": "input", "block_id": REASON_BLOCK,
              "label": {"type": "plain_text", "text": "Reason"},
              "element": {"type": "plain_text_input", "action_id": REASON_INPUT,
@@ -259,21 +308,42 @@ def case_status(case: CaseView) -> Message:
         section(text), context(f"id `{case['case_id']}` · updated {case['updated_at']}")]
 
 
-def case_timeline(case: CaseView, rows: Sequence[TimelineEntry]) -> Message:
+def case_timeline(case: CaseView, rows: Sequence[TimelineEntry],
+                  names: Names = as_is) -> Message:
     recent = rows[-TIMELINE_ROWS:]
     lines = []
     for entry in entries_of(recent):
-        move = f" {escape(entry.source)} → {escape(entry.target)}" if entry.target \
-            and entry.source != entry.target else ""
-        reason = f" — {shown(entry.reason, REASON_SHOWN)}" if entry.reason else ""
-        lines.append(f"`{str(entry.at)[11:19]}` *{escape(entry.event)}*{move} "
-                     f"by {who(entry.actor)}{reason}")
+        lines.append(timeline_line(entry, names=names))
     more = [] if len(rows) <= len(recent) else \
         [context(f"{len(rows) - len(recent)} earlier row(s) not shown")]
     return (f"Timeline of case {short_id(case['case_id'])}",
             [section(f"*Timeline of case* `{short_id(case['case_id'])}` "
                      f"{escape(case['title'])}"),
              *more, section("\n".join(lines) or "—")])
+
+
+def timeline_line(entry: Entry, at: str | None = None, limit: int = REASON_SHOWN,
+                  names: Names = as_is) -> str:
+    """One timeline row in words: "`07:00:01` *case opened* as NEW by @alice — why", "*plan
+    ready* PLANNING → WAIT_GATE by …"; people in its reason by name."""
+    reason = f" — {shown(names_in(entry.reason, names), limit)}" if entry.reason else ""
+    return (f"`{at or str(entry.at)[11:19]}` *{event_words(entry.event)}*{move_words(entry)} "
+            f"by {who(entry.actor)}{reason}")
+
+
+def event_words(event: object) -> str:
+    """``case_opened`` → "case opened"."""
+    return escape(str(event).replace("_", " "))
+
+
+def move_words(entry: Entry) -> str:
+    """" PLANNING → WAIT_GATE", " as NEW" for the first row (no state before it), or nothing
+    (a note, a refusal)."""
+    if entry.target and entry.source and entry.source != entry.target:
+        return f" {escape(entry.source)} → {escape(entry.target)}"
+    if entry.target and not entry.source:
+        return f" as {escape(entry.target)}"
+    return ""
 
 
 def case_list(cases: Sequence[CaseView], status: str | None) -> Message:

@@ -15,7 +15,7 @@ from contextlib import suppress
 from datetime import UTC, datetime
 from typing import Any
 
-from bot.blocks import Block, Message, section, short_id, who
+from bot.blocks import Block, Message, section, short_id, timeline_line, who
 from bot.card_state import (
     LISTED,
     CaseState,
@@ -29,18 +29,23 @@ from bot.card_state import (
     waiting_reading,
 )
 from bot.mrkdwn import drawn, escape, link, shown
+from bot.people import Names
+from bot.plan_words import said_mrkdwn
 from core.alerts.text import shortened
 from core.cases.progress import Pin, StepAttempt
 from core.cases.timeline import Entry
 from core.consumers.notifier_text import alert_text
 from core.domain.messages import StepResultPayload, TransitionPayload
+from core.domain.plans import PlanStep
+from core.steps.sentences import step_sentence
 
 CARD_BLOCK = "case_card"
 """The ``block_id`` of the card's first block; the card's other blocks start with it too."""
 SECTION_LIMIT = 3000  # Slack: a section's text
 HEADER_LIMIT = 150  # Slack: a header's plain text
 LINE_LIMIT = 220  # one line on the card, so that a phone shows it in two or three
-STEP_LIMIT = 110  # one step's line: twenty steps fit in one section
+STEP_LIMIT = 110  # one step's result: twenty steps fit in one section
+STEP_SAID = 150  # one step's sentence on the card
 CATCHUP_EVENTS = 5
 
 STATUS_MARK = {"NEW": "🆕", "ANALYZING": "🔎", "PLANNING": "📝", "WAIT_GATE": "⏸️",
@@ -160,26 +165,41 @@ def _gate(state: CaseState) -> str:
 
 
 def _steps(state: CaseState) -> list[str]:
-    """Each plan step with its latest attempt (✓ done, ✗ failed, ↻ retried, ▶ running,
-    · not yet), then the rollback steps that ran."""
-    lines = [_step_line(line) for line in step_lines(state)]
-    lines += [f"↩ {_result_line(attempt)}" for attempt in state.progress.rollbacks]
+    """Each plan step in words with its latest attempt (✓ done, ✗ failed, ↻ retried, ▶
+    running, · not yet), then the rollback steps that ran."""
+    plan = state.progress.plan
+    parsed = None if plan is None else plan.parsed
+    steps = () if parsed is None else parsed.steps
+    rollback = () if parsed is None else parsed.rollback
+    lines = [_step_line(line, _said(steps, line.index)) for line in step_lines(state)]
+    lines += [f"↩ {_result_line(attempt, _said(rollback, attempt.step))}"
+              for attempt in state.progress.rollbacks]
     return lines
 
 
-def _step_line(line: StepLine) -> str:
+def _said(steps: tuple[PlanStep, ...], index: int) -> str | None:
+    """Step ``index`` in its adapter's words (None when the plan has no such step)."""
+    return said_mrkdwn(step_sentence(steps[index]), STEP_SAID) if 0 <= index < len(steps) \
+        else None
+
+
+def _step_line(line: StepLine, said: str | None) -> str:
     if line.attempt is not None:
-        return _result_line(line.attempt)
+        return _result_line(line.attempt, said)
     note = " running…" if line.mark == "running" else ""
-    return f"{STEP_MARK[line.mark]} {line.index + 1}. `{shown(line.action, 40)}`{note}"
+    what = said or f"`{shown(line.action, 40)}`"
+    return f"{STEP_MARK[line.mark]} {line.index + 1}. {what}{note}"
 
 
-def _result_line(attempt: StepAttempt) -> str:
+def _result_line(attempt: StepAttempt, said: str | None = None) -> str:
     mark = attempt_mark(attempt)
     extra = f" · attempt {attempt.attempt or 1} of {attempt.attempts_allowed or 1}" \
         if mark == "retried" else ""
     took = _duration(attempt.duration_s)
-    return f"{STEP_MARK[mark]} {shown(attempt.summary, STEP_LIMIT)}{took}{extra}"
+    if said is None:
+        return f"{STEP_MARK[mark]} {shown(attempt.summary, STEP_LIMIT)}{took}{extra}"
+    result = "done" if attempt.ok else shown(attempt.summary, STEP_LIMIT)
+    return f"{STEP_MARK[mark]} {attempt.step + 1}. {said} — {result}{took}{extra}"
 
 
 def _verification(state: CaseState) -> list[str]:
@@ -284,7 +304,7 @@ def catchup_message(state: CaseState) -> Message:
     case, status = state.case, state.status
     title = f"{STATUS_MARK.get(status, '•')} Case `{short_id(case['case_id'])}` " \
             f"*{escape(case.get('title'))}* — {status} · {case.get('severity')}"
-    recent = [_event_line(entry) for entry in state.entries[-CATCHUP_EVENTS:]]
+    recent = [_event_line(entry, state.names) for entry in state.entries[-CATCHUP_EVENTS:]]
     blocks = [section(title),
               section(f"*Waiting on* {waiting_on(state)}"),
               section(_fit(f"*Last {len(recent)} event(s)*", recent)),
@@ -314,11 +334,8 @@ def waiting_on(state: CaseState) -> str:
     return "*opsgate*: the analysis and the plan"
 
 
-def _event_line(entry: Entry) -> str:
-    move = f" {entry.source} → {entry.target}" \
-        if entry.accepted and entry.source != entry.target else ""
-    reason = f" — {shown(entry.reason, 160)}" if entry.reason else ""
-    return f"`{_clock(entry.at)}` *{entry.event}*{move} by {who(entry.actor)}{reason}"
+def _event_line(entry: Entry, names: Names) -> str:
+    return timeline_line(entry, _clock(entry.at), 160, names)
 
 
 def _decisions(state: CaseState) -> list[str]:

@@ -26,6 +26,7 @@ from uuid import UUID
 from bot.card import card_message
 from bot.card_state import CaseState
 from bot.card_store import Card, CardStore
+from bot.people import Names, as_is, names_in
 from core.cases.progress import CaseProgress
 from core.changes.store import ChangeStore
 from core.chat import ChatSink, deliverable
@@ -48,7 +49,8 @@ class CardKeeper:
     """Posts, renders and updates the case cards of one opsgate app."""
 
     def __init__(self, app: App, store: CardStore | None = None,
-                 sink: ChatSink | None = None) -> None:
+                 sink: ChatSink | None = None, names: Names = as_is) -> None:
+        self.names = names
         self.cases = app.cases
         self.policy = app.cases.policy
         self.gateway = app.gateway
@@ -128,9 +130,9 @@ class CardKeeper:
         """The case as the card shows it: its progress and the policy's numbers."""
         progress = self.cases.progress(case_id)
         needs = 1 if progress.gate is None else progress.gate.needed
-        return CaseState(progress, needs, self.policy.describe_approvers(),
+        return CaseState(progress, needs, names_in(self.policy.describe_approvers(), self.names),
                          None if card is None else card.working, self._touches(progress),
-                         self._last_change(progress))
+                         self._last_change(progress), names=self.names)
 
     def _last_change(self, progress: CaseProgress) -> str | None:
         """The last deploy or configuration change of the case's components before it opened

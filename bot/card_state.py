@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from bot.people import Names, as_is
 from core.cases.progress import CaseProgress, Reading, StepAttempt
 from core.cases.timeline import Entry
 from core.domain.views import CaseView
@@ -29,6 +30,7 @@ class CaseState:
     working: str | None = None  # "… is working on it" while the agent works
     touches: str | None = None  # the case's components and their owners, in words
     last_change: str | None = None  # the components' last change before the case opened
+    names: Names = as_is  # how a person's id reads in texts (their display name)
 
     @property
     def case(self) -> CaseView:

@@ -24,6 +24,7 @@ from bot.blocks import short_id, who
 from bot.card_keeper import CardKeeper
 from bot.card_state import CaseState
 from bot.mrkdwn import escape, from_slack
+from bot.people import People
 from bot.settings import SlackSettings
 from bot.slack_store import ApprovalRef, SlackStore
 from core.bootstrap import App
@@ -37,6 +38,10 @@ from core.gateway import ToolCall
 from core.library import Library
 
 log = logging.getLogger(__name__)
+
+_POSTED_STAGES = frozenset({CaseStatus.WAIT_GATE, CaseStatus.EXECUTING, CaseStatus.VERIFYING,
+                            CaseStatus.CLOSED, CaseStatus.PARKED})
+"""From the gate on, the thread itself says where the case stands."""
 
 OPEN_WAIT_S = 10.0  # a duplicate delivery waits this long for the first one's case
 _MENTION = re.compile(r"<@[A-Z0-9]+(\|[^>]*)?>")
@@ -88,7 +93,8 @@ class SlackCases:
         self.client = client
         self.store = store
         self.agent = agent
-        self.cards = CardKeeper(app)
+        self.people = People(client)
+        self.cards = CardKeeper(app, names=self.people)
         self.thread_status = True  # whether assistant.threads.setStatus works for this app
         self._workspace_url: str | None = None
         # where cases opened outside Slack get their thread (OPSGATE_INCIDENT_CHANNEL)
@@ -129,8 +135,17 @@ class SlackCases:
         with self.working(case_id, where, user) as watch:
             reply = self.agent.converse(case_id, text, user=user, correlation_id=event_id,
                                         watch=watch)
-            self.say(where, escape(reply), business_key=f"reply:{event_id}")
+            composed = str(self.cases.get_case(case_id)["status"])  # what the reply knew
+            self.say(where, escape(reply), business_key=f"reply:{event_id}",
+                     unless_moved=(case_id, composed))
         return reply
+
+    def moved_on(self, case_id: UUID, composed: str) -> bool:
+        """Whether the case reached the gate or a later stage (the plan message, a decision,
+        an outcome: what the thread already shows) after a reply was composed in status
+        ``composed``, before it: such a reply is stale. The analysis moving on is not."""
+        now = str(self.cases.get_case(case_id)["status"])
+        return now != composed and now in _POSTED_STAGES and composed not in _POSTED_STAGES
 
     @contextmanager
     def working(self, case_id: UUID, where: SlackThread, user: str) -> Iterator[Watch]:
@@ -170,14 +185,20 @@ class SlackCases:
             return False
 
     def say(self, where: SlackThread, text: str, *, business_key: str,
-            blocks: list[dict[str, Any]] | None = None) -> None:
+            blocks: list[dict[str, Any]] | None = None,
+            unless_moved: tuple[UUID, str] | None = None) -> None:
         """Post ``text`` (mrkdwn: what came from outside is escaped) in the thread, once per
-        business key."""
+        business key; with ``unless_moved`` (a case and the status the text was composed in),
+        not at all when the case has moved on to the gate or past it (a stale reply)."""
         call = ToolCall(tool="slack.reply", args={"channel": where.channel,
                                                   "thread_ts": where.thread_ts, "text": text},
                         actor="slack-bot", session_id=f"slack:{where.key}",
                         business_key=business_key)
         def post(args: Any) -> dict[str, Any]:
+            if unless_moved is not None and self.moved_on(*unless_moved):
+                log.info("reply %s dropped: case %s moved on since it was composed",
+                         business_key, unless_moved[0])
+                return {"dropped": "the case moved on since the reply was composed"}
             reply = self.client.chat_postMessage(channel=args["channel"],
                                                  thread_ts=args["thread_ts"], text=args["text"],
                                                  blocks=blocks)

@@ -24,6 +24,7 @@ class Action(StrEnum):
 
     APPROVE = "plan_approve"
     REJECT = "plan_reject"
+    DETAILS = "plan_details"  # opens the plan's exact JSON
 
 
 FINDING_LINK = "finding_link_"

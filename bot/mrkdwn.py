@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import re
 
-from core.alerts.text import shortened
+from core.alerts.text import shortened, storable
 from core.chat import Said
 
 _TOKEN = re.compile(r"<([^<>\n]*)>")
+BOUNDARY = re.compile(r"[\s/.,:;=_()\[\]{}-]")
+"""Where a word ends: a space or punctuation (a path's slash, an id's dash)."""
 _URL_ENDS = {"|": "%7C", "<": "%3C", ">": "%3E", " ": "%20", "\n": "%0A", "\t": "%09"}
 
 
@@ -27,9 +29,26 @@ def escape(text: object) -> str:
 
 
 def shown(text: object, limit: int) -> str:
-    """``text`` escaped on one line, cut between words to at most ``limit`` characters (as
-    read, before escaping), ending in ``…`` when cut."""
-    return escape(shortened(" ".join(("" if text is None else str(text)).split()), limit))
+    """``text`` escaped on one line, cut where a word ends to at most ``limit`` characters (as
+    read, before escaping), ending in ``…`` when cut; only a single word longer than the line
+    is cut inside."""
+    flat = storable(" ".join(("" if text is None else str(text)).split()))
+    if len(flat) <= limit:
+        return escape(flat)
+    kept = at_word(flat, limit - 1) or shortened(flat, limit)[:-1]
+    return escape(kept.rstrip(" ,;:") + "…")
+
+
+def at_word(text: str, room: int) -> str:
+    """At most ``room`` characters of ``text``, ending where a word ends (before a space or
+    punctuation, or at the end); empty when not even the first word fits."""
+    if len(text) <= room:
+        return text
+    kept = text[:max(0, room)]
+    if BOUNDARY.match(text[len(kept)]):
+        return kept.rstrip()
+    ends = [m.start() for m in BOUNDARY.finditer(kept)]
+    return kept[:ends[-1]].rstrip() if ends else ""
 
 
 def link(url: object, label: str) -> str:

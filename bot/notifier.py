@@ -23,12 +23,16 @@ from bot.card import outcome_post, unknown_outcome_post
 from bot.card_keeper import CardKeeper
 from bot.ids import Action
 from bot.mrkdwn import drawn
+from bot.people import Names, People, as_is
+from bot.sink import SlackChatSink
 from bot.slack_store import SlackStore
 from core.cases.approvals import GateStatus
 from core.chat import Blocks, deliverable
 from core.consumers.notifier import Notifier, Payload, render
 from core.domain.messages import StepResultPayload, Topic, TransitionPayload, payload_as
 from core.domain.views import CaseView
+from core.evidence.baseline import CheckReading, read_before
+from core.evidence.configured import source_from_settings
 from core.gateway import ToolCall, session_of
 from core.messaging.consumer import Delivery
 
@@ -51,7 +55,10 @@ class SlackNotifier(Notifier):
         self.cases = app.cases
         self.policy = app.cases.policy
         self.store = store or SlackStore(app.engine)
-        self.cards = CardKeeper(app, sink=self.sink)
+        self.names: Names = People(self.sink.client) if isinstance(self.sink, SlackChatSink) \
+            else as_is
+        self.cards = CardKeeper(app, sink=self.sink, names=self.names)
+        self.metrics = source_from_settings(app.settings)
 
     def post_of(self, topic: str, payload: Payload) -> dict[str, Any] | None:
         """What the thread is told, drawn for Slack (``text``, and ``blocks`` for the plan with
@@ -109,7 +116,13 @@ class SlackNotifier(Notifier):
         case: CaseView = {**self.cases.get_case(case_id), "version": version}
         approval_id = self.store.save_approval(case_id, digest, version)
         return plan_message(case, found["plan"], digest, approval_id,
-                            str(found["proposed_by"]), self.policy)
+                            str(found["proposed_by"]), self.policy,
+                            readings=self._readings(case, found["plan"]), names=self.names)
+
+    def _readings(self, case: CaseView, plan: Mapping[str, Any]) -> list[CheckReading]:
+        """The plan's metric checks read now, before any change (none without a source)."""
+        return read_before(plan.get("verify"), self.metrics, str(case.get("tenant") or "")
+                           or None)
 
     def _update_plan_message(self, message_id: int, case_id: UUID, digest: str) -> None:
         ref = self.store.approval_of_plan(case_id, digest)
@@ -122,7 +135,8 @@ class SlackNotifier(Notifier):
         deliverable(self.sink)
         case: CaseView = {**self.cases.get_case(case_id), "version": ref.case_version}
         text, blocks = plan_message(case, found["plan"], digest, ref.approval_id,
-                                    str(found["proposed_by"]), self.policy, decision)
+                                    str(found["proposed_by"]), self.policy, decision,
+                                    names=self.names)
         ts = ref.message_ts
         call = ToolCall(tool="chat.update", args={"case_id": str(case_id), "ts": ts,
                                                    "text": text, "blocks": blocks},

@@ -16,6 +16,8 @@ from bot.cases import SlackCases
 from bot.failures import correlation_id, failure_text, tell
 from bot.ids import FINDING_LINK, REASON_BLOCK, REASON_INPUT, Action, View
 from bot.listeners import Body, acknowledge, lazy
+from bot.plan_words import details_modal
+from core.errors import NotFound
 
 REFUSED_EARLY = "(refused before a reason was asked)"
 
@@ -25,6 +27,8 @@ def register(bolt: Bolt, cases: SlackCases) -> None:
                                 lazy=[lazy(lambda body: approve(cases, body), cases)])
     bolt.action(Action.REJECT)(ack=acknowledge,
                                lazy=[lazy(lambda body: ask_reason(cases, body), cases)])
+    bolt.action(Action.DETAILS)(ack=acknowledge,
+                                lazy=[lazy(lambda body: show_details(cases, body), cases)])
     # A finding's Query button only opens its link; Slack still reports the click.
     bolt.action(re.compile(f"^{FINDING_LINK}"))(acknowledge)
 
@@ -69,7 +73,21 @@ def ask_reason(cases: SlackCases, body: Body) -> None:
     channel = (body.get("channel") or {}).get("id")
     thread = (body.get("message") or {}).get("thread_ts")
     meta = json.dumps({"approval_id": approval_id, "channel": channel, "thread_ts": thread})
-    cases.client.views_open(trigger_id=body["trigger_id"], view=reject_modal(approval_id, meta))
+    found = cases.cases.proposed_plan(ref.case_id, ref.plan_hash)
+    title = None if found is None else str(found["plan"].get("title") or "") or None
+    cases.client.views_open(trigger_id=body["trigger_id"], view=reject_modal(title, meta))
+
+
+def show_details(cases: SlackCases, body: Body) -> None:
+    """The plan's exact JSON, in a modal for whoever clicked ``Details`` (the message itself
+    says the plan in words)."""
+    ref = cases.approval(str(body["actions"][0]["value"]))
+    found = cases.cases.proposed_plan(ref.case_id, ref.plan_hash)
+    if found is None:
+        raise NotFound("the plan of this message is no longer stored")
+    plan = found["plan"]
+    title = str(plan.get("title") or "") if isinstance(plan, dict) else ""
+    cases.client.views_open(trigger_id=body["trigger_id"], view=details_modal(title, plan))
 
 
 def reject(cases: SlackCases, body: Body) -> str | None:

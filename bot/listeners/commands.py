@@ -66,7 +66,7 @@ def answer_for(cases: SlackCases, subcommand: str, rest: str, asker: Asker) -> M
         case = cases.find_case(rest.split()[0], asker)
         if subcommand == Subcommand.STATUS:
             return case_status(case)
-        return case_timeline(case, cases.cases.timeline(UUID(case["case_id"])))
+        return case_timeline(case, cases.cases.timeline(UUID(case["case_id"])), cases.people)
     if subcommand == Subcommand.SIMILAR:
         if not rest:
             return help_message(f"`{COMMAND} similar` needs a case id (or its start).")

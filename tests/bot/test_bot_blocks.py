@@ -26,19 +26,28 @@ POLICY = ApprovalPolicy(approvers=frozenset({"U0BOB", "U0CAROL"}))
 
 
 def buttons(blocks: list[dict]) -> list[tuple[str, str, str]]:
+    """The buttons that decide (``Details`` only shows the JSON, and stays)."""
     return [(e["action_id"], e["text"]["text"], e["value"]) for b in blocks
-            if b["type"] == "actions" for e in b["elements"]]
+            if b["type"] == "actions" for e in b["elements"] if e["action_id"] != Action.DETAILS]
+
+
+def details(blocks: list[dict]) -> list[str]:
+    return [e["value"] for b in blocks if b["type"] == "actions" for e in b["elements"]
+            if e["action_id"] == Action.DETAILS]
 
 
 def test_plan_message_shows_every_part_and_two_bound_buttons() -> None:
     text, blocks = plan_message(CASE, PLAN, PLAN_HASH, "ap_1", "U0ALICE", POLICY)
     shown = json.dumps(blocks, ensure_ascii=False)
     assert PLAN["title"] in text and "risk 0.2" in text
-    for part in ("*Risk* 0.2", "needs one approver", "*Steps*", "`noop`", "*Rollback*",
-                 "*Verify*", "error_rate", "<@U0ALICE>", PLAN_HASH[:12], "case version 3"):
+    for part in ("*Risk* 0.2", "needs one approver", "*Steps*", "1. Change nothing _(up to 30 s)_",
+                 "*Rollback*", "*Verify*", "`error_rate` below 0.01 once the change is done",
+                 "<@U0ALICE>", PLAN_HASH[:12], "case version 3"):
         assert part in shown, part
+    assert '\\"action\\"' not in shown and "noop" not in shown  # words, not the JSON
     assert buttons(blocks) == [(Action.APPROVE, "Approve", "ap_1"),
                                (Action.REJECT, "Reject", "ap_1")]
+    assert details(blocks) == ["ap_1"]  # the exact JSON is one click away
 
 
 def test_a_risky_plan_says_it_needs_two_approvers() -> None:
@@ -50,7 +59,8 @@ def test_a_risky_plan_says_it_needs_two_approvers() -> None:
 def test_decided_plan_messages_lose_their_buttons_and_say_who_and_when() -> None:
     approved = PlanDecisionView("approved", ["U0BOB", "U0CAROL"], "2026-11-23 07:01:02 UTC")
     text, blocks = plan_message(CASE, PLAN, PLAN_HASH, "ap_1", "U0ALICE", POLICY, approved)
-    assert buttons(blocks) == [] and "approved by U0BOB, U0CAROL" in text
+    assert buttons(blocks) == [] and details(blocks) == ["ap_1"]
+    assert "approved by U0BOB, U0CAROL" in text
     assert "Approved* by <@U0BOB>, <@U0CAROL> at 2026-11-23 07:01:02 UTC" in json.dumps(blocks)
     rejected = PlanDecisionView("rejected", ["U0BOB"], "2026-11-23 07:01:02 UTC",
                                 reason="wrong pods")
@@ -129,8 +139,12 @@ def test_long_params_are_cut_for_phones() -> None:
 
 
 def test_reject_modal_asks_for_a_reason() -> None:
-    modal = reject_modal("ap_1", '{"approval_id": "ap_1"}')
+    modal = reject_modal("Restart <!channel> the checkout pods", '{"approval_id": "ap_1"}')
     assert modal["callback_id"] == View.REJECT_REASON
+    asked = modal["blocks"][0]["text"]["text"]
+    assert asked == ("Why is plan “Restart &lt;!channel&gt; the checkout pods” rejected? The "
+                     "case parks with your reason.")  # the plan by its title, no internal id
+    assert "ap_1" not in json.dumps(modal["blocks"])
     assert [b.get("block_id") for b in modal["blocks"]][-1] == REASON_BLOCK
     assert modal["submit"]["text"] == "Reject"
 

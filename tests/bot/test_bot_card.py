@@ -93,13 +93,13 @@ def test_the_card_is_posted_once_and_updated_at_each_stage(app: App) -> None:
     stage("• http_5xx_ratio 9% vs 0.2% before _(97%)_")
     move(app, case_id, E.PLAN_READY)
     stage("⏸️ WAIT_GATE", f"*Plan* {PLAN['title']}", "approvals 0 of 1",
-          "requested by sre@example", "· 1. `noop`")
+          "requested by sre@example", "· 1. Change nothing")
     move(app, case_id, E.GATE_APPROVED)
-    stage("⚙️ EXECUTING", f"✅ Approved by {APPROVER}", "▶ 1. `noop` running…")
+    stage("⚙️ EXECUTING", f"✅ Approved by {APPROVER}", "▶ 1. Change nothing running…")
     note(app, case_id, "step_result", "step 1 (noop): noop: observe only", phase="step",
          step=0, attempt=1, attempts_allowed=1, ok=True, duration_s=0.25, action="noop",
          plan_hash=PLAN_HASH)
-    stage("✓ step 1 (noop): noop: observe only · 0.2 s")
+    stage("✓ 1. Change nothing — done · 0.2 s")  # each step with its target and result
     move(app, case_id, E.EXEC_DONE)
     stage("🧪 VERIFYING", "The first reading is due")
     deadline = datetime(2026, 11, 23, 7, 5, tzinfo=UTC)

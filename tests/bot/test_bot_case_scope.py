@@ -88,7 +88,7 @@ def test_the_cases_channel_its_members_and_approvers_are_answered(bot: Stack) ->
     assert TITLE in shown(ask(bot, f"status {short}", user=OUTSIDER))  # in its own channel
     assert TITLE in shown(ask(bot, f"status {short}", user=REQUESTER, channel=OTHER))  # member
     assert TITLE in shown(ask(bot, f"catchup {short}", user=APPROVER, channel=OTHER))  # approver
-    assert "case_opened" in shown(ask(bot, f"timeline {short}", user=REQUESTER, channel=OTHER))
+    assert "case opened" in shown(ask(bot, f"timeline {short}", user=REQUESTER, channel=OTHER))
     members = bot.slack.calls("conversations.members")
     assert members and {call["channel"] for call in members} == {CHANNEL}
 

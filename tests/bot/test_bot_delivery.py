@@ -9,11 +9,21 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
+from slack_sdk import WebClient
 from sqlalchemy import Engine, func, insert, select
 
+from bot.cases import SlackCases, SlackThread
+from bot.slack_store import SlackStore
 from bot.tables import slack_event
 from core.db.tables import ops_case
-from tests.support.slack import ScriptedAgent, mention_event, running_bot
+from tests.support.slack import (
+    CHANNEL,
+    TEAM,
+    ScriptedAgent,
+    mention_event,
+    running_bot,
+    to_the_gate,
+)
 
 
 def cases_count(engine: Engine) -> int:
@@ -128,3 +138,24 @@ def test_an_unknown_failure_is_logged_with_its_id_and_the_user_gets_an_apology(
         assert "Traceback" not in apology["text"] and "exploded" not in apology["text"]
     assert "slack request EvBoom failed" in caplog.text
     assert "model server exploded" in caplog.text
+
+
+def test_a_reply_composed_before_the_gate_is_dropped_once_the_plan_is_there(
+        sqlite_engine: Engine) -> None:
+    """A reply composed while the case was NEW ("is NEW (version 0)") is not posted after the
+    plan message: the thread already shows where the case stands. A reply composed at the gate
+    is posted; the analysis moving on (NEW → PLANNING) makes no reply stale."""
+    with running_bot(sqlite_engine, agent=ScriptedAgent()) as bot:
+        case_id, _plan = to_the_gate(bot, "9.000100")
+        cases = SlackCases(bot.app, WebClient(base_url=bot.slack.api_url, token="xoxb-test"),
+                           SlackStore(bot.app.engine))
+        where = SlackThread(TEAM, CHANNEL, "9.000100")
+        before = len(bot.slack.posts())
+        cases.say(where, "Case is NEW (version 0).", business_key="stale",
+                  unless_moved=(case_id, "NEW"))
+        assert len(bot.slack.posts()) == before  # dropped
+        cases.say(where, "The plan waits for you.", business_key="fresh",
+                  unless_moved=(case_id, "WAIT_GATE"))
+        assert bot.slack.posts()[-1]["text"] == "The plan waits for you."
+        assert not cases.moved_on(case_id, "WAIT_GATE")
+        assert cases.moved_on(case_id, "ANALYZING") and cases.moved_on(case_id, "PLANNING")

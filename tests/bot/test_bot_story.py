@@ -32,10 +32,14 @@ def test_mention_plan_approve_closes_the_case(engine: Engine) -> None:
         assert case_id is not None
         labels = [e["text"]["text"] for b in plan["blocks"] if b["type"] == "actions"
                   for e in b["elements"]]
-        assert labels == ["Approve", "Reject"]
-        shown = json.dumps(plan["blocks"])
+        assert labels == ["Approve", "Reject", "Details"]
+        shown = json.dumps(plan["blocks"], ensure_ascii=False)
         for part in ("Risk", "Steps", "Rollback", "Verify"):
             assert part in shown
+        # the stand-in reads http_5xx_ratio 0.001 before any change: the check holds already
+        assert "⚠️ *holds already*: http_5xx_ratio = 0.001 now, below 0.01 (stand-in) — it " \
+               "cannot show that the change worked" in shown
+        assert "1. Change nothing" in shown and '\\"action\\"' not in shown
 
         clicked = bot.click(Action.APPROVE, approval_of(plan) or "", user=APPROVER,
                             message_ts=plan["ts"], thread_ts="1.000100")

@@ -39,6 +39,9 @@ TEAM, CHANNEL, BOT_USER = "T0001", "C0INCIDENT", "U0BOT"
 REQUESTER, APPROVER, SECOND, OUTSIDER = "U0ALICE", "U0BOB", "U0CAROL", "U0MALLORY"
 APPROVERS = [APPROVER, SECOND]
 GROUPS = {"S0ONCALL": [APPROVER]}  # the user groups the fake Slack knows
+HANDLES = {"S0ONCALL": "oncall"}  # their handles (usergroups.list)
+NAMES = {REQUESTER: "alice", APPROVER: "bob", SECOND: "carol", OUTSIDER: "mallory",
+         BOT_USER: "opsgate"}  # display names (users.info); any other id is user_not_found
 
 
 # -- Slack's Web API, played locally ----------------------------------------------------------
@@ -272,6 +275,16 @@ def _web_api(slack: FakeSlack) -> dict[str, Any]:
                 "permalink": f"https://t.slack.com/archives/{args.get('channel')}/"
                              f"p{ts.replace('.', '')}"}
 
+    def user(seen: Seen) -> dict[str, Any]:
+        """``users.info`` as Slack answers it: the user object with its profile."""
+        person = str({**{k: v[0] for k, v in seen.query.items()}, **args_of(seen)}.get("user"))
+        if person not in NAMES:
+            raise Refused("user_not_found")
+        name = NAMES[person]
+        return {"user": {"id": person, "team_id": TEAM, "name": name, "deleted": False,
+                         "real_name": name.title(), "is_bot": person == BOT_USER,
+                         "profile": {"display_name": name, "real_name": name.title()}}}
+
     def members(seen: Seen) -> dict[str, Any]:
         args = args_of(seen)
         channel, size = str(args.get("channel")), int(args.get("limit") or 100)
@@ -292,8 +305,12 @@ def _web_api(slack: FakeSlack) -> dict[str, Any]:
         "/api/assistant.threads.setStatus": answer(thread_status),
         "/api/conversations.replies": answer(replies),
         "/api/conversations.members": answer(members),
+        "/api/users.info": answer(user),
         "/api/chat.getPermalink": answer(permalink),
         "/api/views.open": answer(lambda _s: {"view": {"id": "V0001"}}),
+        "/api/usergroups.list": answer(lambda _seen: {"usergroups": [
+            {"id": group, "team_id": TEAM, "name": handle.title(), "handle": handle,
+             "is_usergroup": True} for group, handle in HANDLES.items()]}),
         "/api/usergroups.users.list": answer(
             lambda seen: {"users": GROUPS.get(str(args_of(seen).get("usergroup")), [])}),
     }

@@ -303,6 +303,7 @@ function drawModal() {
   backdrop.dataset.errors = JSON.stringify(errors);
   $("modal-title").textContent = (view.title && view.title.text) || "";
   $("modal-submit").textContent = (view.submit && view.submit.text) || "Submit";
+  $("modal-submit").hidden = !view.submit;  // Slack shows no submit button on a view without one
   $("modal-close").textContent = (view.close && view.close.text) || "Cancel";
   const blocks = $("modal-blocks");
   blocks.replaceChildren();

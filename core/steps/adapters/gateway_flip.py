@@ -14,6 +14,7 @@ from core.redact import url_without_credentials
 from core.settings_errors import InvalidSettings
 from core.steps.adapters.base import StepContext, StepOutcome, StepRefused, parse_params
 from core.steps.adapters.http import HttpCall, parse_url
+from core.steps.words import Sentence, Value, refused, validated
 
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
 
@@ -25,6 +26,20 @@ class FlipParams(BaseModel):
     to: Name
     from_: Name | None = Field(default=None, alias="from")  # lets the gateway check the old side
     weight: int | None = Field(default=None, ge=0, le=100)
+
+
+def describe(params: Mapping[str, Any]) -> Sentence:
+    """The step in words: "Move route checkout's traffic from primary to standby" (or "Send
+    30% of route checkout's traffic to standby")."""
+    p = validated(FlipParams, params)
+    if not isinstance(p, FlipParams):
+        return refused("gateway.flip", p)
+    origin: tuple[str | Value, ...] = (" from ", Value(p.from_)) if p.from_ else ()
+    if p.weight is not None:
+        return (f"Send {p.weight}% of route ", Value(p.route), "'s traffic", *origin, " to ",
+                Value(p.to), " at the traffic gateway")
+    return ("Move route ", Value(p.route), "'s traffic", *origin, " to ", Value(p.to),
+            " at the traffic gateway")
 
 
 def _admin_url(text: str) -> httpx.URL:

@@ -17,6 +17,7 @@ from core.outbound.http import RedirectRefused, is_expected, send
 from core.redact import url_without_credentials
 from core.steps.adapters.base import StepContext, StepOutcome, StepRefused, parse_params
 from core.steps.capture import truncate
+from core.steps.words import Sentence, Value, json_words, refused, validated
 
 BODY_LIMIT = 65536
 _JSON_LIMIT = 262144
@@ -55,6 +56,22 @@ class HttpParams(BaseModel):
         if len(json.dumps(body)) > _JSON_LIMIT:
             raise ValueError(f"the JSON body is over {_JSON_LIMIT} bytes")
         return body
+
+
+def describe(params: Mapping[str, Any]) -> Sentence:
+    """The step in words: "POST https://flags.internal/api/flags/x {enabled: false}",
+    with the statuses it expects and the names of the headers it sets (never their values)."""
+    p = validated(HttpParams, params)
+    if not isinstance(p, HttpParams):
+        return refused("http.request", p)
+    said: list[str | Value] = [Value(f"{p.method} {url_without_credentials(p.url)}")]
+    if "body" in p.model_fields_set:
+        said += [" ", Value(json_words(p.body))]
+    if p.headers:
+        said += [" with headers ", Value(", ".join(p.headers))]
+    if p.expect_status:
+        said += [", expecting ", " or ".join(map(str, p.expect_status))]
+    return tuple(said)
 
 
 def parse_url(text: str, action: str) -> httpx.URL:

@@ -22,6 +22,7 @@ from core.steps.adapters.process_step import (
 )
 from core.steps.capture import truncate
 from core.steps.process import BASE_ENV, ProcessResult, minimal_env, run_process
+from core.steps.words import Sentence, Value, refused, sentence, validated
 
 # kubectl's own configuration, not the plan's: where the cluster is and who we are.
 KUBECTL_ENV = (*BASE_ENV, "HOME", "KUBECONFIG", "KUBERNETES_SERVICE_HOST",
@@ -63,6 +64,22 @@ class RolloutParams(BaseModel):
         if self.to_revision is not None and self.operation != "undo":
             raise ValueError("to_revision belongs to undo only")
         return self
+
+
+def describe(params: Mapping[str, Any]) -> Sentence:
+    """The step in words: "Restart deployment shop/checkout", "Roll deployment shop/checkout
+    back to its previous revision", "Set the image of deployment … (container api) to …"."""
+    p = validated(RolloutParams, params)
+    if not isinstance(p, RolloutParams):
+        return refused("k8s.rollout", p)
+    target = Value(f"{p.namespace}/{p.deployment}")
+    if p.operation == "restart":
+        return ("Restart deployment ", target)
+    if p.operation == "undo":
+        to = "its previous revision" if p.to_revision is None else f"revision {p.to_revision}"
+        return ("Roll deployment ", target, f" back to {to}")
+    return sentence("Set the image of deployment ", target, " (container ",
+                    Value(str(p.container)), ") to ", Value(str(p.image)))
 
 
 def change_argv(kubectl: str, p: RolloutParams) -> list[str]:

@@ -22,6 +22,7 @@ from core.mcp.remote import (
 )
 from core.steps.adapters.base import StepContext, StepOutcome, StepRefused, parse_params
 from core.steps.capture import truncate
+from core.steps.words import Sentence, Value, json_words, refused, validated
 
 ARGUMENTS_LIMIT = 65536
 ServerName = Annotated[str, StringConstraints(pattern=SERVER_NAME)]
@@ -42,6 +43,15 @@ class McpCallParams(BaseModel):
         if len(json.dumps(arguments)) > ARGUMENTS_LIMIT:
             raise ValueError(f"the arguments are over {ARGUMENTS_LIMIT} bytes of JSON")
         return arguments
+
+
+def describe(params: Mapping[str, Any]) -> Sentence:
+    """The step in words: "Call tool scale of MCP server ops with {replicas: 3}"."""
+    p = validated(McpCallParams, params)
+    if not isinstance(p, McpCallParams):
+        return refused("mcp.call", p)
+    arguments = (" with ", Value(json_words(p.arguments))) if p.arguments else ()
+    return ("Call tool ", Value(p.tool), " of MCP server ", Value(p.server), *arguments)
 
 
 class McpCallAdapter:

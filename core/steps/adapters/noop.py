@@ -8,12 +8,21 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.steps.adapters.base import StepContext, StepOutcome, parse_params
+from core.steps.words import Sentence, refused, validated
 
 
 class NoopParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     note: str | None = Field(default=None, max_length=1000)
+
+
+def describe(params: Mapping[str, Any]) -> Sentence:
+    """The step in words: "Change nothing: <its note>"."""
+    p = validated(NoopParams, params)
+    if not isinstance(p, NoopParams):
+        return refused("noop", p)
+    return (f"Change nothing: {p.note}",) if p.note else ("Change nothing",)
 
 
 class NoopAdapter:

@@ -17,6 +17,7 @@ from core.outbound.allowlists import EnvAllowList, ExecutableAllowList
 from core.steps.adapters.base import StepContext, StepOutcome, StepRefused, parse_params
 from core.steps.adapters.process_step import command_line, process_outcome, start_failure
 from core.steps.process import minimal_env, run_process
+from core.steps.words import Sentence, Value, refused, sentence, validated
 
 PLAN_ENV: tuple[str, ...] = ("LANG", "LC_*", "TZ")
 """Variables any plan may set; ``OPSGATE_SCRIPT_ENV_ALLOW`` adds the operator's."""
@@ -55,6 +56,17 @@ class ScriptParams(BaseModel):
         if any("\x00" in value for value in env.values()):
             raise ValueError("values may not contain NUL bytes")
         return env
+
+
+def describe(params: Mapping[str, Any]) -> Sentence:
+    """The step in words: "Run `restart-service --graceful` in `/srv` with `TZ=UTC`"."""
+    p = validated(ScriptParams, params)
+    if not isinstance(p, ScriptParams):
+        return refused("script.exec", p)
+    env = " ".join(f"{name}={value}" for name, value in p.env.items())
+    return sentence("Run ", Value(command_line(p.argv)),
+                    *((" in ", Value(p.cwd)) if p.cwd else ()),
+                    *((" with ", Value(env)) if env else ()))
 
 
 class ScriptAdapter:

@@ -148,8 +148,24 @@ def shot(page, name: str) -> None:
 
 def test_mention_then_approval_closes_the_case(page):
     mention(page, "checkout p95 is over 2 s")
+    plan = page.locator("#thread .message", has=page.get_by_role("button", name="Approve"))
+    # what will happen, in words; people by name; the JSON one click away
+    expect(plan).to_contain_text("Verify (after the change)")
+    expect(plan).to_contain_text(re.compile(r"Steps\s*1\. [A-Z][a-z]"))  # not `k8s.rollout`
+    expect(plan).to_contain_text(re.compile(r"Verify \(after the change\)\s*• \S+ below"))
+    expect(plan).to_contain_text("approvers: alice")
+    expect(plan).not_to_contain_text('"action"')
+    expect(plan).not_to_contain_text("U0ALICE")
     shot(page, "sandbox")
     be(page, "alice")
+    plan.get_by_role("button", name="Details").click()
+    modal = page.locator("#modal")
+    expect(modal).to_be_visible()
+    expect(modal).to_contain_text('"action":')
+    expect(page.locator("#modal-submit")).to_be_hidden()
+    shot(page, "sandbox-details")
+    page.click("#modal-close")
+    expect(modal).to_be_hidden()
     click_in_thread(page, "Approve")
     expect(page.locator("#case-status")).to_have_text("CLOSED")
     thread = page.locator("#thread")
@@ -200,7 +216,7 @@ def test_the_case_card_follows_the_case_in_place_and_a_pin_joins_it(page):
     click_in_thread(page, "Approve")
     closed_or_why(page, card.locator('[data-block-id="case_card"]'))
     expect(part("plan")).to_contain_text("Approved by @alice")
-    expect(part("steps")).to_contain_text("✓ step 1")
+    expect(part("steps")).to_contain_text(re.compile(r"✓ 1\. [A-Z].* — done"))
     expect(part("verify")).to_contain_text("Held")
     expect(part("outcome")).to_contain_text("CLOSED at")
     expect(card).to_have_attribute("data-ts", ts or "")  # the same message, updated in place
@@ -227,8 +243,9 @@ def test_the_checkout_incident_gets_a_rollback_of_the_demo_deployment(page):
         r"case opened"))
     plan = thread.locator(".message", has=page.get_by_role("button", name="Approve"))
     expect(plan.locator(".bk-header")).to_have_text(CHECKOUT_ROLLBACK)
-    expect(plan).to_contain_text('"deployment": "checkout"')
-    expect(plan).to_contain_text('"image": "registry.example.com/shop/checkout:v1.7.3"')
+    expect(plan).to_contain_text("Set the image of deployment shop/checkout (container ")
+    expect(plan).to_contain_text(") to registry.example.com/shop/checkout:v1.7.3")
+    expect(plan).not_to_contain_text('"deployment"')
     expect(plan).to_contain_text("Touches checkout")
     expect(plan).not_to_contain_text("app:last-known-good")
     card = thread.locator(".message", has=page.locator('[data-block-id="case_card"]'))
@@ -240,7 +257,8 @@ def test_the_checkout_incident_gets_a_rollback_of_the_demo_deployment(page):
     click_in_thread(page, "Approve")
     closed_or_why(page, card.locator('[data-block-id="case_card"]'))
     steps = card.locator('[data-block-id="case_card_steps"]')
-    expect(steps).to_contain_text("k8s.rollout set-image shop/checkout: exit 0")
+    expect(steps).to_contain_text(re.compile(
+        r"✓ 1\. Set the image of deployment shop/checkout .* — done"))
 
 
 def test_rejection_with_a_reason_parks_the_case(page):
@@ -263,7 +281,7 @@ def test_a_click_by_someone_not_on_the_approver_list_is_refused(page, demo):
     be(page, "bob")
     click_in_thread(page, "Approve")
     refusal = page.locator("#thread .message.ephemeral")
-    expect(refusal).to_contain_text("not an approver")
+    expect(refusal).to_contain_text("bob is not an approver (alice may approve)")  # names
     shot(page, "sandbox-refused")
     case = httpx.get(f"{demo.api_url}/case/{case_id_shown(page)}").json()["data"]
     assert case["status"] == "WAIT_GATE" and case["version"] == 3
