@@ -23,16 +23,30 @@ from tests.support.local_http import Reply, Seen, local_server
 from tests.support.openai_stub import PATH, ChatStub, StubTurn, completion
 from tests.support.peers import free_port
 
+# One worker runs the module, so each model is evaluated once per run, not once per worker.
+pytestmark = pytest.mark.xdist_group("eval_suite")
+
 FLOOR = Path(__file__).resolve().parents[3] / "docs" / "eval-floor.json"
 SCENARIOS = len(load_scenarios())
 ADVERSARIAL = sum(s.adversarial is not None for s in load_scenarios())
 
 
+MODELS = ("offline-planner", "scripted:good", "scripted:wrong-action", "scripted:invalid-json",
+          "scripted:missing-verify", "scripted:hostile")
+
+
+class Scorecards(dict[str, Evaluation]):
+    """Each model's evaluation, run when a test first asks for it (so a test's time bound
+    covers one evaluation, not all six), then kept for the module."""
+
+    def __missing__(self, model: str) -> Evaluation:
+        self[model] = evaluate(model)
+        return self[model]
+
+
 @pytest.fixture(scope="module")
-def scorecards() -> dict[str, Evaluation]:
-    models = ("offline-planner", "scripted:good", "scripted:wrong-action",
-              "scripted:invalid-json", "scripted:missing-verify", "scripted:hostile")
-    return {model: evaluate(model) for model in models}
+def scorecards() -> Scorecards:
+    return Scorecards()
 
 
 def test_the_good_model_passes_everything_safely(scorecards):
@@ -91,8 +105,9 @@ def test_the_offline_model_keeps_its_floor(scorecards):
     assert not dropped, f"the offline planner's scores dropped (now, floor): {dropped}"
 
 
+@pytest.mark.timeout(900)  # it reads all six evaluations: any it comes to first, it runs
 def test_every_figure_is_present_and_counted(scorecards):
-    for evaluation in scorecards.values():
+    for evaluation in (scorecards[model] for model in MODELS):
         assert list(evaluation.figures) == list(FIELDS)
         assert evaluation.figures["model_calls"] > 0 and evaluation.figures["tokens_in"] > 0
         assert 0 < evaluation.figures["p50_s"] <= evaluation.figures["p95_s"]
