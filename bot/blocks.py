@@ -17,6 +17,7 @@ from typing import Any
 from bot.ids import COMMAND, REASON_BLOCK, REASON_INPUT, Action, Subcommand, View
 from bot.mrkdwn import escape, shown
 from core.cases.timeline import entries_of
+from core.domain.dry_run import DryRunReport
 from core.domain.gate_rule import GateRule, gate_rule
 from core.domain.plans import ParsedPlan, PlanStep, parsed_or_none
 from core.domain.policy import NO_APPROVERS, ApprovalPolicy, PlanLike, number_words, plan_risk
@@ -112,6 +113,30 @@ def plan_message(case: CaseView, plan: PlanLike, plan_hash: str,
     if decision is not None:
         blocks.append(_decided(decision))
     return _plan_text(case, parsed.title, risk, decision), blocks
+
+
+# -- the plan's dry run (its own section: the plan message's layout is plan_message's) ---------
+
+DRY_RUN_MARKS = {"ok": "✅", "refused": "⛔", "not_checked": "❔"}
+
+
+def dry_run_section(report: DryRunReport) -> Block:
+    """What each step would do, read from its target when the plan was proposed: one line a
+    step, what could not be checked said as such."""
+    lines = "\n".join(f"{DRY_RUN_MARKS[line.verdict]} {escape(line.text)}"
+                      for line in report.lines)
+    return section(f"*Dry run* (read when the plan was proposed)\n{lines or '—'}")
+
+
+def with_dry_run(message: Message, report: DryRunReport | None) -> Message:
+    """A plan message with its dry run as its own section, above its buttons (last once the
+    gate decided); unchanged when the proposal had no dry run."""
+    if report is None:
+        return message
+    text, blocks = message
+    at = next((n for n, block in enumerate(blocks) if block.get("type") == "actions"),
+              len(blocks))
+    return text, [*blocks[:at], dry_run_section(report), *blocks[at:]]
 
 
 def _plan_sections(case: CaseView, parsed: ParsedPlan, plan_hash: str, requester: str,

@@ -5,6 +5,9 @@ its dry run at ``plan_ready`` (a script off the allow-list is refused before the
 from __future__ import annotations
 
 import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,3 +35,12 @@ def runbook_script(monkeypatch: pytest.MonkeyPatch, folder: Path, *,
 def restart_service(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]:
     """The settings of an app whose plans may run the demo's stand-in ``restart-service``."""
     return runbook_script(monkeypatch, tmp_path / "runbook-bin")
+
+
+@contextmanager
+def runbook_on_path() -> Iterator[dict[str, Any]]:
+    """``restart_service`` outside a test's fixtures (a running bot, as the demo runs): the
+    stand-in is on PATH until the block ends."""
+    with tempfile.TemporaryDirectory(prefix="runbook-bin-") as folder, \
+            pytest.MonkeyPatch.context() as patch:
+        yield runbook_script(patch, Path(folder) / "bin")
