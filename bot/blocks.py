@@ -347,9 +347,11 @@ def help_message(note: str | None = None) -> Message:
         "relevant runbooks",
         f"`{COMMAND} {Subcommand.CATCHUP} <id>` catch up on a case: where it stands, what it "
         "waits on, the last events, who approved what",
+        f"`{COMMAND} {Subcommand.RESUME} <id> [what to try]` re-open planning on a PARKED case "
+        "with your suggestion (`retry` asks for the same plan again)",
         f"`{COMMAND} {Subcommand.HELP}` this help",
         "Mention me in a channel to open a case for that thread, or in a case's thread "
-        "to continue it.",
+        "to continue it (in a PARKED case's thread, to re-plan with what you say).",
     ])
     blocks = [section(usage)]
     if note:

@@ -38,8 +38,9 @@ from core.cases.timeline import entries_of
 from core.cases.uow import refuse
 from core.clock import Clock
 from core.db import case_store as store
+from core.domain.attempts import repeat_refusal
 from core.domain.commands import ApprovePlan, RejectPlan, TransitionCase
-from core.domain.dry_run import DryRunReport, repeat_refusal
+from core.domain.dry_run import DryRunReport
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import ApprovalRecordedFacts, NotePayload, Topic, note_message
 from core.domain.plans import plan_hash, plan_problems
