@@ -5,7 +5,6 @@ the application's own database and its model calls on the timeline (SQLite and P
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from prometheus_client import REGISTRY
 from sqlalchemy import Engine, inspect, text
@@ -30,7 +29,6 @@ from tests.support.agents import (
     plans,
 )
 from tests.support.cases import REQUESTER
-from tests.support.scripts import restart_service  # noqa: F401 (a fixture)
 
 
 def sample(name: str, **labels: str) -> float:
@@ -97,9 +95,8 @@ def test_checkpoints_live_in_the_applications_database(engine: Engine) -> None:
     assistant.close()
 
 
-def test_converse_on_an_analysed_case_records_findings_then_proposes(
-        engine: Engine, restart_service: dict[str, Any]) -> None:  # noqa: F811
-    app = agent_app(engine, **restart_service)  # the plan's script passes its dry run
+def test_converse_on_an_analysed_case_records_findings_then_proposes(engine: Engine) -> None:
+    app = agent_app(engine)
     case_id = case_at(app, CaseStatus.ANALYZING, "checkout pods OOM killed, memory leak")
     assistant = make_agent(app, OfflinePlannerModel())
 
