@@ -57,6 +57,10 @@ class PlanDryRun:
             return DryRunLine(step.label, "refused", _unprefixed(refused.message, step))
         except OpsgateError as failed:  # the target could not answer: no claim either way
             return DryRunLine(step.label, "not_checked", failed.message)
+        except Exception as failed:  # a reading that broke claims nothing, nor stops the plan
+            log.exception("dry run of %s failed", step.label)
+            return DryRunLine(step.label, "not_checked",
+                              f"its dry run failed ({type(failed).__name__})")
         return DryRunLine(step.label, verdict, says)
 
 
