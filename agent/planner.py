@@ -11,11 +11,14 @@ from uuid import UUID
 
 from agent.prompts import plan_request
 from agent.runner import Agent
+from core.cases.timeline import entries_of
 from core.consumers.planner import case_opener
 from core.consumers.runs import current_run
+from core.domain.attempts import replan_of
 from core.domain.commands import NoteCase
 from core.domain.fsm import CaseStatus
 from core.domain.messages import CommandPayload, Topic, payload_as
+from core.domain.views import CaseView
 from core.errors import KeyReuse, Unavailable
 from core.messaging.consumer import Delivery
 
@@ -44,7 +47,7 @@ class AgentPlanner:
                           with_plan=False)
         if run is None:
             return
-        result = self.agent.run_turn(run.case_id, plan_request(run.case),
+        result = self.agent.run_turn(run.case_id, self._request(run.case_id, run.case),
                                      requester=case_opener(self.app.cases, run.case_id),
                                      correlation_id=payload.get("correlation_id"),
                                      trigger="planner", post_failures=True,
@@ -62,6 +65,15 @@ class AgentPlanner:
             reply = self.app.cases.note(note, f"{run.key}:plan_not_proposed")
             if not reply.ok and not isinstance(reply.error, KeyReuse):
                 reply.data()  # raises: the runner retries; a first note of this run stays
+
+    def _request(self, case_id: UUID, case: CaseView) -> str:
+        """The turn's request: the case, and after a person's resume their words, why it parked
+        and the plan that failed."""
+        replan = replan_of(entries_of(self.app.cases.timeline(case_id)))
+        failed = None if replan is None or replan.failed is None else \
+            self.app.cases.proposed_plan(case_id, replan.failed.plan_hash)
+        title = None if failed is None else str(failed["plan"].get("title") or "")
+        return plan_request(case, replan, title)
 
     def _still_planning(self, case_id: UUID, version: int) -> bool:
         case = self.app.cases.get_case(case_id)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -30,6 +31,7 @@ from agent.prompts import plan_request, system_prompt  # noqa: E402
 from agent.tool_specs import tool_specs  # noqa: E402
 from agent.usage import estimate_usage  # noqa: E402
 from bench.scenarios import Outcome, load_scenarios, run_scenario  # noqa: E402
+from bot.sandbox.demo import STAND_INS  # noqa: E402
 from core.db.database import make_engine  # noqa: E402
 from core.migrate import upgrade_engine  # noqa: E402
 
@@ -44,6 +46,9 @@ def baseline_prompt_tokens() -> int:
 
 
 def run(kind: str, rounds: int) -> list[Outcome]:
+    # The demo's stand-in restart-service first on PATH, as `opsgate demo` has it: the plans
+    # that run it pass their dry run (bench.scenarios.agent_app allows it).
+    os.environ["PATH"] = f"{STAND_INS}{os.pathsep}{os.environ.get('PATH', '')}"
     outcomes = []
     with tempfile.TemporaryDirectory() as folder:
         engine = make_engine(f"sqlite:///{folder}/bench.db")

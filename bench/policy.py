@@ -372,10 +372,12 @@ def read_checked(sources: list[tuple[str, str]], catalog: Catalog) -> Rules:
 
 def click_plan(component: Component) -> dict[str, Any]:
     """A valid plan rolling ``component`` back to the previous image (tests/unit/domain/
-    test_policy_differential.py's ``k8s.rollout`` shape), risk 0.4: one owner decides."""
+    test_policy_differential.py's ``k8s.rollout`` shape, with the ``operation`` its adapter
+    needs: its dry run checks the params), risk 0.4: one owner decides."""
     def rollout(tag: str) -> dict[str, Any]:
-        params = {"namespace": component.kubernetes_namespace, "deployment": component.name,
-                  "container": "app", "image": f"registry.example.com/{component.name}:{tag}"}
+        params = {"operation": "set-image", "namespace": component.kubernetes_namespace,
+                  "deployment": component.name, "container": "app",
+                  "image": f"registry.example.com/{component.name}:{tag}"}
         return {"action": "k8s.rollout", "params": params, "timeout_s": 120, "retry": 1}
 
     plan = {"title": f"roll {component.name} back to v41", "risk_score": 0.4,

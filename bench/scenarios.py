@@ -66,9 +66,14 @@ class Outcome:
 
 def agent_app(engine: Engine, **overrides: Any) -> App:
     """The agent's app on ``engine``; its metrics source is the demo's stand-in table (there
-    is no default: without a source, plan_ready refuses a plan with a metric check)."""
+    is no default: without a source, plan_ready refuses a plan with a metric check), and the
+    runbook script ``restart-service`` is allowed (``bench/agent.py`` and the agent's tests put
+    the demo's stand-in first on PATH)."""
     values: dict[str, Any] = {"runbooks_dir": str(RUNBOOKS),
-                              "static_metrics": DEMO_METRICS_AFTER_CHANGE, **overrides}
+                              "static_metrics": DEMO_METRICS_AFTER_CHANGE,
+                              # the templates' runbook script, as the demo allows it: a plan
+                              # that runs it passes its dry run when it is on PATH
+                              "script_allowlist": ["restart-service"], **overrides}
     model = {name: values.pop(name) for name in list(values) if name in AgentSettings.model_fields}
     return bootstrap(Settings(**values).with_layers(AgentSettings(**model)), engine=engine)
 

@@ -18,6 +18,7 @@ from bot.mrkdwn import at_word, escape, shown
 from bot.people import Names, as_is, names_in
 from bot.plan_words import fitted, said_mrkdwn
 from core.cases.timeline import Entry, entries_of
+from core.domain.dry_run import DryRunReport
 from core.domain.gate_rule import GateRule, gate_rule
 from core.domain.plans import ParsedPlan, PlanStep, parsed_or_none
 from core.domain.policy import NO_APPROVERS, ApprovalPolicy, PlanLike, number_words, plan_risk
@@ -143,6 +144,30 @@ def plan_message(case: CaseView, plan: PlanLike, plan_hash: str,
     if decision is not None:
         blocks.append(_decided(decision))
     return _plan_text(case, parsed.title, risk, decision, names), blocks
+
+
+# -- the plan's dry run (its own section: the plan message's layout is plan_message's) ---------
+
+DRY_RUN_MARKS = {"ok": "✅", "refused": "⛔", "not_checked": "❔"}
+
+
+def dry_run_section(report: DryRunReport) -> Block:
+    """What each step would do, read from its target when the plan was proposed: one line a
+    step, what could not be checked said as such."""
+    lines = "\n".join(f"{DRY_RUN_MARKS[line.verdict]} {escape(line.text)}"
+                      for line in report.lines)
+    return section(f"*Dry run* (read when the plan was proposed)\n{lines or '—'}")
+
+
+def with_dry_run(message: Message, report: DryRunReport | None) -> Message:
+    """A plan message with its dry run as its own section, above its buttons (last once the
+    gate decided); unchanged when the proposal had no dry run."""
+    if report is None:
+        return message
+    text, blocks = message
+    at = next((n for n, block in enumerate(blocks) if block.get("type") == "actions"),
+              len(blocks))
+    return text, [*blocks[:at], dry_run_section(report), *blocks[at:]]
 
 
 def _plan_sections(case: CaseView, parsed: ParsedPlan, plan_hash: str, requester: str,
@@ -392,9 +417,11 @@ def help_message(note: str | None = None) -> Message:
         "relevant runbooks",
         f"`{COMMAND} {Subcommand.CATCHUP} <id>` catch up on a case: where it stands, what it "
         "waits on, the last events, who approved what",
+        f"`{COMMAND} {Subcommand.RESUME} <id> [what to try]` re-open planning on a PARKED case "
+        "with your suggestion (`retry` asks for the same plan again)",
         f"`{COMMAND} {Subcommand.HELP}` this help",
         "Mention me in a channel to open a case for that thread, or in a case's thread "
-        "to continue it.",
+        "to continue it (in a PARKED case's thread, to re-plan with what you say).",
     ])
     blocks = [section(usage)]
     if note:

@@ -30,8 +30,9 @@ from bot.slack_store import ApprovalRef, SlackStore
 from core.bootstrap import App
 from core.cases.queries import only_one
 from core.cases.replies import Reply
-from core.domain.commands import ApprovePlan, ChatThread, OpenCase, RejectPlan
-from core.domain.fsm import CaseStatus
+from core.domain.attempts import asks_retry
+from core.domain.commands import ApprovePlan, ChatThread, OpenCase, RejectPlan, TransitionCase
+from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.views import ApprovalView, CaseView, MovedCase
 from core.errors import InvalidRequest, NotFound
 from core.gateway import ToolCall
@@ -74,6 +75,14 @@ class SlackThread:
     @property
     def key(self) -> str:
         return f"{self.team}:{self.channel}:{self.thread_ts}"
+
+
+def resumed_words(moved: MovedCase, words: str) -> str:
+    """What the thread is told when a person re-opens planning (mrkdwn: their words escaped)."""
+    said = f" with “{escape(words.strip()[:300])}”" if words.strip() else ""
+    retry = " They asked for a retry: the same plan may come back." if asks_retry(words) else ""
+    return (f"Planning re-opened on case `{short_id(moved['case_id'])}`{said}; the new plan "
+            f"follows in this thread.{retry}")
 
 
 def title_of(text: str) -> str:
@@ -123,9 +132,18 @@ class SlackCases:
         return UUID(str(result.result["case_id"])), result.status == "ok"
 
     def converse(self, case_id: UUID, where: SlackThread, text: str, *, user: str,
-                 opened: bool, event_id: str) -> str:
+                 opened: bool, event_id: str, addressed: bool = False) -> str:
         """Hand ``text`` to the agent (or, without one, acknowledge) and reply in the thread,
-        once per Slack event; the thread shows the agent working until the reply is posted."""
+        once per Slack event; the thread shows the agent working until the reply is posted.
+        A message ``addressed`` to the bot in a PARKED case's thread re-opens its planning with
+        the person's words instead (``resume``)."""
+        if addressed and not opened and \
+                self.cases.get_case(case_id)["status"] == CaseStatus.PARKED:
+            moved = self.resume(case_id, title_of(text), user, f"slack-event:{event_id}",
+                                correlation_id=event_id)
+            reply = resumed_words(moved, title_of(text))
+            self.say(where, reply, business_key=f"reply:{event_id}")
+            return reply
         if self.agent is None:
             reply = (f"Opened case `{short_id(case_id)}` for this thread. Its analysis, the "
                      "proposed plan and the approval buttons will appear here.") if opened \
@@ -315,6 +333,22 @@ class SlackCases:
         home = asker.channel == self.incident_channel  # see ``may_read``
         return self.cases.list_cases(wanted, limit=20, channels=[asker.channel],
                                      threadless=home)
+
+    # -- re-opening a PARKED case -----------------------------------------------------------
+
+    def resume(self, case_id: UUID, words: str, user: str, key: str, *,
+               correlation_id: str) -> MovedCase:
+        """``user`` re-opens planning on the PARKED case with ``words`` (their suggestion, or
+        ``retry`` for the same plan again), once per ``key``: the case moves to PLANNING and the
+        planner starts from their words and the failed attempt. ``IllegalTransition`` when the
+        case is not PARKED."""
+        suggestion = words.strip()
+        cmd = TransitionCase(case_id, CaseEvent.RESUME, actor=user,
+                             reason=suggestion[:500] or "planning re-opened from Slack",
+                             meta={"suggestion": suggestion[:2000],
+                                   "retry": asks_retry(suggestion)},
+                             correlation_id=correlation_id)
+        return self.cases.transition(cmd, f"slack:resume:{key}").data()
 
     # -- the gate ---------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ class Subcommand(StrEnum):
     LIST = "list"
     SIMILAR = "similar"
     CATCHUP = "catchup"
+    RESUME = "resume"
     HELP = "help"
 
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from bot.blocks import PlanDecisionView, plan_message
+from bot.blocks import PlanDecisionView, plan_message, with_dry_run
 from bot.card import outcome_post, unknown_outcome_post
 from bot.card_keeper import CardKeeper
 from bot.ids import Action
@@ -115,9 +115,11 @@ class SlackNotifier(Notifier):
         version = int(payload["version"])
         case: CaseView = {**self.cases.get_case(case_id), "version": version}
         approval_id = self.store.save_approval(case_id, digest, version)
-        return plan_message(case, found["plan"], digest, approval_id,
-                            str(found["proposed_by"]), self.policy,
-                            readings=self._readings(case, found["plan"]), names=self.names)
+        return with_dry_run(plan_message(case, found["plan"], digest, approval_id,
+                                         str(found["proposed_by"]), self.policy,
+                                         readings=self._readings(case, found["plan"]),
+                                         names=self.names),
+                            self.cases.plan_dry_run(case_id, digest, version))
 
     def _readings(self, case: CaseView, plan: Mapping[str, Any]) -> list[CheckReading]:
         """The plan's metric checks read now, before any change (none without a source)."""
@@ -134,9 +136,10 @@ class SlackNotifier(Notifier):
             return
         deliverable(self.sink)
         case: CaseView = {**self.cases.get_case(case_id), "version": ref.case_version}
-        text, blocks = plan_message(case, found["plan"], digest, ref.approval_id,
-                                    str(found["proposed_by"]), self.policy, decision,
-                                    names=self.names)
+        text, blocks = with_dry_run(
+            plan_message(case, found["plan"], digest, ref.approval_id,
+                         str(found["proposed_by"]), self.policy, decision, names=self.names),
+            self.cases.plan_dry_run(case_id, digest, ref.case_version))
         ts = ref.message_ts
         call = ToolCall(tool="chat.update", args={"case_id": str(case_id), "ts": ts,
                                                    "text": text, "blocks": blocks},

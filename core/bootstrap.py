@@ -19,6 +19,8 @@ from core.policy.files import catalog_problems, load_rules
 from core.policy.judge import GroupMembers
 from core.policy.rules import PolicyError
 from core.settings import OpsgateSettings, Settings, load_settings
+from core.steps.adapters import adapters_from_settings
+from core.steps.dry_run import PlanDryRun
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -116,7 +118,8 @@ def bootstrap(settings: Settings | None = None, *, engine: Engine | None = None,
               cases=CaseService(engine, tenant=settings.tenant, policy=policy,
                                 reads_metrics=has_metrics_source(settings),
                                 promql=promql_bounds(settings) if settings.prometheus_url
-                                else None),
+                                else None,
+                                dry_run=PlanDryRun(lambda: adapters_from_settings(settings))),
               gateway=build_gateway(settings, engine), policy=policy, catalog=catalog,
               chat=chat or RecordingSink(), extensions=extensions)
     if chat is None and extensions.chat is not None:

@@ -123,6 +123,11 @@ def _run(scenario: Scenario, folder: Path, model: ModelFactory, work: Path,
                         approvers=list(PAST_APPROVERS), mcp_servers=None, **where)
     settings = with_stand_in(settings, scenario.series)
     app = bootstrap(settings, engine=engine)
+    # The evaluation grades the model's planning without the dry run before the gate: the
+    # scenarios' answer plans name runbook scripts (scale-deployment, config-rollback) and
+    # template targets (prod/app-canary) their recorded worlds do not hold, which the dry run
+    # would refuse (docs/eval.md).
+    app.cases.dry_run = None
     record_changes(ChangeIntake(ChangeStore(engine), app.catalog.current), scenario,
                    world.origin)
     for past in scenario.past_cases:

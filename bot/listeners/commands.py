@@ -1,5 +1,6 @@
-"""``/case new|status|timeline|list|similar|catchup|help``: answered in the ack, ephemeral (only the
-asker needs it); ``new`` starts the case's thread in the channel right after the ack. Unknown
+"""``/case new|status|timeline|list|similar|catchup|resume|help``: answered in the ack, ephemeral
+(only the asker needs it); ``new`` starts the case's thread in the channel right after the ack;
+``resume`` re-opens planning on a PARKED case, as the asker, with their words. Unknown
 subcommands get the help."""
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from bot.blocks import (
     who,
 )
 from bot.card import catchup_message
-from bot.cases import Asker, SlackCases, title_of
+from bot.cases import Asker, SlackCases, resumed_words, title_of
 from bot.failures import correlation_id, failure_text
 from bot.ids import COMMAND, Subcommand
 from bot.listeners import Body, lazy
@@ -47,6 +48,8 @@ def respond(cases: SlackCases, body: Body) -> Message:
     subcommand, rest = parse(body)
     asker = Asker(str(body.get("user_id") or ""), str(body.get("channel_id") or ""))
     try:
+        if subcommand == Subcommand.RESUME:
+            return resume(cases, rest, asker, correlation_id(body))
         return answer_for(cases, subcommand, rest, asker)
     except Exception as error:  # the one error handler's wording, in the ack itself
         return plain(escape(failure_text(error, correlation_id(body))))
@@ -81,6 +84,18 @@ def answer_for(cases: SlackCases, subcommand: str, rest: str, asker: Asker) -> M
     if subcommand in ("", Subcommand.HELP):
         return help_message()
     return help_message(f"Unknown subcommand `{escape(subcommand)}`.")
+
+
+def resume(cases: SlackCases, rest: str, asker: Asker, command: str) -> Message:
+    """``/case resume <id> [what to try]``: the asker (Slack's signed user id) re-opens planning
+    on a PARKED case they may read, once per command; their words reach the planner."""
+    ref, _, words = rest.partition(" ")
+    if not ref:
+        return help_message(f"`{COMMAND} resume` needs a case id (or its start).")
+    case = cases.find_case(ref, asker)
+    moved = cases.resume(UUID(case["case_id"]), words, asker.user, command,
+                         correlation_id=command)
+    return plain(resumed_words(moved, words))
 
 
 def open_case(cases: SlackCases, body: Body) -> None:

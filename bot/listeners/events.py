@@ -73,6 +73,17 @@ def on_reaction(cases: SlackCases, body: Body) -> None:
     log.info("pin of %s by %s: %s", reaction.key, reaction.user, outcome)
 
 
+def addressed(body: Body) -> bool:
+    """Whether the message mentions the bot: an ``app_mention``, or a message that names the
+    app's own user (Slack's ``authorizations``), whichever delivery came first."""
+    event = body["event"]
+    if event.get("type") == "app_mention":
+        return True
+    ours = [str(a.get("user_id")) for a in body.get("authorizations") or []
+            if isinstance(a, dict) and a.get("is_bot")]
+    return any(f"<@{user}>" in str(event.get("text") or "") for user in ours)
+
+
 def take(cases: SlackCases, body: Body, where: SlackThread) -> None:
     """Do the message's work once: the first delivery claims it (durably, by ``event_id`` and by
     the message itself, which Slack sends as both ``app_mention`` and ``message``)."""
@@ -87,5 +98,6 @@ def take(cases: SlackCases, body: Body, where: SlackThread) -> None:
     user, text = str(event.get("user") or "unknown"), str(event.get("text") or "")
     with bound(event_id):  # the event's id follows every gateway call it causes
         case_id, opened = cases.case_for_thread(where, title_of(text), user, event_id)
-        cases.converse(case_id, where, text, user=user, opened=opened, event_id=event_id)
+        cases.converse(case_id, where, text, user=user, opened=opened, event_id=event_id,
+                       addressed=addressed(body))
     cases.store.finish_event(event_id, message_key, owner)

@@ -34,10 +34,13 @@ from core.cases.rows import (
     correlation_of,
     timeline_row,
 )
+from core.cases.timeline import entries_of
 from core.cases.uow import refuse
 from core.clock import Clock
 from core.db import case_store as store
+from core.domain.attempts import repeat_refusal
 from core.domain.commands import ApprovePlan, RejectPlan, TransitionCase
+from core.domain.dry_run import DryRunReport
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import ApprovalRecordedFacts, NotePayload, Topic, note_message
 from core.domain.plans import plan_hash, plan_problems
@@ -119,6 +122,7 @@ class Gate:
     clock: Clock
     reads_metrics: bool = False
     promql: QueryBounds | None = None
+    dry_run: DryRunReport | None = None  # of the plan a plan_ready proposes, read before it
 
     # -- a person's yes and no ------------------------------------------------------------
 
@@ -251,10 +255,22 @@ class Gate:
                 raise GuardFailed("the plan's verify query would not be sent to Prometheus: "
                                   f"{refused[0]}", problems=[f"plan.{p}" for p in refused])
         digest = plan_hash(plan)
+        self._admit_attempt(conn, cmd.case_id, digest)
         writes.plan = {"id": uuid4(), "case_id": cmd.case_id, "case_version": next_version,
                        "plan_hash": digest, "plan": dict(plan),
                        "proposed_by": cmd.requester or cmd.actor}
         return digest
+
+    def _admit_attempt(self, conn: Connection, case_id: UUID, digest: str) -> None:
+        """A plan comes to the gate only when it can run (its dry run refused no step) and is
+        not one that already failed on the case, unless a person asked for it again."""
+        if self.dry_run is not None and self.dry_run.digest == digest and self.dry_run.refused:
+            raise GuardFailed(self.dry_run.reason(),
+                              problems=[f"dry run: {line.text}" for line in self.dry_run.refused])
+        rows = entries_of(store.read_timeline(conn, case_id))
+        repeated = repeat_refusal(digest, rows)
+        if repeated is not None:
+            raise GuardFailed(repeated, problems=[f"plan: {digest} already failed on the case"])
 
     def _admit_approval(self, conn: Connection, case: Row, cmd: TransitionCase,
                         writes: store.Writes, ruling: Ruling | None) -> str:

@@ -10,6 +10,7 @@ from core.cases.rows import case_view, timeline_view
 from core.cases.timeline import entries_of
 from core.cases.uow import UnitOfWork
 from core.db import case_store as store
+from core.domain.dry_run import DryRunReport
 from core.domain.fsm import CaseStatus
 from core.domain.views import CaseView, ProposedPlan, TimelineEntry
 from core.errors import InvalidRequest, NotFound
@@ -84,6 +85,15 @@ class CaseReads:
             if entry.accepted and entry.target == CaseStatus.PLANNING:
                 round_ = entry.version or 0
         return round_
+
+    def plan_dry_run(self, case_id: UUID, digest: str, version: int) -> DryRunReport | None:
+        """The dry run of the plan ``digest`` as it was proposed at case ``version`` (what its
+        ``plan_ready`` row recorded); None when that proposal had none."""
+        for entry in entries_of(self.timeline(case_id)):
+            if entry.event == "plan_ready" and entry.accepted and entry.version == version \
+                    and entry.plan_hash == digest and entry.dry_run:
+                return DryRunReport.of_facts(digest, list(entry.dry_run))
+        return None
 
     def list_cases(self, status: CaseStatus | None = None, limit: int = 50, *,
                    channels: Channels = None, threadless: bool = False) -> list[CaseView]:

@@ -10,7 +10,7 @@ outcome, refusals included, is a ``Reply[T]``. Reads are ``queries.CaseReads``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from uuid import UUID
 
 from sqlalchemy import Connection, Engine
@@ -27,7 +27,9 @@ from core.cases.uow import FollowUp, Row, UnitOfWork, Work, fingerprint, refuse
 from core.clock import Clock, utcnow
 from core.db import case_store as store
 from core.domain.commands import ApprovePlan, Fence, NoteCase, OpenCase, RejectPlan, TransitionCase
-from core.domain.fsm import CaseStatus
+from core.domain.dry_run import DryRun, DryRunReport
+from core.domain.fsm import CaseEvent, CaseStatus
+from core.domain.plans import parsed_or_none
 from core.domain.policy import ApprovalPolicy
 from core.domain.promql import QueryBounds
 from core.domain.views import ApprovalView, CaseView, MovedCase, NotedCase
@@ -52,7 +54,7 @@ class CaseService(CaseReads):
 
     def __init__(self, engine: Engine, *, tenant: str = "default", clock: Clock = utcnow,
                  policy: ApprovalPolicy | None = None, reads_metrics: bool = False,
-                 promql: QueryBounds | None = None) -> None:
+                 promql: QueryBounds | None = None, dry_run: DryRun | None = None) -> None:
         self.uow = UnitOfWork(engine)
         self.tenant = tenant
         self.clock = clock
@@ -65,6 +67,9 @@ class CaseService(CaseReads):
         # when metric checks are read from Prometheus: plan_ready refuses a verify query that
         # breaks them.
         self.promql = promql
+        # What reads a proposed plan's targets before it comes to the gate
+        # (core.steps.dry_run.PlanDryRun); None: plans are proposed without a dry run.
+        self.dry_run = dry_run
 
     @property
     def gate(self) -> Gate:
@@ -112,11 +117,31 @@ class CaseService(CaseReads):
                    inbox_entry: tuple[str, int] | None = None) -> Reply[MovedCase]:
         """Move a case by one FSM event, once per idempotency key. A consumer passes its
         ``inbox_entry`` (consumer, message id) so the inbox row commits with the effect."""
-        return self.uow.run(
-            key, fingerprint(cmd.intent()), cmd.case_id,
-            lambda conn, case, writes: handlers.move(conn, case, cmd, writes, self.gate,
-                                                     self.clock()),
-            fence=cmd.fence, inbox_entry=inbox_entry)
+        report = self._dry_run(cmd) if cmd.event is CaseEvent.PLAN_READY else None
+        gate = replace(self.gate, dry_run=report)
+
+        def work(conn: Connection, case: Row | None, writes: store.Writes) -> MovedCase:
+            moved = handlers.move(conn, case, cmd, writes, gate, self.clock())
+            if report is not None and writes.timeline is not None \
+                    and moved.get("plan_hash") == report.digest:
+                writes.timeline["meta"]["dry_run"] = report.facts()
+            return moved
+
+        return self.uow.run(key, fingerprint(cmd.intent()), cmd.case_id, work,
+                            fence=cmd.fence, inbox_entry=inbox_entry)
+
+    def _dry_run(self, cmd: TransitionCase) -> DryRunReport | None:
+        """The dry run of the plan a ``plan_ready`` proposes (the one it carries, else the
+        case's latest), read before the transaction: the targets' answers never hold the case's
+        lock. None without a dry run, or for a plan the guard refuses anyway."""
+        if self.dry_run is None:
+            return None
+        plan = cmd.plan
+        if plan is None:
+            latest = self.proposed_plan(cmd.case_id)
+            plan = None if latest is None else latest["plan"]
+        parsed = None if plan is None else parsed_or_none(plan)
+        return None if parsed is None else self.dry_run(parsed)
 
     def note(self, cmd: NoteCase, key: str, *,
              inbox_entry: tuple[str, int] | None = None,

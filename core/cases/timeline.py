@@ -35,6 +35,7 @@ class Entry:
     needs: int | None = None  # …and how many more it needed then
     stated_actor: str | None = None  # the actor a principal's request stated
     problems: tuple[str, ...] = ()  # a refused row's: what was wrong with the request
+    dry_run: tuple[Mapping[str, Any], ...] = ()  # a plan_ready's: each step's dry run
     context: Mapping[str, Any] = field(default_factory=dict)
     id: int = 0
     correlation_id: str | None = None
@@ -104,6 +105,7 @@ def entry_of(row: TimelineEntry | Mapping[Any, Any]) -> Entry:
         needs=None if needs is None else int(needs),
         stated_actor=_text(meta.get("stated_actor")),
         problems=tuple(str(p) for p in meta.get("problems") or ()),
+        dry_run=tuple(line for line in meta.get("dry_run") or () if isinstance(line, Mapping)),
         context=context if isinstance(context, Mapping) else {},
         id=int(row.get("id") or 0), correlation_id=row.get("correlation_id"))
 

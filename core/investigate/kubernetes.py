@@ -9,6 +9,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -24,6 +25,7 @@ from core.investigate.kube_answers import (
     event_answer,
     event_time,
     hpa_answer,
+    images_of,
     labels_match,
     meta_of,
     pod_answer,
@@ -73,6 +75,16 @@ class KubernetesUnavailable(Unavailable):
 
 class _Missing(KubernetesUnavailable):
     """A 404: the object is not there (the callers that read one object say so in scope words)."""
+
+
+@dataclass(frozen=True)
+class RolloutState:
+    """A deployment as a rollout would find it: each container's image now, its current
+    revision, and the images of each revision it still holds (its ReplicaSets)."""
+
+    images: Mapping[str, str]
+    revision: int | None
+    revisions: Mapping[int, Mapping[str, str]]
 
 
 IN_CLUSTER = "in-cluster"
@@ -194,6 +206,21 @@ class KubernetesReader:
                            key=lambda r: (r["revision"] is None, r["revision"] or 0))
         return {"deployment": name, "namespace": namespace, "current_revision": current,
                 "revisions": revisions}
+
+    def rollout_state(self, namespace: str, name: str) -> RolloutState | None:
+        """The deployment ``namespace/name`` as a rollout step would change it (a dry run's
+        reading: GETs only); None when there is no such deployment."""
+        found = self._get(f"read deployment {name} in namespace {namespace}",
+                          self._apps.read_namespaced_deployment, name, namespace)
+        if found is None:
+            return None
+        revisions: dict[int, Mapping[str, str]] = {}
+        for owned in self._owned_replica_sets(found, namespace):
+            revision = revision_of(meta_of(owned))
+            if revision is not None and owned.spec is not None:
+                revisions[revision] = images_of(owned.spec.template)
+        return RolloutState(images_of(found.spec.template if found.spec else None),
+                            revision_of(meta_of(found)), revisions)
 
     # -- what belongs to the target -----------------------------------------------------------
 

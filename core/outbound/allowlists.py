@@ -37,6 +37,7 @@ class ExecutableAllowList:
     def __init__(self, entries: Iterable[str]) -> None:
         self._by_name: dict[str, str] = {}
         self._by_real: dict[str, str] = {}
+        self._entries: dict[str, str] = {}  # a resolved path → the entry that named it
         for entry in entries:
             path = resolve_executable(entry)
             if path is None:
@@ -44,6 +45,7 @@ class ExecutableAllowList:
                 continue
             self._by_name[entry] = path
             self._by_real[os.path.realpath(path)] = path
+            self._entries.setdefault(path, entry)
 
     def resolve(self, argv0: str) -> str | None:
         """The path to run for ``argv0``: a name exactly as allow-listed, or an absolute path to
@@ -53,6 +55,11 @@ class ExecutableAllowList:
         if os.path.isabs(argv0):
             return self._by_real.get(os.path.realpath(argv0))
         return None
+
+    def entry(self, argv0: str) -> str | None:
+        """The allow-list entry that admits ``argv0`` (as the operator wrote it); None: none."""
+        path = self.resolve(argv0)
+        return None if path is None else self._entries.get(path, argv0)
 
     def __bool__(self) -> bool:
         return bool(self._by_name)

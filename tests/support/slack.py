@@ -33,6 +33,7 @@ from core.loop import InProcessLoop
 from core.settings import Settings
 from tests.support.local_http import LocalServer, Reply, Seen, local_server
 from tests.support.metrics import with_stand_in
+from tests.support.scripts import runbook_on_path
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 TEAM, CHANNEL, BOT_USER = "T0001", "C0INCIDENT", "U0BOT"
@@ -517,7 +518,9 @@ def running_bot(engine: Engine, *, agent: Agent | None = None, loop: bool = True
     else:
         agent = agent or ScriptedAgent()
     served: list[SlackEvents] = []
-    with fake_slack(assistant=assistant) as slack:
+    # The templates' runbook script is allowed, as the demo allows it (its dry run passes).
+    with fake_slack(assistant=assistant) as slack, runbook_on_path() as runbook:
+        overrides = {**runbook, **overrides}
         def mount(app: App, api: Any) -> None:
             served.append(SlackEvents(build_bolt(app, agent=agent), SECRET))
             mount_slack_events(app, api, served[-1])

@@ -7,11 +7,12 @@ import copy
 import hashlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, TypedDict, TypeVar
+from typing import Any, Protocol, TypedDict, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from core.domain.dry_run import Verdict
 from core.domain.plans import canonical_json
 from core.errors import Unprocessable
 
@@ -89,6 +90,21 @@ class Adapter(Protocol):
     action: str
 
     def run(self, params: Mapping[str, Any], ctx: StepContext) -> StepOutcome: ...
+
+
+Checked = tuple[Verdict, str]
+"""A step's dry run: its verdict and the sentence that says what it read
+(``core.domain.dry_run``)."""
+
+
+@runtime_checkable
+class DryRunnable(Protocol):
+    """An adapter whose target can answer a dry run: what the step would do, read (never
+    written) before anyone approves. ``StepRefused`` when the step cannot run at all."""
+
+    action: str
+
+    def dry_run(self, params: Mapping[str, Any]) -> Checked: ...
 
 
 class StepRefused(Unprocessable):

@@ -15,7 +15,13 @@ from core.domain.plans import HEADER_VALUE_PATTERN
 from core.outbound.allowlists import UrlAllowList, url_problem
 from core.outbound.http import RedirectRefused, is_expected, send
 from core.redact import url_without_credentials
-from core.steps.adapters.base import StepContext, StepOutcome, StepRefused, parse_params
+from core.steps.adapters.base import (
+    Checked,
+    StepContext,
+    StepOutcome,
+    StepRefused,
+    parse_params,
+)
 from core.steps.capture import truncate
 from core.steps.words import Sentence, Value, json_words, refused, validated
 
@@ -135,11 +141,27 @@ class HttpRequestAdapter:
         self._call = HttpCall(self.action, allowlist.allows, output_limit)
 
     def run(self, params: Mapping[str, Any], ctx: StepContext) -> StepOutcome:
-        parsed = parse_params(HttpParams, params, self.action)
-        url = parse_url(parsed.url, self.action)
-        if not self._allowlist.allows(url):
-            raise StepRefused(f"{self.action}: {parsed.url} is not on the http allow-list "
-                              "(OPSGATE_HTTP_ALLOWLIST)", action=self.action, url=parsed.url)
+        parsed, url = self._allowed(params)
         body = {"json": parsed.body} if "body" in parsed.model_fields_set else {}
         return self._call.run(parsed.method, url, ctx, headers=parsed.headers,
                               expect=parsed.expect_status, **body)
+
+    def dry_run(self, params: Mapping[str, Any]) -> Checked:
+        """The exact request line and body that would be sent, to an allowed URL."""
+        parsed, url = self._allowed(params)
+        line = f"would send {parsed.method} {url_without_credentials(str(url))}"
+        if "body" in parsed.model_fields_set:
+            body = json.dumps(parsed.body, sort_keys=True, ensure_ascii=False)
+            line += f" with body {body[:300]}{'…' if len(body) > 300 else ''}"
+        expect = ", ".join(map(str, parsed.expect_status or ())) or "2xx"
+        return "ok", f"{line}, expecting {expect} (the URL is on the http allow-list)"
+
+    def _allowed(self, params: Mapping[str, Any]) -> tuple[HttpParams, httpx.URL]:
+        """The params and the URL, or ``StepRefused`` (invalid, or the URL not allowed)."""
+        parsed = parse_params(HttpParams, params, self.action)
+        url = parse_url(parsed.url, self.action)
+        if not self._allowlist.allows(url):
+            shown = url_without_credentials(parsed.url)
+            raise StepRefused(f"{self.action}: {shown} is not on the http allow-list "
+                              "(OPSGATE_HTTP_ALLOWLIST)", action=self.action, url=shown)
+        return parsed, url

@@ -7,12 +7,19 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from core.errors import Unavailable
 from core.outbound.allowlists import resolve_executable
-from core.steps.adapters.base import StepContext, StepOutcome, StepRefused, parse_params
+from core.steps.adapters.base import (
+    Checked,
+    StepContext,
+    StepOutcome,
+    StepRefused,
+    parse_params,
+)
 from core.steps.adapters.process_step import (
     command_line,
     process_detail,
@@ -23,6 +30,9 @@ from core.steps.adapters.process_step import (
 from core.steps.capture import truncate
 from core.steps.process import BASE_ENV, ProcessResult, minimal_env, run_process
 from core.steps.words import Sentence, Value, refused, sentence, validated
+
+if TYPE_CHECKING:
+    from core.investigate.kubernetes import RolloutState
 
 # kubectl's own configuration, not the plan's: where the cluster is and who we are.
 KUBECTL_ENV = (*BASE_ENV, "HOME", "KUBECONFIG", "KUBERNETES_SERVICE_HOST",
@@ -82,6 +92,31 @@ def describe(params: Mapping[str, Any]) -> Sentence:
                     Value(str(p.container)), ") to ", Value(str(p.image)))
 
 
+def _rollout_change(p: RolloutParams, where: str, state: RolloutState) -> str:
+    """What the rollout would change in ``state``, in words; ``StepRefused`` when the container
+    or revision it names is not there."""
+    now = f"revision {state.revision}" if state.revision is not None else "its current revision"
+    if p.operation == "restart":
+        images = ", ".join(f"{c}={i}" for c, i in sorted(state.images.items()))
+        return f"would restart {where} ({now}: {images}), images unchanged"
+    if p.operation == "set-image":
+        assert p.container is not None, "set-image names its container"
+        if p.container not in state.images:
+            raise StepRefused(f"{where} has no container {p.container} (it has "
+                              f"{', '.join(sorted(state.images)) or 'none'})", action="k8s.rollout")
+        return (f"would set container {p.container} of {where}: {state.images[p.container]} → "
+                f"{p.image}")
+    earlier = sorted(r for r in state.revisions if state.revision is None or r < state.revision)
+    target = p.to_revision if p.to_revision is not None else (earlier[-1] if earlier else None)
+    held = ", ".join(map(str, sorted(state.revisions))) or "none"
+    if target is None or target not in state.revisions:
+        wanted = f"revision {p.to_revision}" if p.to_revision else "an earlier revision"
+        raise StepRefused(f"{where} has no {wanted} to undo to (its revisions: {held})",
+                          action="k8s.rollout")
+    images = ", ".join(f"{c}={i}" for c, i in sorted(state.revisions[target].items()))
+    return f"would undo {where} from {now} to revision {target} ({images})"
+
+
 def change_argv(kubectl: str, p: RolloutParams) -> list[str]:
     """The kubectl command that makes the change."""
     target = f"deployment/{p.deployment}"
@@ -99,14 +134,45 @@ def status_argv(kubectl: str, p: RolloutParams, timeout_s: int) -> list[str]:
             f"--timeout={timeout_s}s"]
 
 
+class RolloutReads(Protocol):
+    """What a dry run reads of a cluster (``core.investigate.kubernetes.KubernetesReader``)."""
+
+    host: str
+
+    def rollout_state(self, namespace: str, name: str) -> RolloutState | None: ...
+
+
+NO_CLUSTER = "no Kubernetes API is configured to read it from (OPSGATE_KUBECONFIG)"
+
+
 class K8sRolloutAdapter:
     action = "k8s.rollout"
 
-    def __init__(self, kubectl: str, output_limit: int, grace_s: float = 2.0) -> None:
+    def __init__(self, kubectl: str, output_limit: int, grace_s: float = 2.0,
+                 reads: RolloutReads | None = None) -> None:
         self._kubectl_setting = kubectl
         self._kubectl = resolve_executable(kubectl)
         self._output_limit = output_limit
         self._grace_s = grace_s
+        self._reads = reads
+
+    def dry_run(self, params: Mapping[str, Any]) -> Checked:
+        """What the rollout would change, read (GETs only) from the cluster: the deployment,
+        the container and today's image → the new one, the revision to undo to. Not checked
+        when no cluster is configured or it cannot be read; refused when what the step names
+        is not there."""
+        p = parse_params(RolloutParams, params, self.action)
+        where = f"deployment {p.namespace}/{p.deployment}"
+        if self._reads is None:
+            return "not_checked", NO_CLUSTER
+        try:
+            state = self._reads.rollout_state(p.namespace, p.deployment)
+        except Unavailable as down:
+            return "not_checked", down.message
+        if state is None:
+            raise StepRefused(f"{where} does not exist in the cluster at {self._reads.host}",
+                              action=self.action)
+        return "ok", _rollout_change(p, where, state)
 
     def run(self, params: Mapping[str, Any], ctx: StepContext) -> StepOutcome:
         parsed = parse_params(RolloutParams, params, self.action)

@@ -8,10 +8,20 @@ from core.settings import Settings
 from core.steps.adapters.base import Adapter
 from core.steps.adapters.gateway_flip import GatewayFlipAdapter
 from core.steps.adapters.http import HttpRequestAdapter
-from core.steps.adapters.k8s import K8sRolloutAdapter
+from core.steps.adapters.k8s import K8sRolloutAdapter, RolloutReads
 from core.steps.adapters.mcp_call import McpCallAdapter
 from core.steps.adapters.noop import NoopAdapter
 from core.steps.adapters.script import ScriptAdapter
+
+
+def rollout_reads(settings: Settings) -> RolloutReads | None:
+    """The cluster a rollout's dry run reads: the investigator's (``OPSGATE_KUBECONFIG``), one
+    reader per process; None when none is configured."""
+    if not settings.kubeconfig:
+        return None
+    from core.investigate.sources import kubernetes_reader  # the official client: only when set
+
+    return kubernetes_reader(settings.kubeconfig, settings.kube_context)
 
 
 def adapters_from_settings(settings: Settings) -> dict[str, Adapter]:
@@ -22,7 +32,7 @@ def adapters_from_settings(settings: Settings) -> dict[str, Adapter]:
         ScriptAdapter(ExecutableAllowList(settings.script_allowlist), limit,
                       env_allow=tuple(settings.script_env_allow)),
         HttpRequestAdapter(UrlAllowList(settings.http_allowlist), limit),
-        K8sRolloutAdapter(settings.kubectl, limit),
+        K8sRolloutAdapter(settings.kubectl, limit, reads=rollout_reads(settings)),
         GatewayFlipAdapter(settings.traffic_gateway_url, limit),
         McpCallAdapter(load_servers(settings.mcp_servers) if settings.mcp_servers else {},
                        limit),

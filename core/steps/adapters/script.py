@@ -14,7 +14,13 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from core.outbound.allowlists import EnvAllowList, ExecutableAllowList
-from core.steps.adapters.base import StepContext, StepOutcome, StepRefused, parse_params
+from core.steps.adapters.base import (
+    Checked,
+    StepContext,
+    StepOutcome,
+    StepRefused,
+    parse_params,
+)
 from core.steps.adapters.process_step import command_line, process_outcome, start_failure
 from core.steps.process import minimal_env, run_process
 from core.steps.words import Sentence, Value, refused, sentence, validated
@@ -80,6 +86,27 @@ class ScriptAdapter:
         self._env_allow = EnvAllowList((*PLAN_ENV, *env_allow))
 
     def run(self, params: Mapping[str, Any], ctx: StepContext) -> StepOutcome:
+        parsed, argv = self._resolved(params)
+        label = f"{self.action} {command_line(parsed.argv)[:200]}"
+        try:
+            result = run_process(argv, timeout_s=ctx.timeout_s, output_limit=self._output_limit,
+                                 env=minimal_env(parsed.env), cwd=parsed.cwd,
+                                 grace_s=self._grace_s)
+        except OSError as exc:
+            return start_failure(argv, label, exc)
+        return process_outcome(result, label)
+
+    def dry_run(self, params: Mapping[str, Any]) -> Checked:
+        """The argv that would run and the allow-list entry that admits it."""
+        parsed, argv = self._resolved(params)
+        entry = self._allowlist.entry(parsed.argv[0]) or parsed.argv[0]
+        env = f" with {', '.join(sorted(parsed.env))} set" if parsed.env else ""
+        return "ok", (f"would run {command_line(argv)[:300]}{env} (allow-list entry "
+                      f"{entry!r})")
+
+    def _resolved(self, params: Mapping[str, Any]) -> tuple[ScriptParams, list[str]]:
+        """The params and the argv to run, or ``StepRefused`` (invalid, env or executable off
+        its allow-list)."""
         parsed = parse_params(ScriptParams, params, self.action)
         refused = sorted(name for name in parsed.env if not self._env_allow.allows(name))
         if refused:
@@ -92,12 +119,4 @@ class ScriptAdapter:
             raise StepRefused(
                 f"{self.action}: {parsed.argv[0]!r} is not on the script allow-list "
                 "(OPSGATE_SCRIPT_ALLOWLIST)", action=self.action, executable=parsed.argv[0])
-        argv = [executable, *parsed.argv[1:]]
-        label = f"{self.action} {command_line(parsed.argv)[:200]}"
-        try:
-            result = run_process(argv, timeout_s=ctx.timeout_s, output_limit=self._output_limit,
-                                 env=minimal_env(parsed.env), cwd=parsed.cwd,
-                                 grace_s=self._grace_s)
-        except OSError as exc:
-            return start_failure(argv, label, exc)
-        return process_outcome(result, label)
+        return parsed, [executable, *parsed.argv[1:]]

@@ -25,6 +25,7 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
+from bot.sandbox.demo import STAND_INS
 from tests.support.nats_server import NatsServer
 from tests.support.peers import free_port
 from tests.support.processes import Process, clean_env
@@ -210,7 +211,9 @@ def production(request: pytest.FixtureRequest, tmp_path: Path, pg_engine: Engine
         # The verifier's readings: a stand-in named explicitly where production has Prometheus.
         OPSGATE_STATIC_METRICS='{"http_5xx_ratio": 0.001, "error_rate": 0.001, '
                                '"latency_p95_ms": 120.0, "standby_saturation": 0.3}',
-        PATH=reader_path())
+        # The template plan's runbook script: allowed, the demo's stand-in (its dry run passes).
+        OPSGATE_SCRIPT_ALLOWLIST='["restart-service"]',
+        PATH=f"{STAND_INS}{os.pathsep}{reader_path()}")
     processes = [
         Process("serve", ("serve", "--port", str(port), "--no-loop"), env,
                 tmp_path / "serve.log"),

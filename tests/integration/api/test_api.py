@@ -23,21 +23,23 @@ from core.settings import Settings
 from tests.support.api import assert_error, bearer, data, new_key, rows
 from tests.support.cases import APPROVERS
 from tests.support.metrics import STAND_IN_METRICS
+from tests.support.scripts import restart_service  # noqa: F401 (a fixture)
 
 TOKEN = "s3cret-token"
 INCOMPLETE_PLAN = {"title": "restart it", "steps": [{"action": "script.exec"}]}
 
 
-def _app(engine: Engine, token: str | None = None) -> App:
+def _app(engine: Engine, token: str | None = None, **options: Any) -> App:
     settings = Settings(static_metrics=STAND_IN_METRICS,
                         _env_file=None, api_token=token, redis_url=None,
-                        approvers=sorted(APPROVERS))
+                        approvers=sorted(APPROVERS), **options)
     return bootstrap(settings, engine=engine)
 
 
 @pytest.fixture
-def client(engine: Engine) -> Iterator[TestClient]:
-    app = _app(engine)
+def client(engine: Engine, restart_service: dict[str, Any]) -> Iterator[TestClient]:  # noqa: F811
+    """A client of an API whose plans may run the templates' runbook script."""
+    app = _app(engine, **restart_service)
     with TestClient(create_api(app), base_url="http://localhost") as test_client:
         yield test_client
     app.close()

@@ -138,7 +138,8 @@ def test_after_resume_and_a_new_approval_the_same_plan_runs_again(engine, tmp_pa
     case_id = executing_case(app, plan)
     assert runner(app).deliver(envelope_of(engine, case_id, Topic.EXEC_RUN)) == "done"
     assert status(app, case_id) == S.PARKED
-    assert app.cases.transition(command(case_id, E.RESUME), key()).ok
+    # a person asks for the same plan again (without it the guard refuses a plan that failed)
+    assert app.cases.transition(command(case_id, E.RESUME, reason="retry"), key()).ok
     approve(app, case_id, plan)  # the identical plan, approved again: a new case version
 
     assert runner(app).deliver(envelope_of(engine, case_id, Topic.EXEC_RUN)) == "done"
@@ -173,11 +174,13 @@ def test_a_crash_before_the_final_transition_replays_every_step_on_redelivery(en
 
 def test_a_refused_step_parks_the_case_without_retries(engine, tmp_path):
     script, counter = counting_script(tmp_path), tmp_path / "runs.txt"
-    app = make_app(engine, script_allowlist=[str(script)])
     plan = plan_of([script_step(script, "first", counter),
                     {"action": "script.exec", "timeout_s": 10, "retry": 2,
                      "params": {"argv": ["/bin/echo", "not on the list"]}}])
-    case_id = executing_case(app, plan)
+    # Approved while /bin/echo was allowed (its dry run passed); the allow-list was narrowed
+    # before the run: the executor refuses the step, whatever the gate saw.
+    case_id = executing_case(make_app(engine, script_allowlist=[str(script), "/bin/echo"]), plan)
+    app = make_app(engine, script_allowlist=[str(script)])
     assert runner(app).deliver(envelope_of(engine, case_id, Topic.EXEC_RUN)) == "done"
 
     assert status(app, case_id) == S.PARKED

@@ -15,6 +15,7 @@ from core.loop import InProcessLoop
 from core.settings import Settings
 from tests.support.cases import APPROVERS
 from tests.support.metrics import STAND_IN_METRICS
+from tests.support.scripts import runbook_script
 
 S = CaseStatus
 FINAL = (S.CLOSED, S.PARKED)
@@ -86,9 +87,11 @@ def test_a_plan_waits_for_a_person_then_runs(make_app):
     assert _status(app, case_id) == S.CLOSED
 
 
-def test_a_step_that_cannot_run_is_rolled_back_and_the_case_parks(make_app):
-    # script.restart's step runs a script no allow-list admits: refused, nothing ran.
-    app = make_app(auto_approve="off")
+def test_a_step_that_fails_is_rolled_back_and_the_case_parks(make_app, monkeypatch, tmp_path):
+    # script.restart's step runs an allowed restart-service that exits 1 (a script off the
+    # allow-list never reaches the gate: its dry run refuses it, tests/integration/cases).
+    allowed = runbook_script(monkeypatch, tmp_path / "bin", exit_code=1)
+    app = make_app(auto_approve="off", **allowed)
     with InProcessLoop(app) as loop:
         case_id = _open(app, "payments worker hung")
         assert loop.wait_for(lambda: _status(app, case_id) == S.WAIT_GATE
