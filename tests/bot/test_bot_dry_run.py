@@ -47,7 +47,10 @@ def test_a_decided_plan_keeps_its_dry_run_and_one_without_shows_none() -> None:
     decided = plan_message(CASE, PLAN, PLAN_HASH, "ap_1", "U0ALICE", POLICY,
                            PlanDecisionView("approved", ["U0BOB"], "2026-11-23 07:01:00 UTC"))
     _, blocks = with_dry_run(decided, REPORT)
-    assert "*Dry run*" in blocks[-1]["text"]["text"]
+    texts = [str(block.get("text", {}).get("text", "")) for block in blocks]
+    at = next(n for n, text in enumerate(texts) if "*Dry run*" in text)
+    actions = [n for n, block in enumerate(blocks) if block["type"] == "actions"]
+    assert all(at < n for n in actions)  # above what is left of the buttons (Details)
     assert with_dry_run(decided, None) == decided
 
 

@@ -54,6 +54,7 @@ class PlanningModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "planning-script"
 
+
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[Any, AIMessage]:
         return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
@@ -64,7 +65,7 @@ class PlanningModel(BaseChatModel):
         if isinstance(last, HumanMessage):
             self.requests.append(str(last.content))
             reply = self._next(str(last.content))
-        elif isinstance(last, ToolMessage) and "error" in str(last.content):
+        elif isinstance(last, ToolMessage) and _refused(last.content):
             self.refusals.append(str(last.content))
             reply = self._next(self.requests[-1])
         return ChatResult(generations=[ChatGeneration(message=reply)])
@@ -175,3 +176,13 @@ def test_case_help_lists_resume(engine: Engine) -> None:
         help_text = shown(ask(bot, "help"))
     assert "/case resume <id> [what to try]" in help_text
     assert "re-open planning on a PARKED case" in help_text
+
+
+def _refused(content: Any) -> bool:
+    """A tool answer that is a refusal (its ``error``), not one that merely mentions errors
+    (an ``error_rate`` check read now)."""
+    try:
+        answer = json.loads(content) if isinstance(content, str) else {}
+    except ValueError:
+        return False
+    return isinstance(answer, dict) and bool(answer.get("error"))
