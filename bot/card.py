@@ -28,6 +28,7 @@ from bot.card_state import (
     step_lines,
     waiting_reading,
 )
+from bot.ids import COMMAND
 from bot.mrkdwn import drawn, escape, link, shown
 from bot.people import Names
 from bot.plan_words import said_mrkdwn
@@ -282,7 +283,9 @@ def outcome_post(payload: TransitionPayload) -> str | None:
         why = f"nobody decided the plan in time ({reason}) — ask the agent for a fresh plan"
     else:
         why = f"{event} by {who(payload['actor'])}" + (f" — {reason}" if reason else "")
-    return f"🅿️ {case} is PARKED: {why}. A person decides what happens next."
+    resume = f"`{COMMAND} resume {short_id(str(payload['case_id']))} [what to try]`"
+    return (f"🅿️ {case} is PARKED: {why}. A person decides what happens next: {resume}, or "
+            "mention me here with what to try.")
 
 
 def unknown_outcome_post(payload: StepResultPayload) -> str | None:
