@@ -15,6 +15,7 @@ from core.cli.command import Command, database_option
 
 if TYPE_CHECKING:
     from core.bootstrap import App
+    from core.catalog.model import Catalog
 
 EXIT_FOUND = 1
 
@@ -100,7 +101,8 @@ def export_arguments(parser: argparse.ArgumentParser) -> None:
 def run_export(app: App, args: argparse.Namespace, out: TextIO) -> int:
     from core.ops.export import export_case
 
-    markdown = export_case(app.engine, app.cases.find_case_id(args.case))
+    markdown = export_case(app.engine, app.cases.find_case_id(args.case),
+                           name=people_of(app.catalog.current()))
     if args.output:
         with open(args.output, "w", encoding="utf-8") as file:
             file.write(markdown)
@@ -108,6 +110,16 @@ def run_export(app: App, args: argparse.Namespace, out: TextIO) -> int:
     else:
         out.write(markdown)
     return 0
+
+
+def people_of(catalog: Catalog) -> Callable[[str], str]:
+    """An actor as a person is called in the catalog (its ``slack.com/user-id``), else as is."""
+
+    def name(actor: str) -> str:
+        user = catalog.user_by_slack_id(actor)
+        return actor if user is None else str(user.display_name or user.name)
+
+    return name
 
 
 def _on_app(run: Runner) -> Callable[[argparse.Namespace], int]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -26,8 +26,12 @@ from core.errors import NotFound
 Row = Mapping[Any, Any]
 
 
-def export_case(engine: Engine, case_id: UUID) -> str:
-    """The postmortem of ``case_id`` as Markdown."""
+Names = Callable[[str], str]
+
+
+def export_case(engine: Engine, case_id: UUID, name: Names = str) -> str:
+    """The postmortem of ``case_id`` as Markdown; ``name`` says who an actor is (a Slack id as
+    the person's name in the catalog; as written when it knows none)."""
     with engine.connect() as conn:
         case = conn.execute(select(ops_case).where(ops_case.c.id == case_id)).mappings().first()
         if case is None:
@@ -41,8 +45,8 @@ def export_case(engine: Engine, case_id: UUID) -> str:
         decisions = list(conn.execute(select(plan_approved)
                                       .where(plan_approved.c.case_id == case_id)
                                       .order_by(plan_approved.c.created_at)).mappings())
-    parts = [_summary(case, timeline), _timeline(timeline), _plans(plans, timeline),
-             _approvals(decisions), _steps(timeline), _verification(timeline),
+    parts = [_summary(case, timeline), _timeline(timeline, name), _plans(plans, timeline, name),
+             _approvals(decisions, name), _steps(timeline), _verification(timeline),
              _usage(timeline)]
     return "\n\n".join(part for part in parts if part) + "\n"
 
@@ -63,31 +67,31 @@ def _summary(case: Row, timeline: Sequence[Entry]) -> str:
     return "\n".join(lines)
 
 
-def _timeline(timeline: Sequence[Entry]) -> str:
+def _timeline(timeline: Sequence[Entry], name: Names) -> str:
     rows = []
     for entry in timeline:
         move = (f"{entry.source or '∅'} → {entry.target}" if entry.moved
                 else f"({entry.outcome})")
         trace = _code(entry.correlation_id) if entry.correlation_id else "-"
-        rows.append((_at(entry), _code(entry.event), _text(entry.shown_actor), move,
-                     _reason(entry), trace))
+        rows.append((_at(entry), _code(entry.event), _text(name(entry.shown_actor)), move,
+                     _reason(entry, name), trace))
     return ("## Timeline\n\nEach row's correlation id: `opsgate trace <id>` shows its whole "
             "path.\n\n" + _table(("When (UTC)", "Event", "Actor", "Move", "Reason",
                                   "Correlation id"), rows))
 
 
-def _reason(entry: Entry) -> str:
+def _reason(entry: Entry, name: Names) -> str:
     """A row's reason; a pinned chat message as its author, its words and its link."""
     if entry.event != PINNED_EVENT:
         return _text(entry.reason or "")
     pin = pin_of(entry)
     link = _destination(pin.permalink or "")
     shown = f" ([message]({link}))" if link.startswith("https://") else ""
-    author = "?" if pin.author is None else pin.author
+    author = "?" if pin.author is None else name(pin.author)
     return f"📌 pinned: {_text(author)} said “{_text(pin.said or '')}”{shown}"
 
 
-def _plans(plans: Sequence[Row], timeline: Sequence[Entry]) -> str:
+def _plans(plans: Sequence[Row], timeline: Sequence[Entry], name: Names) -> str:
     if not plans:
         return "## Plan\n\nNo plan was proposed."
     blocks = ["## Plan" if len(plans) == 1 else f"## Plans ({len(plans)}, oldest first)"]
@@ -95,8 +99,9 @@ def _plans(plans: Sequence[Row], timeline: Sequence[Entry]) -> str:
         plan = row["plan"]
         blocks.append(f"### {_text(str(plan.get('title', 'untitled')))}\n\n"
                       f"- **Hash:** `{row['plan_hash']}` · **Proposed by:** "
-                      f"{_text(_proposer(row, timeline))} at case version "
-                      f"{row['case_version']} · **Requested by:** {_text(row['proposed_by'])} · "
+                      f"{_text(name(_proposer(row, timeline)))} at case version "
+                      f"{row['case_version']} · **Requested by:** "
+                      f"{_text(name(str(row['proposed_by'])))} · "
                       f"**Risk:** {_text(str(plan.get('risk_score', '-')))}")
         steps = [(str(n + 1), _code(s.get("action")), _code(_json(s.get("params", {}))),
                   _text(str(s.get("timeout_s", "-"))), _text(str(s.get("retry", "-"))))
@@ -118,10 +123,10 @@ def _proposer(plan: Row, timeline: Sequence[Entry]) -> str:
     return "-"
 
 
-def _approvals(decisions: Sequence[Row]) -> str:
+def _approvals(decisions: Sequence[Row], name: Names) -> str:
     if not decisions:
         return "## Approvals\n\nNo approval or rejection was recorded."
-    rows = [(_text(str(d["decision"].get("approver", "-"))),
+    rows = [(_text(name(str(d["decision"].get("approver", "-")))),
              _text(str(d["decision"].get("verdict", "-"))), f"`{str(d['plan_hash'])[:12]}`",
              _text(str(d["decision"].get("at", "-"))),
              _text(str(d["decision"].get("reason") or ""))) for d in decisions]

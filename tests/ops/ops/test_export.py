@@ -213,3 +213,17 @@ def test_no_text_from_outside_becomes_a_link_or_markup_in_the_postmortem(
     markdown = export_case(sqlite_engine, hostile_case(case_service(sqlite_engine), title, said))
     assert markdown_smuggled(markdown, frozenset({PERMALINK})) == []
     assert markdown_heading(markdown) == f"Postmortem: {title}"
+
+
+def test_people_are_named_as_the_catalog_names_them(service, engine):
+    """The command names each person by the catalog's ``slack.com/user-id``; an actor the
+    catalog does not know (a service, a consumer) reads as written."""
+    from core.catalog.model import Catalog, User
+    from core.cli.ops import people_of
+
+    people = people_of(Catalog.of([], [], [User("approver-person", APPROVER, (), "Alice Example",
+                                                 "people.yaml")]))
+    markdown = export_case(engine, closed_case(service), name=people)
+    assert "| `gate_approved` | Alice Example | WAIT_GATE → EXECUTING |" in markdown
+    assert "| Alice Example | approved |" in markdown and f"| {APPROVER} |" not in markdown
+    assert "| `verify_pass` | verifier |" in markdown
