@@ -2,7 +2,8 @@
 127.0.0.1 (its ``query_range`` over the recorded series, written as history by promtool) are
 noted on the case (``evt.analysis.findings.v1`` in the outbox, ``evidence_link`` rows) in one
 transaction, then the case goes on to planning; a redelivery after a crash reads nothing again
-and writes nothing twice; with no metric source the case goes on at once, as before."""
+and writes nothing twice; with no metric source the case goes on at once, as before; and the
+whole loop, analyst and verifier, reads the same real Prometheus."""
 
 from __future__ import annotations
 
@@ -27,7 +28,6 @@ from core.domain.messages import Topic
 from core.errors import Unavailable
 from core.messaging.consumer import ConsumerRunner
 from tests.support.cases import command, key, open_case
-from tests.support.metrics import STAND_IN_METRICS
 from tests.support.peers import Prometheus
 from tests.support.plan_runs import envelope_of, make_app, notes, status
 
@@ -60,26 +60,29 @@ def evidence_rows(engine, case_id: UUID) -> int:
         return int(conn.execute(query).scalar_one())
 
 
-def recorded_history(folder: Path, origin: float) -> str:
+def recorded_history(folder: Path, origin: float, prefix: str = "recorded_") -> str:
     """OpenMetrics for promtool: each recorded series of ``folder`` as the gauge
-    ``recorded_<metric>``, its point ``t`` at ``origin + t``."""
+    ``<prefix><metric>``, its point ``t`` at ``origin + t``."""
     lines = []
     for file in sorted(folder.glob("*.json")):
         recorded = json.loads(file.read_text())
-        lines.append(f"# TYPE recorded_{recorded['metric']} gauge")
-        lines += [f"recorded_{recorded['metric']} {value} {origin + t:.3f}"
+        lines.append(f"# TYPE {prefix}{recorded['metric']} gauge")
+        lines += [f"{prefix}{recorded['metric']} {value} {origin + t:.3f}"
                   for t, value in recorded["points"]]
     return "\n".join([*lines, "# EOF", ""])
 
 
-def recorded_app(engine, prometheus_server, folder: Path):
+def recorded_app(engine, prometheus_server, folder: Path, prefix: str = "recorded_",
+                 **settings: Any):
     """An app whose analyst reads ``folder``'s recorded series from a real Prometheus that
-    holds them around ``INCIDENT_AGO_S`` before now (each metric's query: its gauge)."""
+    holds them around ``INCIDENT_AGO_S`` before now (each metric's query: its gauge, named
+    ``<prefix><metric>``; a verify check reads a metric by its gauge's name)."""
     names = [json.loads(f.read_text())["metric"] for f in sorted(folder.glob("*.json"))]
-    prometheus = prometheus_server([], history=recorded_history(folder,
-                                                                time.time() - INCIDENT_AGO_S))
+    prometheus = prometheus_server([], history=recorded_history(
+        folder, time.time() - INCIDENT_AGO_S, prefix))
     return make_app(engine, prometheus_url=prometheus.base_url,
-                    metric_catalog={name: {"query": f"recorded_{name}"} for name in names})
+                    metric_catalog={name: {"query": f"{prefix}{name}"} for name in names},
+                    **settings)
 
 
 def test_a_latency_step_is_noted_with_its_evidence_then_the_case_plans(engine,
@@ -238,18 +241,19 @@ def test_an_unreachable_prometheus_is_noted_and_the_case_still_plans(engine):
     assert status(app, case_id) == CaseStatus.PLANNING
 
 
-def test_in_the_loop_findings_reach_the_thread_and_the_closed_case_the_library(sqlite_engine):
-    from core.bootstrap import bootstrap
+def test_in_the_loop_findings_reach_the_thread_and_the_closed_case_the_library(
+        sqlite_engine, prometheus_server):
+    """The whole loop reads the real Prometheus: the analyst the recorded latency step, the
+    verifier the recorded error ratio after the (auto-approved, no-op) change."""
     from core.domain.commands import OpenCase
     from core.library import Library
     from core.loop import InProcessLoop
-    from core.settings import Settings
 
-    app = bootstrap(Settings(static_metrics=STAND_IN_METRICS,
-                             database_url=str(sqlite_engine.url), auto_approve="noop_only",
-                             series_dir=str(SERIES / "latency_step"),
-                             verify_time_scale=0.01, verify_poll_s=0.2),  # a 60 s window: 0.6 s
-                    engine=sqlite_engine)
+    app = recorded_app(sqlite_engine, prometheus_server, SERIES / "latency_step", prefix="",
+                       auto_approve="noop_only", verify_poll_s=0.2,
+                       # a 60 s window read as 3 s: Prometheus' subquery steps are 1 s apart
+                       verify_time_scale=0.05)
+    app.cases.clock = lambda: utcnow() - timedelta(seconds=INCIDENT_AGO_S)  # at the step
     try:
         with InProcessLoop(app) as loop:
             reply = app.cases.open_case(OpenCase(title="checkout p95 latency over 2 s",
