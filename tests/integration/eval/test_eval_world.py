@@ -1,6 +1,7 @@
 """The evaluation's world (``agent/eval/world.py``) as the agent's looks read it: Debian's
 Prometheus answers each scenario's series (written by promtool) as ``series.value_at`` says,
-labelled with its service and scenario; Alertmanager holds its alerts; the recorded Kubernetes API
+labelled with its service and scenario, and the looks' own readers (``query_metrics``, ``list_alerts``)
+answer the agent from them; Alertmanager holds its alerts; the recorded Kubernetes API
 answers the official client with one revision per deploy; the changes go in as CI posts them;
 and a missing peer is one line, not a traceback."""
 
@@ -18,7 +19,10 @@ from agent.eval.world import WorldError, change_bodies, eval_world
 from core.catalog.model import Catalog
 from core.changes import ChangeIntake, ChangeStore
 from core.db.database import make_engine
+from core.domain.promql import QueryBounds
+from core.investigate.alerts import AlertsReader
 from core.investigate.kubernetes import KubernetesReader
+from core.investigate.metrics import MetricsReader
 from core.investigate.scope import Target
 from core.migrate import upgrade_engine
 
@@ -49,11 +53,25 @@ def test_prometheus_answers_each_scenarios_series_as_recorded(world):
     assert got[0] < 0.01 < got[-1]  # the step at the incident's start is in the data
 
 
-def test_alertmanager_holds_each_scenarios_alerts_with_its_labels(world):
-    held = httpx.get(f"{world.alertmanager_url}/api/v2/alerts").json()
-    labels = [alert["labels"] for alert in held if alert["labels"]["service"] == "checkout"]
-    assert labels == [{"alertname": "CheckoutHighErrorRate", "severity": "critical",
-                       "service": "checkout", "scenario": "deploy-regression-checkout"}]
+def test_the_agents_looks_read_the_scenario_through_the_products_own_readers(world):
+    """What ``query_metrics`` and ``list_alerts`` answer the agent for the scenario's component
+    (its catalog labels), from the real servers."""
+    labels = (("service", "checkout"), ("scenario", SCENARIO.name))
+    target = Target("checkout", "prod", (("app", "checkout"),), labels, "checkout")
+    selector = 'http_5xx_ratio{service="checkout", scenario="deploy-regression-checkout"}'
+    read = MetricsReader(world.prometheus_url, QueryBounds()).query(
+        target, selector, case_started_at=world.origin + timedelta(seconds=600),
+        now=world.origin + timedelta(seconds=600), start=world.origin - timedelta(seconds=600),
+        step_s=60)
+    [series] = read["series"]
+    shape = SCENARIO.series["http_5xx_ratio"]
+    assert series["first"] == pytest.approx(value_at(SCENARIO.name, "http_5xx_ratio", shape,
+                                                     -600, "before"), rel=1e-3)
+    assert series["change"]["at"].startswith(world.origin.strftime("%Y-%m-%dT%H:%M"))
+    held = AlertsReader(world.alertmanager_url, timeout_s=5.0).alerts(target)["alerts"]
+    assert [(a["labels"]["alertname"], a["state"]) for a in held] == [
+        ("CheckoutHighErrorRate", "active")]
+    assert held[0]["labels"]["scenario"] == "deploy-regression-checkout"
 
 
 def test_the_recorded_cluster_has_a_revision_per_deploy_for_the_official_client(world):
