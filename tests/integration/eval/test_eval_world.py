@@ -1,9 +1,9 @@
 """The evaluation's world (``agent/eval/world.py``) as the agent's looks read it: Debian's
 Prometheus answers each scenario's series (written by promtool) as ``series.value_at`` says,
-labelled with its service and scenario, and the looks' own readers (``query_metrics``, ``list_alerts``)
-answer the agent from them; Alertmanager holds its alerts; the recorded Kubernetes API
-answers the official client with one revision per deploy; the changes go in as CI posts them;
-and a missing peer is one line, not a traceback."""
+labelled with its service and scenario, and the looks' own readers (``query_metrics``,
+``list_alerts``) answer the agent from them; Alertmanager holds its alerts; the recorded
+Kubernetes API answers the official client with one revision per deploy; the changes go in as CI
+posts them; and a missing peer is one line, not a traceback."""
 
 from __future__ import annotations
 
