@@ -31,7 +31,7 @@ from bot.card_state import (
 from bot.ids import COMMAND
 from bot.mrkdwn import drawn, escape, link, shown
 from bot.people import Names
-from bot.plan_words import said_mrkdwn
+from bot.plan_words import fitted, said_mrkdwn
 from core.alerts.text import shortened
 from core.cases.progress import Pin, StepAttempt
 from core.cases.timeline import Entry
@@ -366,15 +366,9 @@ MORE = 30  # room kept for "… and N more"
 
 
 def _fit(title: str, lines: Iterable[str], limit: int = SECTION_LIMIT) -> str:
-    """``title`` and as many whole ``lines`` as fit in ``limit`` characters; the rest counted."""
-    listed = list(lines)
-    text = title
-    for kept, line in enumerate(listed):
-        room = limit - (MORE if kept < len(listed) - 1 else 0)
-        if len(text) + 1 + len(line) > room:
-            return f"{text}\n… and {len(listed) - kept} more"
-        text = f"{text}\n{line}"
-    return text
+    """``title`` and as many whole ``lines`` as fit in ``limit`` characters; the rest counted
+    (the card has no Details to point at)."""
+    return fitted(title, lines, limit, where="", kept_for_more=MORE)
 
 
 def _cut(value: object, limit: int) -> str:

@@ -41,15 +41,17 @@ def _code(text: str) -> str:
     return "`" + escape(" ".join(text.split()).replace("`", "'")) + "`"
 
 
-def fitted(title: str, lines: Iterable[str], limit: int = 3000) -> str:
+def fitted(title: str, lines: Iterable[str], limit: int = 3000, *,
+           where: str = " (see Details)", kept_for_more: int = MORE_ROOM) -> str:
     """``title`` and as many whole ``lines`` as fit in ``limit`` characters; the rest
-    counted ("… and 3 more")."""
+    counted ("… and 3 more", then ``where`` the rest can be read), in the ``kept_for_more``
+    characters kept for that line."""
     listed = list(lines)
     text = title
     for kept, line in enumerate(listed):
-        room = limit - (MORE_ROOM if kept < len(listed) - 1 else 0)
+        room = limit - (kept_for_more if kept < len(listed) - 1 else 0)
         if len(text) + 1 + len(line) > room:
-            return f"{text}\n… and {len(listed) - kept} more (see Details)"
+            return f"{text}\n… and {len(listed) - kept} more{where}"
         text = f"{text}\n{line}"
     return text
 
