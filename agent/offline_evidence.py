@@ -194,14 +194,14 @@ def _without_metrics(looked: Looked, opened_at: datetime) -> Decision:
 
 def _cause(changes: Iterable[Mapping[str, Any]], onset: datetime) -> Mapping[str, Any] | None:
     """The latest change of the component in [onset - 1 h, onset + 3 min]."""
-    timed = [(_instant(c.get("happened_at")), c) for c in _maps(list(changes))]
+    timed = [(instant(c.get("happened_at")), c) for c in _maps(list(changes))]
     near = [(at, c) for at, c in timed
             if at is not None and onset - CHANGE_BEFORE <= at <= onset + CHANGE_AFTER]
     return max(near, key=lambda pair: pair[0])[1] if near else None
 
 
 def _change_said(change: Mapping[str, Any], onset: datetime, what: str = "it began") -> str:
-    at = _instant(change.get("happened_at"))
+    at = instant(change.get("happened_at"))
     gap = "" if at is None else f", {_minutes(onset - at)} before {what}"
     version = f" {change.get('version')}" if change.get("version") else ""
     return (f"recent_changes: {change.get('kind', 'change')} of {change.get('service')}"
@@ -248,7 +248,7 @@ def _signal(answer: Mapping[str, Any], series: Mapping[str, Any]) -> Signal | No
         return None
     change = series.get("change")
     return Signal(metric, first, last, peak,
-                  _instant(change.get("at")) if isinstance(change, Mapping) else None)
+                  instant(change.get("at")) if isinstance(change, Mapping) else None)
 
 
 def _number(value: Any) -> float | None:
@@ -263,7 +263,8 @@ def _metric_of(query: str) -> str:
     return found.group(1) if found else ""
 
 
-def _instant(text: Any) -> datetime | None:
+def instant(text: Any) -> datetime | None:
+    """A time as an answer writes it (ISO 8601, Z or an offset; naive is UTC); None otherwise."""
     try:
         moment = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
     except ValueError:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from agent.offline_evidence import Decision, Looked, decide
+from agent.offline_evidence import Decision, Looked, decide, instant
 from core.domain.plan_templates import load_template
 
 Calls = list[tuple[str, dict[str, Any]]]
@@ -64,7 +64,7 @@ def _metric_reads(case: Mapping[str, Any], answers: Answers) -> Calls:
     listing = _ok(answers.first("list_metrics")) or {}
     selector = str(listing.get("selector") or "")
     names = [str(n) for n in listing.get("metrics") or ()][:MAX_METRICS]
-    opened = _instant(str(case.get("created_at", ""))) or datetime.now(UTC)
+    opened = instant(str(case.get("created_at", ""))) or datetime.now(UTC)
     start = (opened - WINDOW).isoformat().replace("+00:00", "Z")
     return [("query_metrics", {"query": f"{name}{selector}", "start": start, "step_s": 60})
             for name in names]
@@ -90,7 +90,7 @@ def looked(answers: Answers) -> Looked:
 
 def decision(case: Mapping[str, Any], answers: Answers,
              past_plan: Mapping[str, Any] | None) -> Decision:
-    opened = _instant(str(case.get("created_at", ""))) or datetime.now(UTC)
+    opened = instant(str(case.get("created_at", ""))) or datetime.now(UTC)
     return decide(looked(answers), opened, past_plan)
 
 
@@ -184,11 +184,3 @@ def _ok(answer: Any) -> dict[str, Any] | None:
         return None
     inner = answer.get("result")
     return dict(inner) if isinstance(inner, Mapping) and "status" in answer else dict(answer)
-
-
-def _instant(text: str) -> datetime | None:
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
