@@ -173,7 +173,7 @@ class Agent:
         else:
             start = {"messages": [HumanMessage(text)], "case_id": str(tools.case_id),
                      "turn_model_calls": 0, "invalid_plans": 0, "stop": None,
-                     "evidence": case_evidence(self.app.engine, tools.case_id)}
+                     "evidence": case_evidence(self.app.library, tools.case_id)}
             state = graph.invoke(start, config)
         if graph.get_state(config).next:
             return TurnResult("Paused before running tools; resume to continue.", "interrupted")

@@ -39,7 +39,7 @@ from core.gateway import (
     session_of,
 )
 from core.gateway.keys import short_digest, text_key
-from core.library.runbooks import find_runbooks, runbooks_folder
+from core.library.runbooks import runbooks_folder
 from core.mcp.remote import RemoteUnavailable
 from core.strict_json import non_finite_problems
 from core.tools.args import (
@@ -202,7 +202,7 @@ class CaseTools:
         return ToolReply.of(True, {"timeline": slim})
 
     def _runbooks(self, args: RunbookArgs) -> ToolReply:
-        hits = find_runbooks(self.runbooks, args.query, limit=args.limit)
+        hits = self.app.library.find_runbooks(self.runbooks, args.query, limit=args.limit)
         # the model gets the runbook's name, not where this server keeps the file
         return ToolReply.of(True, {"runbooks": [{k: v for k, v in hit.items() if k != "path"}
                                                 for hit in hits]})

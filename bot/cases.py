@@ -36,7 +36,6 @@ from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.views import ApprovalView, CaseView, MovedCase
 from core.errors import InvalidRequest, NotFound
 from core.gateway import ToolCall
-from core.library import Library
 
 log = logging.getLogger(__name__)
 
@@ -313,7 +312,7 @@ class SlackCases:
         """What the librarian knows for the case ``prefix`` names: its findings, similar past
         cases (top 3, with what resolved them), relevant runbooks and the best plan."""
         case = self.find_case(prefix, asker)
-        return Library(self.app.engine).evidence_for(UUID(str(case["case_id"])))
+        return self.app.library.evidence_for(UUID(str(case["case_id"])))
 
     def catchup(self, prefix: str, asker: Asker) -> CaseState:
         """The case ``prefix`` names, as the card and the catch-up show it."""

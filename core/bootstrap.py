@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy import Engine
@@ -25,6 +26,7 @@ from core.steps.dry_run import PlanDryRun
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from core.library import Library
     from core.messaging.consumer import Consumer
 
 ConsumerFactory = Callable[["App"], "Consumer"]
@@ -68,6 +70,14 @@ class App:
     catalog: CatalogSource = field(default_factory=lambda: CatalogSource(None))
     chat: ChatSink = field(default_factory=RecordingSink)  # the notifier posts here
     extensions: Extensions = field(default_factory=Extensions)
+
+    @cached_property
+    def library(self) -> Library:
+        """The librarian's index and recall, with the configured embedding model."""
+        from core.library import Library
+        from core.library.embeddings import embedder_for
+
+        return Library(self.engine, embedder_for(self.settings))
 
     def close(self) -> None:
         self.gateway.close()

@@ -26,11 +26,12 @@ config = context.config
 def _declared(obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:
     """Leave out the search machinery the database owns (see core/library/tables.py): PostgreSQL's
     generated ``kb_chunk.tsv`` and its GIN index, SQLite's FTS5 table ``kb_chunk_fts`` and the
-    shadow tables FTS5 makes for it. Only objects that exist in the database alone are skipped."""
+    shadow tables FTS5 makes for it, and the vectors' ``kb_vector`` (core/library/vectors.py).
+    Only objects that exist in the database alone are skipped."""
     if not reflected or compare_to is not None:
         return True
     if type_ == "table":
-        return not (name or "").startswith("kb_chunk_fts")
+        return not (name or "").startswith(("kb_chunk_fts", "kb_vector"))
     if type_ == "column":
         return not (name == "tsv" and obj.table.name == "kb_chunk")
     return not (type_ == "index" and name == "ix_kb_chunk_tsv")

@@ -38,7 +38,6 @@ from core.domain.commands import ApprovePlan, NoteCase, OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.plans import plan_hash
 from core.gateway.keys import session_of
-from core.library import Library
 from core.library.runbooks import runbooks_folder
 from core.messaging.bus import InProcessBus
 from core.messaging.consumer import ConsumerRunner
@@ -198,7 +197,7 @@ def _past_case(app: App, title: str, plan: dict[str, Any], finding: str | None,
                    _key()).data()
     app.cases.transition(TransitionCase(case_id, CaseEvent.VERIFY_PASS, actor="verifier"),
                          _key()).data()
-    Library(app.engine).index_case(case_id)
+    app.library.index_case(case_id)
 
 
 def observe(app: App, scenario: str, case_id: UUID, agent: RecordingAgent,

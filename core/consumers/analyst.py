@@ -56,7 +56,7 @@ class Analyst:
         self.app = app
         self.cases = app.cases
         self.source = source or series_source(app.settings)
-        self.library = library or Library(app.engine)
+        self.library = library or app.library
         self.specs = catalog(app.settings.metric_catalog)
         self.runbooks_dir = app.settings.runbooks_dir
 

@@ -24,7 +24,6 @@ from core.errors import GuardFailed, Unavailable
 from core.investigate.scope import OutOfScope
 from core.investigate.sources import case_looks
 from core.investigate.templates import plan_for_case
-from core.library import Library
 from core.messaging.consumer import Delivery
 
 if TYPE_CHECKING:
@@ -92,7 +91,7 @@ class Planner:
     def __init__(self, app: App) -> None:
         self.app = app
         self.cases = app.cases
-        self.library = Library(app.engine)
+        self.library = app.library
 
     def handle(self, delivery: Delivery) -> None:
         payload = payload_as(CommandPayload, delivery.envelope.payload)

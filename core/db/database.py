@@ -2,11 +2,15 @@
 
 PostgreSQL: psycopg 3, READ COMMITTED, row locks with ``SELECT … FOR UPDATE``.
 SQLite: WAL, a busy timeout, and ``BEGIN IMMEDIATE`` so every write transaction takes the write
-lock up front; that is SQLite's equivalent of locking the case row.
+lock up front; that is SQLite's equivalent of locking the case row. Its driver is ``sqlean`` (the
+standard ``sqlite3`` module, built so that it can load extensions: many Python builds' own cannot),
+and every connection loads sqlite-vec, the librarian's vector search; a connection that cannot
+still works, by words alone (``core.library.vectors``).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -16,6 +20,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from core.errors import Unavailable
+
+log = logging.getLogger(__name__)
 
 
 def normalize_url(url: str) -> str:
@@ -34,7 +40,9 @@ def make_engine(url: str, *, pool_size: int = 10, **kwargs: Any) -> Engine:
     """An engine for ``url`` set up for opsgate's transactions."""
     url = normalize_url(url)
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 30}, **kwargs)
+        import sqlean  # type: ignore[import-untyped]
+
+        engine = create_engine(url, module=sqlean, connect_args={"timeout": 30}, **kwargs)
         _setup_sqlite(engine)
         return engine
     return create_engine(
@@ -52,10 +60,23 @@ def _setup_sqlite(engine: Engine) -> None:
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
+        _load_sqlite_vec(dbapi_connection)
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _load_sqlite_vec(dbapi_connection: Any) -> None:
+    import sqlean
+    import sqlite_vec  # type: ignore[import-untyped]
+
+    try:
+        dbapi_connection.enable_load_extension(True)
+        sqlite_vec.load(dbapi_connection)
+        dbapi_connection.enable_load_extension(False)
+    except (AttributeError, sqlean.Error) as exc:  # no extension loading, or a broken file
+        log.debug("sqlite-vec not loaded: %s", exc)
 
 
 @contextmanager

@@ -27,7 +27,7 @@ class Librarian:
     topics: tuple[str, ...] = (Topic.CASE_TRANSITION,)
 
     def __init__(self, app: App, library: Library | None = None) -> None:
-        self.library = library or Library(app.engine)
+        self.library = library or app.library
         self.runbooks_dir = app.settings.runbooks_dir
 
     def handle(self, delivery: Delivery) -> None:

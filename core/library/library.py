@@ -1,14 +1,19 @@
 """The librarian: indexes what resolved past cases (title, findings, the plan that worked, its
-verification) and the runbooks folder, and recalls them for a new case. A case closed on
-stand-in readings (``OPSGATE_STATIC_METRICS``) is recalled as such, never offered as a fix.
+verification) and the runbooks folder, and recalls them for a new case by words and by meaning
+(``core.library.hybrid``). A case closed on stand-in readings (``OPSGATE_STATIC_METRICS``) is
+recalled as such, never offered as a fix.
 
 A document is replaced whole when its text changes (its digest), so indexing is idempotent:
-re-indexing a case or an unchanged runbook writes nothing.
+re-indexing a case or an unchanged runbook writes nothing. Its passages (its title, then each
+chunk) are embedded after its text is written: a model that fails leaves the document found by
+words until ``reindex``. Vectors of one model only are kept: with another model configured,
+none is written or compared until ``reindex`` (``vectors_problem`` says so in one line).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,10 +31,15 @@ from core.db import case_store
 from core.db.database import connection, transaction
 from core.domain.fsm import CaseStatus
 from core.domain.messages import Recall
-from core.errors import NotFound
-from core.library.runbooks import Runbook, rank, runbook_title
-from core.library.search import Hit, query_terms, search
+from core.errors import NotFound, Unavailable
+from core.library import vectors
+from core.library.embeddings import Embedder
+from core.library.hybrid import MIN_SIMILARITY, ranked
+from core.library.runbooks import EXCERPT_CHARS, TEMPLATE, RunbookHit, runbook_title
+from core.library.search import Hit, query_terms
 from core.library.tables import kb_chunk, kb_doc
+
+log = logging.getLogger(__name__)
 
 CHUNK_CHARS = 1500  # a runbook section longer than this is cut at paragraph breaks
 MIN_SHARED_WORDS = 2  # words a past case's title must share with a new one to lend its plan
@@ -51,12 +61,23 @@ class Document:
         body = "\x1e".join([self.title, *self.chunks]).encode("utf-8")
         return hashlib.sha256(body).hexdigest()
 
+    @property
+    def passages(self) -> list[str]:
+        """What is embedded: the title, then each chunk."""
+        return passages_of(self.title, self.chunks)
+
+
+def passages_of(title: str, chunks: Sequence[str]) -> list[str]:
+    return [title, *(chunk for chunk in chunks if chunk != title)]
+
 
 class Library:
-    """Index and recall, on the case database."""
+    """Index and recall, on the case database, with ``embedder`` (None: by words only)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, embedder: Embedder | None = None) -> None:
         self.engine = engine
+        self.embedder = embedder
+        self._problem: str | bool | None = False  # False: not looked at yet
 
     # -- indexing -------------------------------------------------------------------------
 
@@ -78,21 +99,82 @@ class Library:
         """Write ``document`` unless the same text is indexed already; True when written. Two
         writers of one new document race on its unique source: the loser writes nothing."""
         try:
-            return self._index(document)
+            doc_id = self._index(document)
         except IntegrityError:
             return False
+        if doc_id is None:
+            return False
+        self._embed(doc_id, document.kind, document.passages)
+        return True
 
-    def _index(self, document: Document) -> bool:
+    def _index(self, document: Document) -> int | None:
         with transaction(self.engine) as conn:
             found = conn.execute(select(kb_doc.c.id, kb_doc.c.digest)
                                  .where(kb_doc.c.source == document.source)).first()
             if found is not None and found.digest == document.digest:
-                return False
+                return None
             doc_id = _upsert_doc(conn, document, None if found is None else int(found.id))
             conn.execute(delete(kb_chunk).where(kb_chunk.c.doc_id == doc_id))
             conn.execute(insert(kb_chunk), [{"doc_id": doc_id, "ordinal": n, "body": body}
                                             for n, body in enumerate(document.chunks)])
-        return True
+        return doc_id
+
+    # -- vectors --------------------------------------------------------------------------
+
+    def vectors_problem(self) -> str | None:
+        """Why recall is by words only, in one line (no model, no vector store, vectors of
+        another model); None when it is by meaning too. Looked at once."""
+        if self._problem is False:
+            self._problem = self._look_at_vectors()
+            if self._problem:
+                log.warning("librarian: %s", self._problem)
+        return self._problem if isinstance(self._problem, str) else None
+
+    def _look_at_vectors(self) -> str | None:
+        if self.embedder is None:
+            return ("OPSGATE_EMBEDDINGS_MODEL is none: the librarian recalls by words only "
+                    "(full-text search)")
+        with connection(self.engine) as conn:
+            missing = vectors.missing_store(conn)
+            stored = [] if missing else vectors.stored_models(conn)
+        if missing:
+            return missing
+        others = [f"{model} ({dimension} dimensions)" for model, dimension in stored
+                  if model != self.embedder.model]
+        if others:
+            return (f"the library's vectors were made by {', '.join(others)}, not "
+                    f"OPSGATE_EMBEDDINGS_MODEL={self.embedder.model}: recall is by words only "
+                    "until `opsgate library reindex`")
+        return None
+
+    def _embed(self, doc_id: int, kind: str, passages: list[str]) -> None:
+        if self.embedder is None or self.vectors_problem():
+            return
+        try:
+            made = self.embedder.embed(passages)
+        except Unavailable as exc:
+            log.warning("librarian: document %s is found by words only until reindexed: %s",
+                        doc_id, exc.message)
+            return
+        with transaction(self.engine) as conn:
+            vectors.store(conn, doc_id, kind, self.embedder.model, made)
+
+    def meaning_of(self, text: str) -> list[float] | None:
+        """``text``'s vector, or None (no model or store, or the model failed: by words)."""
+        if self.embedder is None or self.vectors_problem() or not text.strip():
+            return None
+        try:
+            return self.embedder.embed([text])[0]
+        except Unavailable as exc:
+            log.warning("librarian: recall by words only for now: %s", exc.message)
+            return None
+
+    def ranked(self, text: str, kind: str, limit: int) -> list[Hit]:
+        """The one ranking (``core.library.hybrid``) of the ``kind`` documents for ``text``."""
+        meaning = self.meaning_of(text)
+        model = None if self.embedder is None else self.embedder.model
+        with connection(self.engine) as conn:
+            return ranked(conn, text, kind, limit, meaning, model)
 
     # -- recall ---------------------------------------------------------------------------
 
@@ -102,52 +184,46 @@ class Library:
         ``case_id``, ``title``, ``resolved_by`` (the plan's title), ``plan_hash``,
         ``verification``, ``stand_in`` (closed on stand-in readings: not verified),
         ``findings``, ``score``."""
-        with connection(self.engine) as conn:
-            hits = search(conn, text, "case", limit + (exclude is not None))
+        hits = self.ranked(text, "case", limit + (exclude is not None))
         cases = [_case_hit(hit) for hit in hits]
         return [c for c in cases if exclude is None or c["case_id"] != str(exclude)][:limit]
 
     def relevant_runbooks(self, text: str, limit: int = 3) -> list[dict[str, Any]]:
-        """The indexed runbooks most relevant to ``text`` (the one runbook ranking,
-        ``core.library.runbooks.rank``): ``title``, ``path``, ``score``."""
-        with connection(self.engine) as conn:
-            books = self._runbooks_held(conn)
-        return [{"title": book.title, "path": book.path, "score": score}
-                for score, book in rank(text, books)[:limit]]
+        """The indexed runbooks most relevant to ``text``, by the one ranking: ``title``,
+        ``path``, ``score``."""
+        return [{"title": hit.title, "path": str(hit.meta.get("path", "")), "score": hit.score}
+                for hit in self.ranked(text, "runbook", limit)]
 
-    @staticmethod
-    def _runbooks_held(conn: Connection) -> list[Runbook]:
-        rows = conn.execute(select(kb_doc.c.title, kb_doc.c.meta, kb_chunk.c.body)
-                            .join(kb_chunk, kb_chunk.c.doc_id == kb_doc.c.id)
-                            .where(kb_doc.c.kind == "runbook")
-                            .order_by(kb_doc.c.id, kb_chunk.c.ordinal)).all()
-        texts: dict[str, list[str]] = {}
-        titles: dict[str, str] = {}
-        for title, meta, body in rows:
-            path = str((meta or {}).get("path", ""))
-            texts.setdefault(path, []).append(body)
-            titles[path] = title
-        return [Runbook(Path(path).stem, titles[path], "\n\n".join(chunks), path)
-                for path, chunks in texts.items()]
+    def find_runbooks(self, folder: Path, query: str, limit: int = 3) -> list[RunbookHit]:
+        """The ``limit`` runbooks of ``folder`` best matching ``query`` (the agent's and the MCP
+        server's ``runbooks`` tool), with the plan templates each names and an excerpt. The
+        folder is indexed first: an edited runbook is read again, an unchanged one is not."""
+        self.index_runbooks(folder)
+        files = {str(path) for path in folder.glob("*.md")} if folder.is_dir() else set()
+        found = [hit for hit in self.ranked(query, "runbook", limit + len(files))
+                 if str(hit.meta.get("path")) in files][:limit]
+        return [_runbook_hit(hit) for hit in found]
 
     def best_plan_for(self, text: str, exclude: UUID | None = None,
                       min_shared: int = MIN_SHARED_WORDS) -> dict[str, Any] | None:
         """The plan that resolved the most similar verified case: ``plan``, ``case_id`` (the
         case it was learned from), ``title``, ``score``, ``shared`` (the words its title shares
-        with ``text``); None when no case is that similar (fewer than ``min_shared`` shared
-        words: one common word is no reason to repeat someone else's change). A case closed on
-        stand-in readings was never verified: it lends no plan."""
+        with ``text``), ``similarity`` (by meaning; None: not found that way); None when no case
+        is that similar (fewer than ``min_shared`` shared words and no similarity of meaning:
+        one common word is no reason to repeat someone else's change). A case closed on stand-in
+        readings was never verified: it lends no plan."""
         similar_cases = self.similar_cases(text, limit=LENDERS_SEARCHED, exclude=exclude)
         for similar in [case for case in similar_cases if not case["stand_in"]][:1]:
             shared = shared_words(text, str(similar["title"]))
-            if len(shared) < min_shared:
+            similarity = similar.get("similarity")
+            if len(shared) < min_shared and (similarity is None or similarity < MIN_SIMILARITY):
                 return None
             with connection(self.engine) as conn:
                 row = case_store.latest_plan(conn, UUID(similar["case_id"]))
             if row is not None:
                 return {"plan": dict(row["plan"]), "case_id": similar["case_id"],
                         "title": similar["title"], "score": similar["score"],
-                        "shared": shared}
+                        "shared": shared, "similarity": similarity}
         return None
 
     def recall(self, text: str, exclude: UUID | None = None) -> Recall:
@@ -195,7 +271,15 @@ def _case_hit(hit: Hit) -> dict[str, Any]:
             "resolved_by": meta.get("resolved_by"), "plan_hash": meta.get("plan_hash"),
             "verification": meta.get("verification"),
             "stand_in": bool(meta.get("stand_in")), "findings": meta.get("findings", []),
-            "score": round(hit.score, 4)}
+            "score": round(hit.score, 4), "similarity": hit.similarity}
+
+
+def _runbook_hit(hit: Hit) -> RunbookHit:
+    path = Path(str(hit.meta.get("path")))
+    text = path.read_text("utf-8") if path.is_file() else ""
+    return RunbookHit(runbook=path.stem, title=hit.title, path=str(path), score=hit.score,
+                      templates=list(dict.fromkeys(TEMPLATE.findall(text))),
+                      excerpt=text[:EXCERPT_CHARS])
 
 
 # -- what a case and a runbook say ---------------------------------------------------------

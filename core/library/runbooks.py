@@ -1,16 +1,12 @@
-"""Runbooks: the folder (``OPSGATE_RUNBOOKS_DIR``, resolved one way for every reader) and the one
-runbook ranking, used by the ``runbooks`` case tool (the agent's and the MCP server's) and the
-librarian's recall alike.
-
-The ranking is deliberately simple (the words a query shares with a runbook, its title's words
-counting twice; ties go to the file name): a folder holds tens of runbooks, and a person can
-predict which one a query finds.
+"""Runbooks: the folder (``OPSGATE_RUNBOOKS_DIR``, resolved one way for every reader), what a
+runbook says (its title, the plan templates it names) and the words a search matches on. They
+are ranked by the librarian's one ranking (``Library.find_runbooks``, ``core.library.hybrid``),
+for the ``runbooks`` case tool (the agent's and the MCP server's) and recall alike.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
@@ -41,7 +37,7 @@ class RunbookHit(TypedDict):
     runbook: str
     title: str
     path: str
-    score: int
+    score: float
     templates: list[str]  # the catalog templates it names (``plan template `name` ``)
     excerpt: str
 
@@ -89,21 +85,3 @@ def words(text: str) -> set[str]:
     lowered = text.lower()
     latin = {_singular(w) for w in WORD.findall(lowered) if w not in STOP and len(w) > 1}
     return latin | {run[i:i + 2] for run in CJK.findall(lowered) for i in range(len(run) - 1)}
-
-
-def rank(query: str, books: Iterable[Runbook]) -> list[tuple[int, Runbook]]:
-    """The runbooks sharing a word with ``query``, best first, each with its score."""
-    wanted = words(query)
-    scored = [(len(wanted & words(book.text)) + len(wanted & words(book.title)), book)
-              for book in books]
-    return sorted(((score, book) for score, book in scored if score),
-                  key=lambda item: (-item[0], item[1].name))
-
-
-def find_runbooks(folder: Path, query: str, limit: int = 3) -> list[RunbookHit]:
-    """The ``limit`` runbooks of ``folder`` best matching ``query``, with the plan templates each
-    names and an excerpt."""
-    return [RunbookHit(runbook=book.name, title=book.title, path=book.path, score=score,
-                       templates=list(dict.fromkeys(TEMPLATE.findall(book.text))),
-                       excerpt=book.text[:EXCERPT_CHARS])
-            for score, book in rank(query, load_runbooks(folder))[:limit]]

@@ -79,7 +79,9 @@ LIMIT :limit
 
 @dataclass(frozen=True)
 class Hit:
-    """One document and how well its best chunk matched (higher is better)."""
+    """One document and how well it matched (higher is better): by its best chunk's words
+    (``by_words``), and by meaning, its nearest passage's cosine ``similarity`` (None: not found
+    that way; ``core.library.hybrid``)."""
 
     doc_id: int
     source: str
@@ -87,6 +89,8 @@ class Hit:
     title: str
     meta: dict[str, Any]
     score: float
+    similarity: float | None = None
+    by_words: bool = True
 
 
 def query_terms(query: str) -> list[str]:
@@ -112,7 +116,7 @@ def search(conn: Connection, query: str, kind: str, limit: int) -> list[Hit]:
         params.update(terms=fts5_query(conn, terms), chunks=MAX_CHUNKS)
     rows = conn.execute(statement, params).mappings()
     return [Hit(int(row["id"]), str(row["source"]), str(row["kind"]), str(row["title"]),
-                _meta(row["meta"]), float(row["score"])) for row in rows]
+                meta_of(row["meta"]), float(row["score"])) for row in rows]
 
 
 def fts5_query(conn: Connection, terms: list[str]) -> str:
@@ -138,8 +142,8 @@ _CHUNKS = text("SELECT coalesce(max(id), 0) FROM kb_chunk")
 _MATCHES = text("SELECT count(*) FROM kb_chunk_fts WHERE kb_chunk_fts MATCH :term")
 
 
-def _meta(value: Any) -> dict[str, Any]:
-    # A raw text() query on SQLite hands JSON back as its text.
+def meta_of(value: Any) -> dict[str, Any]:
+    """A document's ``meta`` as read (a raw text() query on SQLite hands JSON back as text)."""
     if isinstance(value, str):
         loaded = json.loads(value)
         return dict(loaded) if isinstance(loaded, dict) else {}

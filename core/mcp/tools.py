@@ -21,7 +21,7 @@ from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.plans import plan_hash
 from core.gateway import BusinessRefusal, reply_data
 from core.library import Library
-from core.library.runbooks import find_runbooks, runbooks_folder
+from core.library.runbooks import runbooks_folder
 from core.principals import Principal
 from core.tools.args import (
     Args,
@@ -71,7 +71,7 @@ class CaseTools:
     def __init__(self, app: App, library: Library | None = None) -> None:
         self.app = app
         self.cases = app.cases
-        self.library = library or Library(app.engine)
+        self.library = library or app.library
         self._reads = routes(route(GET_CASE, self._get_case),
                              route(CASE_TIMELINE, self._case_timeline),
                              route(LIST_CASES, self._list_cases),
@@ -131,7 +131,7 @@ class CaseTools:
 
     def _runbooks(self, _principal: Principal, args: RunbookArgs) -> dict[str, Any]:
         folder = runbooks_folder(self.app.settings.runbooks_dir)
-        hits = find_runbooks(folder, args.query, limit=args.limit)
+        hits = self.library.find_runbooks(folder, args.query, limit=args.limit)
         return {"runbooks": [{"title": hit["title"], "path": hit["path"], "score": hit["score"],
                               "excerpt": hit["excerpt"]} for hit in hits]}
 

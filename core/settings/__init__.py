@@ -19,7 +19,12 @@ from pydantic import PrivateAttr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from core.settings.changes import ExecutorSettings, GateSettings, GatewaySettings
-from core.settings.evidence import AnalysisSettings, MetricsSettings, VerifySettings
+from core.settings.evidence import (
+    AnalysisSettings,
+    EmbeddingSettings,
+    MetricsSettings,
+    VerifySettings,
+)
 from core.settings.investigate import InvestigationSettings
 from core.settings.loop import LoopSettings
 from core.settings.serving import McpSettings, OperationsSettings, ServingSettings
@@ -46,7 +51,7 @@ Layer = TypeVar("Layer", bound=OpsgateSettings)
 
 
 class Settings(ServingSettings, GateSettings, GatewaySettings, ExecutorSettings,
-               MetricsSettings, VerifySettings, AnalysisSettings, LoopSettings,
+               MetricsSettings, VerifySettings, AnalysisSettings, EmbeddingSettings, LoopSettings,
                OperationsSettings, McpSettings, InvestigationSettings, OpsgateSettings):
     """Core's settings, and the outer layers' read beside them (``layer``)."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field, SecretStr
 
 from core.settings.forms import HttpUrl, ObjectOfNumbers, ObjectOfObjects
 from core.settings_errors import Expect
@@ -101,4 +101,40 @@ class AnalysisSettings(BaseModel):
     )
     runbooks_dir: str = Field(
         default="docs/runbooks", description="Folder of Markdown runbooks search_runbooks reads."
+    )
+
+
+EMBEDDED_MODEL = "wordllama-l2-256"
+"""The embedded embedding model: WordLlama's l2_supercat weights (256 dimensions), installed with
+its Python package; nothing is downloaded."""
+NO_EMBEDDINGS = "none"
+
+
+class EmbeddingSettings(BaseModel):
+    """How the librarian embeds what it indexes and what it is asked (docs/evidence.md "Recall
+    by meaning"): the embedded model, or any OpenAI-compatible ``/embeddings`` endpoint."""
+
+    embeddings_model: str = Field(
+        default=EMBEDDED_MODEL, min_length=1, max_length=200,
+        description=f"The embedding model: '{EMBEDDED_MODEL}' (the default, offline, installed "
+        "with opsgate), a model an OpenAI-compatible /embeddings endpoint serves (e.g. "
+        f"'text-embedding-3-small'), or '{NO_EMBEDDINGS}' (full-text search only). Changing it "
+        "needs `opsgate library reindex`.",
+    )
+    embeddings_base_url: HttpUrl | None = Field(
+        default=None, validation_alias=AliasChoices("opsgate_embeddings_base_url",
+                                                    "openai_base_url"),
+        description="The OpenAI-compatible endpoint serving OPSGATE_EMBEDDINGS_MODEL"
+        " (e.g. http://127.0.0.1:11434/v1). Unset: OPENAI_BASE_URL, else OpenAI's own.",
+    )
+    embeddings_api_key: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("opsgate_embeddings_api_key",
+                                                    "openai_api_key"),
+        description="The endpoint's key. Unset: OPENAI_API_KEY.",
+    )
+    embeddings_timeout_s: float = Field(
+        default=30.0, gt=0, le=600, description="Timeout of one embeddings request (per attempt).",
+    )
+    embeddings_max_retries: int = Field(
+        default=1, ge=0, le=5, description="Retries of an embeddings request that failed.",
     )
