@@ -117,6 +117,22 @@ def stored_models(conn: Connection) -> list[tuple[str, int]]:
     return [(str(model), int(dimension)) for model, dimension in rows]
 
 
+def drop_other_models(conn: Connection, model: str) -> None:
+    """Forget the vectors any other model made (``opsgate library reindex``, at its end)."""
+    conn.execute(text("DELETE FROM kb_vector WHERE model <> :model"), {"model": model})
+
+
+def documents(conn: Connection) -> int:
+    """How many documents the library holds."""
+    return int(conn.execute(text("SELECT count(*) FROM kb_doc")).scalar_one())
+
+
+def counts(conn: Connection) -> tuple[int, int]:
+    """How many documents the library holds, and how many passages have vectors."""
+    passages = conn.execute(text("SELECT count(*) FROM kb_vector")).scalar_one()
+    return documents(conn), int(passages)
+
+
 def store(conn: Connection, doc_id: int, kind: str, model: str,
           vectors: Sequence[Sequence[float]]) -> None:
     """Replace the vectors of document ``doc_id`` (one per passage, in order)."""
