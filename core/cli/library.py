@@ -27,20 +27,23 @@ def library_arguments(parser: argparse.ArgumentParser) -> None:
     again = actions.add_parser(
         "reindex", help="embed everything again with OPSGATE_EMBEDDINGS_MODEL",
         description="Embed every indexed document's passages (a case's title, findings, "
-                    "resolution and verification; each runbook section) with the configured "
-                    "model, replacing the vectors another model made; creates the vector "
-                    "store first if pgvector was enabled after the upgrade. Safe to stop and "
-                    "run again. Progress on stderr.")
+                    "resolution and verification; each runbook section, the runbooks folder "
+                    "read first) with the configured model, replacing the vectors another "
+                    "model made; creates the vector store first if pgvector was enabled after "
+                    "the upgrade. Safe to stop and run again. Progress on stderr.")
     again.add_argument("--batch", type=int, default=64, metavar="N",
                        help="documents embedded and written at a time (default 64)")
     database_option(again)
 
 
 def run_library(args: argparse.Namespace) -> int:
+    from core.library.runbooks import runbooks_folder
+
     with opened_app(settings_of(args), notes=sys.stderr) as app:
         if args.library_action == "status":
             print(status_line(app.library), flush=True)
             return 0
+        app.library.index_runbooks(runbooks_folder(app.settings.runbooks_dir))
         return _reindex(app.library, args.batch)
 
 
