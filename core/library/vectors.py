@@ -46,8 +46,10 @@ CREATE TABLE IF NOT EXISTS kb_vector (
 NO_PGVECTOR = ("pgvector is not installed in this PostgreSQL: the librarian recalls by words "
                "only (full-text search); enable the extension, then run `opsgate library "
                "reindex` (docs/evidence.md)")
-NO_SQLITE_VEC = ("sqlite-vec could not be loaded into SQLite: the librarian recalls by words "
-                 "only (full-text search)")
+NO_SQLITE_VEC = ("sqlite-vec could not be loaded into SQLite (this Python's sqlite3 cannot load "
+                 "extensions: it was built without --enable-loadable-sqlite-extensions, as "
+                 "pyenv builds are by default): the librarian recalls by words only (full-text "
+                 "search)")
 
 
 @dataclass(frozen=True)
