@@ -28,7 +28,7 @@ def library_arguments(parser: argparse.ArgumentParser) -> None:
         "reindex", help="embed everything again with OPSGATE_EMBEDDINGS_MODEL",
         description="Embed every indexed document's passages (a case's title, findings, "
                     "resolution and verification; each runbook section, the runbooks folder "
-                    "read first) with the configured model, replacing the vectors another "
+                    "read first) with OPSGATE_EMBEDDINGS_MODEL, replacing the vectors another "
                     "model made; creates the vector store first if pgvector was enabled after "
                     "the upgrade. Safe to stop and run again. Progress on stderr.")
     again.add_argument("--batch", type=int, default=64, metavar="N",
@@ -52,7 +52,7 @@ def status_line(library: Library) -> str:
     from core.db.database import connection
     from core.library import vectors
 
-    problem = library.vectors_problem()
+    problem = library.vectors_problem() or _unanswered(library)
     with connection(library.engine) as conn:
         missing = vectors.missing_store(conn)
         documents, passages = (0, 0) if missing else vectors.counts(conn)
@@ -65,6 +65,14 @@ def status_line(library: Library) -> str:
     made = ", ".join(f"{model} ({dimension} dimensions)" for model, dimension in models)
     return (f"{held}, {passages} passages with vectors ({made or 'none yet'}); recall by words "
             "and meaning")
+
+
+def _unanswered(library: Library) -> str | None:
+    """Why the model does not answer now (it is asked to embed one word), or None."""
+    if library.meaning_of("status") is None and library.model_failed:
+        return (f"the embedding model did not answer: {library.model_failed.rstrip('.')}; "
+                "recall is by words only until it does")
+    return None
 
 
 def _reindex(library: Library, batch: int) -> int:

@@ -93,6 +93,7 @@ class Library:
         self.engine = engine
         self.embedder = embedder
         self._problem: str | bool | None = False  # False: not looked at yet
+        self.model_failed: str | None = None  # why the model's last answer failed, if it did
 
     # -- indexing -------------------------------------------------------------------------
 
@@ -165,11 +166,10 @@ class Library:
     def _embed(self, doc_id: int, kind: str, passages: list[str]) -> None:
         if self.embedder is None or self.vectors_problem():
             return
-        try:
-            made = self.embedder.embed(passages)
-        except Unavailable as exc:
+        made = self._embedded(passages)
+        if made is None:
             log.warning("librarian: document %s is found by words only until reindexed: %s",
-                        doc_id, exc.message)
+                        doc_id, self.model_failed)
             return
         with transaction(self.engine) as conn:
             vectors.store(conn, doc_id, kind, self.embedder.model, made)
@@ -221,11 +221,22 @@ class Library:
         """``text``'s vector, or None (no model or store, or the model failed: by words)."""
         if self.embedder is None or self.vectors_problem() or not text.strip():
             return None
+        made = self._embedded([text])
+        if made is None:
+            log.warning("librarian: recall by words only for now: %s", self.model_failed)
+        return None if made is None else made[0]
+
+    def _embedded(self, texts: list[str]) -> list[list[float]] | None:
+        """The model's vectors for ``texts``; None when it failed (``model_failed`` says why
+        until it answers again)."""
+        assert self.embedder is not None
         try:
-            return self.embedder.embed([text])[0]
+            made = self.embedder.embed(texts)
         except Unavailable as exc:
-            log.warning("librarian: recall by words only for now: %s", exc.message)
+            self.model_failed = exc.message
             return None
+        self.model_failed = None
+        return made
 
     def ranked(self, text: str, kind: str, limit: int) -> list[Hit]:
         """The one ranking (``core.library.hybrid``) of the ``kind`` documents for ``text``."""
