@@ -23,26 +23,18 @@ KINDS = ("case", "runbook")
 INDEXED_KINDS = ("case",)  # runbooks are tens of rows: an exact scan is as fast and exact
 DEFAULT_DIMENSION = 256  # the embedded model's (core.settings.evidence.EMBEDDED_MODEL)
 
-_PG_TABLE = """
+_TABLE = """
 CREATE TABLE IF NOT EXISTS kb_vector (
-    doc_id bigint NOT NULL REFERENCES kb_doc(id) ON DELETE CASCADE,
+    doc_id {id} NOT NULL REFERENCES kb_doc(id) ON DELETE CASCADE,
     passage integer NOT NULL,
     kind varchar(16) NOT NULL,
     model varchar(200) NOT NULL,
     dimension integer NOT NULL,
-    embedding vector NOT NULL,
+    embedding {vector} NOT NULL,
     PRIMARY KEY (doc_id, passage)
 )"""
-_SQLITE_TABLE = """
-CREATE TABLE IF NOT EXISTS kb_vector (
-    doc_id INTEGER NOT NULL REFERENCES kb_doc(id) ON DELETE CASCADE,
-    passage INTEGER NOT NULL,
-    kind VARCHAR(16) NOT NULL,
-    model VARCHAR(200) NOT NULL,
-    dimension INTEGER NOT NULL,
-    embedding BLOB NOT NULL,
-    PRIMARY KEY (doc_id, passage)
-)"""
+_PG_TABLE = _TABLE.format(id="bigint", vector="vector")
+_SQLITE_TABLE = _TABLE.format(id="INTEGER", vector="BLOB")
 NO_PGVECTOR = ("pgvector is not installed in this PostgreSQL: the librarian recalls by words "
                "only (full-text search); enable the extension, then run `opsgate library "
                "reindex` (docs/evidence.md)")
