@@ -52,7 +52,7 @@ def status_line(library: Library) -> str:
     from core.db.database import connection
     from core.library import vectors
 
-    problem = library.vectors_problem() or _unanswered(library)
+    problem = library.meaning.problem() or _unanswered(library)
     with connection(library.engine) as conn:
         missing = vectors.missing_store(conn)
         documents, passages = (0, 0) if missing else vectors.counts(conn)
@@ -69,8 +69,9 @@ def status_line(library: Library) -> str:
 
 def _unanswered(library: Library) -> str | None:
     """Why the model does not answer now (it is asked to embed one word), or None."""
-    if library.meaning_of("status") is None and library.model_failed:
-        return (f"the embedding model did not answer: {library.model_failed.rstrip('.')}; "
+    meaning = library.meaning
+    if meaning.of("status") is None and meaning.failed:
+        return (f"the embedding model did not answer: {meaning.failed.rstrip('.')}; "
                 "recall is by words only until it does")
     return None
 
@@ -85,7 +86,7 @@ def _reindex(library: Library, batch: int) -> int:
             bar.total = total
             bar.update(done - bar.n)
 
-        reindexed = library.reindex(progress, batch=max(1, batch))
+        reindexed = library.meaning.reindex(progress, batch=max(1, batch))
     print(reindexed.line(time.monotonic() - started), flush=True)
     return 0
 

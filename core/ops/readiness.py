@@ -154,7 +154,7 @@ def check_library(app: App) -> Check:
     """How the librarian recalls: by words and meaning (the embedding model named), or by words
     only, with why in ``warning`` (no pgvector, embeddings off, vectors of another model, the
     model's last answer failed). ``ok`` either way: full-text search still serves."""
-    problem = app.library.vectors_problem() or app.library.model_failed
+    problem = app.library.meaning.problem() or app.library.meaning.failed
     check: Check = {"ok": True, "embeddings": app.settings.embeddings_model,
                     "recall": "words" if problem else "words and meaning"}
     return {**check, "warning": problem} if problem else check

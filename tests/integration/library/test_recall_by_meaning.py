@@ -86,11 +86,11 @@ def test_a_postgresql_without_pgvector_recalls_by_words_and_says_why(pg_engine: 
     index_past_cases(library)  # no vector store: the text is indexed all the same
     with connection(pg_engine) as conn:
         assert missing_store(conn) == NO_PGVECTOR
-    assert library.vectors_problem() == NO_PGVECTOR
+    assert library.meaning.problem() == NO_PGVECTOR
     assert library.similar_cases("payment gateway timeouts")[0]["case_id"] == "payments"
     assert library.similar_cases(NEW_CASE) == []
     with pytest.raises(Unavailable, match="pgvector is not installed"):
-        library.reindex()
+        library.meaning.reindex()
 
 
 class Scaled:
@@ -106,7 +106,7 @@ class Scaled:
 def test_vectors_of_another_model_are_refused_until_reindexed(vector_engine: Engine) -> None:
     index_past_cases(Library(vector_engine, EmbeddedModel()))
     other = Library(vector_engine, Scaled("other-model"))
-    problem = other.vectors_problem()
+    problem = other.meaning.problem()
     assert problem == ("the library's vectors were made by wordllama-l2-256 (256 dimensions), "
                        "not OPSGATE_EMBEDDINGS_MODEL=other-model: recall is by words only "
                        "until `opsgate library reindex`")
@@ -115,13 +115,13 @@ def test_vectors_of_another_model_are_refused_until_reindexed(vector_engine: Eng
     with connection(vector_engine) as conn:
         assert stored_models(conn) == [("wordllama-l2-256", 256)]  # nothing mixed in
     seen: list[tuple[int, int]] = []
-    done = Library(vector_engine, Scaled("other-model")).reindex(
+    done = Library(vector_engine, Scaled("other-model")).meaning.reindex(
         lambda n, total: seen.append((n, total)), batch=3)
     # each past case has two passages; "queue backlog" one (its only chunk is its title)
     assert (done.documents, done.passages, done.model) == (7, 13, "other-model")
     assert seen == [(3, 7), (6, 7), (7, 7)]
     again = Library(vector_engine, Scaled("other-model"))
-    assert again.vectors_problem() is None
+    assert again.meaning.problem() is None
     assert again.similar_cases(NEW_CASE)[0]["case_id"] == "payments"
 
 

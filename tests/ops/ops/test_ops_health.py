@@ -69,6 +69,11 @@ NO_LOOKS = ("the agent's looks read nothing; missing: Prometheus (OPSGATE_PROMET
 
 
 def test_a_fresh_process_is_ready(client, engine):
+    from core.library.vectors import NO_PGVECTOR
+
+    by_meaning = {"ok": True, "embeddings": "wordllama-l2-256", "recall": "words and meaning"}
+    library = by_meaning if engine.dialect.name == "sqlite" else {
+        **by_meaning, "recall": "words", "warning": NO_PGVECTOR}  # the machine's own: no pgvector
     status, report = _ready(client)
     assert status == 200, report
     assert re.fullmatch(r"[0-9a-f]{12}", report["checks"]["policy"]["version"])
@@ -85,6 +90,7 @@ def test_a_fresh_process_is_ready(client, engine):
             "the gate until someone is named")},
         "policy": {"ok": True, "policy": "default", "catalog": None, "components": 0,
                    "version": report["checks"]["policy"]["version"]},
+        "library": library,
         "slack": {"ok": True, "configured": False, "warning": NO_SLACK}}}
 
 
