@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote
 
 from alembic import command
 from alembic.config import Config
@@ -58,15 +59,20 @@ def upgrade_engine(engine: Engine, revision: str = "head") -> None:
 
 
 @contextmanager
-def scratch_schema(url: str, *, prefix: str = "scratch", pool_size: int = 8) -> Iterator[Engine]:
-    """A migrated PostgreSQL schema of its own (tests, benchmarks), dropped afterwards."""
+def scratch_schema(url: str, *, prefix: str = "scratch", pool_size: int = 8,
+                   search_path_after: str | None = None) -> Iterator[Engine]:
+    """A migrated PostgreSQL schema of its own (tests, benchmarks), dropped afterwards. Its
+    engine's search_path is that schema alone, then ``search_path_after`` when given (e.g.
+    ``public``, where an extension such as pgvector put its types)."""
     schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    search_path = schema if search_path_after is None else f"{schema},{search_path_after}"
     admin = create_engine(normalize_url(url), isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as conn:
             conn.execute(text(f'CREATE SCHEMA "{schema}"'))
         sep = "&" if "?" in url else "?"
-        engine = make_engine(f"{url}{sep}options=-csearch_path%3D{schema}", pool_size=pool_size)
+        options = quote(f"-csearch_path={search_path}", safe="")
+        engine = make_engine(f"{url}{sep}options={options}", pool_size=pool_size)
         try:
             upgrade_engine(engine)
             yield engine

@@ -14,9 +14,10 @@ folder (``tests/agent/eval/``). So the gate on real databases is tested in
 ``tests/support/``, their data in ``tests/fixtures/`` and ``tests/scenarios/``.
 
 Shared fixtures: a migrated database per test, on SQLite (a temp file) and on the real local
-PostgreSQL (a schema of its own, dropped afterwards), the test's app and its REST client, and the
-real monitoring peers of ``tests/support/peers.py``. An unreachable PostgreSQL or Redis, or a
-missing Prometheus or Alertmanager, fails the run (``tests/support/servers.missing``)."""
+PostgreSQL (a schema of its own, dropped afterwards), the test's app and its REST client, the
+real monitoring peers of ``tests/support/peers.py``, and a PostgreSQL with pgvector of the run's
+own (``tests/support/pgvector.py``). An unreachable PostgreSQL or Redis, or a missing Prometheus,
+Alertmanager or pgvector PostgreSQL, fails the run (``tests/support/servers.missing``)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ from core.migrate import scratch_schema, upgrade_engine
 from tests.support.apps import make_app
 from tests.support.cases import case_service
 from tests.support.peers import alertmanager_server, metric_service, prometheus_server  # noqa: F401
+from tests.support.pgvector import pgvector_engine, pgvector_server  # noqa: F401
 from tests.support.servers import POSTGRES_URL, REDIS_URL, missing
 
 # Hypothesis's per-example deadline is a timed assertion: on two loaded cores a slow example
