@@ -1,5 +1,9 @@
 # opsgate: `make demo` runs the product on the embedded default; `make test` checks everything.
-PY ?= python3
+# The librarian's vectors on SQLite (sqlite-vec) need a Python whose sqlite3 can load extensions:
+# Debian's can, pyenv's default build cannot. The first of these that can builds the venv.
+CAN_LOAD := import sqlite3; sqlite3.connect(":memory:").enable_load_extension(True)
+PY ?= $(firstword $(foreach p,python3.11 /usr/bin/python3.11 python3 /usr/bin/python3,\
+  $(shell $(p) -c '$(CAN_LOAD)' >/dev/null 2>&1 && echo $(p))) python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
@@ -15,7 +19,7 @@ help: ## list the targets
 # the lock no longer names (it leaves the venv's own pip and the uv running it).
 $(STAMP): pyproject.toml uv.lock
 	@echo "==> installing opsgate into $(VENV) from uv.lock"
-	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@$(BIN)/python -c '$(CAN_LOAD)' 2>/dev/null || { rm -rf $(VENV); $(PY) -m venv $(VENV); }
 	@$(BIN)/python -m pip install --quiet --disable-pip-version-check 'uv==$(UV_VERSION)'
 	@UV_PROJECT_ENVIRONMENT=$(VENV) $(BIN)/uv sync --quiet --locked --extra dev \
 	  --compile-bytecode --python $(BIN)/python

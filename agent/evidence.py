@@ -24,7 +24,7 @@ from core.alerts.text import shortened
 from core.domain.plans import plan_problems
 from core.errors import OpsgateError
 from core.library import Library
-from core.library.render import evidence_text
+from core.library.render import alike, evidence_text
 
 if TYPE_CHECKING:
     pass
@@ -89,9 +89,8 @@ def learned_plan(evidence: Mapping[str, Any], title: str) -> dict[str, Any] | No
 def learned_from(evidence: Mapping[str, Any]) -> str:
     """One sentence naming the case a learned plan came from."""
     best = evidence.get("best_plan") or {}
-    shared = ", ".join(best.get("shared") or [])
     return (f"learned from case {str(best.get('case_id'))[:8]} ({best.get('title')}), the most "
-            f"similar verified case (shared: {shared})")
+            f"similar verified case ({alike(best)})")
 
 
 def findings_cited(evidence: Mapping[str, Any]) -> str:

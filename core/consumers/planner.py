@@ -24,6 +24,7 @@ from core.errors import GuardFailed, Unavailable
 from core.investigate.scope import OutOfScope
 from core.investigate.sources import case_looks
 from core.investigate.templates import plan_for_case
+from core.library.render import alike
 from core.messaging.consumer import Delivery
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ def choose_template(title: str) -> str:
 def learned_reason(learned: Mapping[str, Any]) -> str:
     """Why a learned plan was chosen, naming the case it came from."""
     return (f"the plan that resolved case {learned['case_id']} ({learned['title']}), the most "
-            f"similar verified case (shared: {', '.join(learned['shared'])})")
+            f"similar verified case ({alike(learned)})")
 
 
 def made_for_case(app: App, case: Mapping[str, Any], template: str) -> dict[str, Any]:

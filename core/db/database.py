@@ -2,10 +2,11 @@
 
 PostgreSQL: psycopg 3, READ COMMITTED, row locks with ``SELECT … FOR UPDATE``.
 SQLite: WAL, a busy timeout, and ``BEGIN IMMEDIATE`` so every write transaction takes the write
-lock up front; that is SQLite's equivalent of locking the case row. Its driver is ``sqlean`` (the
-standard ``sqlite3`` module, built so that it can load extensions: many Python builds' own cannot),
-and every connection loads sqlite-vec, the librarian's vector search; a connection that cannot
-still works, by words alone (``core.library.vectors``).
+lock up front; that is SQLite's equivalent of locking the case row. Every connection loads
+sqlite-vec, the librarian's vector search, when Python's ``sqlite3`` can load extensions (Debian's
+and the official images' can; pyenv's default build cannot): without it the library recalls by
+words alone and says so (``core.library.vectors``). One copy of SQLite only: the agent's
+checkpoints open the same file, and two copies in one process corrupt it.
 """
 
 from __future__ import annotations
@@ -40,9 +41,7 @@ def make_engine(url: str, *, pool_size: int = 10, **kwargs: Any) -> Engine:
     """An engine for ``url`` set up for opsgate's transactions."""
     url = normalize_url(url)
     if url.startswith("sqlite"):
-        import sqlean  # type: ignore[import-untyped]
-
-        engine = create_engine(url, module=sqlean, connect_args={"timeout": 30}, **kwargs)
+        engine = create_engine(url, connect_args={"timeout": 30}, **kwargs)
         _setup_sqlite(engine)
         return engine
     return create_engine(
@@ -68,14 +67,15 @@ def _setup_sqlite(engine: Engine) -> None:
 
 
 def _load_sqlite_vec(dbapi_connection: Any) -> None:
-    import sqlean
+    import sqlite3
+
     import sqlite_vec  # type: ignore[import-untyped]
 
     try:
         dbapi_connection.enable_load_extension(True)
         sqlite_vec.load(dbapi_connection)
         dbapi_connection.enable_load_extension(False)
-    except (AttributeError, sqlean.Error) as exc:  # no extension loading, or a broken file
+    except (AttributeError, sqlite3.Error) as exc:  # no extension loading, or a broken file
         log.debug("sqlite-vec not loaded: %s", exc)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 CHUNK_CHARS = 1500  # a runbook section longer than this is cut at paragraph breaks
 MIN_SHARED_WORDS = 2  # words a past case's title must share with a new one to lend its plan
 LENDERS_SEARCHED = 10  # similar cases looked through for the most similar verified one
+REINDEX_BATCH = 64  # documents embedded and written at a time
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,20 @@ def passages_of(title: str, chunks: Sequence[str]) -> list[str]:
     return [title, *(chunk for chunk in chunks if chunk != title)]
 
 
+@dataclass(frozen=True)
+class Reindexed:
+    """What ``Library.reindex`` did."""
+
+    documents: int
+    passages: int
+    model: str
+    dimension: int
+
+    def line(self, seconds: float) -> str:
+        return (f"reindexed {self.documents} documents ({self.passages} passages) with "
+                f"{self.model} ({self.dimension} dimensions) in {seconds:.1f} s")
+
+
 class Library:
     """Index and recall, on the case database, with ``embedder`` (None: by words only)."""
 
@@ -78,6 +93,7 @@ class Library:
         self.engine = engine
         self.embedder = embedder
         self._problem: str | bool | None = False  # False: not looked at yet
+        self.model_failed: str | None = None  # why the model's last answer failed, if it did
 
     # -- indexing -------------------------------------------------------------------------
 
@@ -150,24 +166,77 @@ class Library:
     def _embed(self, doc_id: int, kind: str, passages: list[str]) -> None:
         if self.embedder is None or self.vectors_problem():
             return
-        try:
-            made = self.embedder.embed(passages)
-        except Unavailable as exc:
+        made = self._embedded(passages)
+        if made is None:
             log.warning("librarian: document %s is found by words only until reindexed: %s",
-                        doc_id, exc.message)
+                        doc_id, self.model_failed)
             return
         with transaction(self.engine) as conn:
             vectors.store(conn, doc_id, kind, self.embedder.model, made)
+
+    def reindex(self, progress: Callable[[int, int], None] = lambda done, total: None,
+                batch: int = REINDEX_BATCH) -> Reindexed:
+        """Embed every indexed document's passages again with this library's model, replacing
+        the vectors of any other; makes the vector store first when the database can now hold
+        one (pgvector enabled after the upgrade). ``progress(done, total)`` after each batch.
+        ``Unavailable`` when there is no model, no store, or the model fails (the vectors
+        written so far stay: running it again finishes the job)."""
+        if self.embedder is None:
+            raise Unavailable("OPSGATE_EMBEDDINGS_MODEL is none: there is no model to reindex "
+                              "with")
+        with transaction(self.engine) as conn:
+            missing = vectors.create_store(conn)
+        if missing:
+            raise Unavailable(missing)
+        self._problem = None
+        with connection(self.engine) as conn:
+            doc_ids = [int(i) for i in conn.execute(select(kb_doc.c.id).order_by(kb_doc.c.id))
+                       .scalars()]
+        done = passages = 0
+        dimension = 0
+        for start in range(0, len(doc_ids), batch):
+            passages, dimension = self._reindex(doc_ids[start:start + batch], passages)
+            done = min(start + batch, len(doc_ids))
+            progress(done, len(doc_ids))
+        with transaction(self.engine) as conn:
+            vectors.drop_other_models(conn, self.embedder.model)
+            vectors.ensure_index(conn, dimension)
+        return Reindexed(len(doc_ids), passages, self.embedder.model, dimension)
+
+    def _reindex(self, doc_ids: list[int], passages: int) -> tuple[int, int]:
+        assert self.embedder is not None
+        with connection(self.engine) as conn:
+            documents = _held_documents(conn, doc_ids)
+        texts = [passages_of(title, chunks) for _doc_id, _kind, title, chunks in documents]
+        made = self.embedder.embed([text for group in texts for text in group])
+        dimension = len(made[0]) if made else 0
+        with transaction(self.engine) as conn:
+            at = 0
+            for (doc_id, kind, _title, _chunks), group in zip(documents, texts, strict=True):
+                vectors.store(conn, doc_id, kind, self.embedder.model, made[at:at + len(group)])
+                at += len(group)
+        return passages + len(made), dimension
 
     def meaning_of(self, text: str) -> list[float] | None:
         """``text``'s vector, or None (no model or store, or the model failed: by words)."""
         if self.embedder is None or self.vectors_problem() or not text.strip():
             return None
+        made = self._embedded([text])
+        if made is None:
+            log.warning("librarian: recall by words only for now: %s", self.model_failed)
+        return None if made is None else made[0]
+
+    def _embedded(self, texts: list[str]) -> list[list[float]] | None:
+        """The model's vectors for ``texts``; None when it failed (``model_failed`` says why
+        until it answers again)."""
+        assert self.embedder is not None
         try:
-            return self.embedder.embed([text])[0]
+            made = self.embedder.embed(texts)
         except Unavailable as exc:
-            log.warning("librarian: recall by words only for now: %s", exc.message)
+            self.model_failed = exc.message
             return None
+        self.model_failed = None
+        return made
 
     def ranked(self, text: str, kind: str, limit: int) -> list[Hit]:
         """The one ranking (``core.library.hybrid``) of the ``kind`` documents for ``text``."""
@@ -252,6 +321,21 @@ def shared_words(text: str, other: str) -> list[str]:
     letters, a crude stem: "deploy" and "deployment" are one word)."""
     theirs = {word[:5] for word in query_terms(other)}
     return [word for word in query_terms(text) if word[:5] in theirs]
+
+
+def _held_documents(conn: Connection,
+                    doc_ids: list[int]) -> list[tuple[int, str, str, list[str]]]:
+    """``(doc_id, kind, title, chunks)`` of each of ``doc_ids``, in order."""
+    rows = conn.execute(select(kb_doc.c.id, kb_doc.c.kind, kb_doc.c.title, kb_chunk.c.body)
+                        .join(kb_chunk, kb_chunk.c.doc_id == kb_doc.c.id, isouter=True)
+                        .where(kb_doc.c.id.in_(doc_ids))
+                        .order_by(kb_doc.c.id, kb_chunk.c.ordinal)).all()
+    held: dict[int, tuple[int, str, str, list[str]]] = {}
+    for doc_id, kind, title, body in rows:
+        found = held.setdefault(int(doc_id), (int(doc_id), str(kind), str(title), []))
+        if body is not None:
+            found[3].append(str(body))
+    return list(held.values())
 
 
 def _upsert_doc(conn: Connection, document: Document, doc_id: int | None) -> int:

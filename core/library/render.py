@@ -7,6 +7,17 @@ from collections.abc import Mapping
 from typing import Any
 
 
+def alike(best: Mapping[str, Any]) -> str:
+    """How a past case (``Library.best_plan_for``'s answer) is like the new one, in words: the
+    words their titles share, and how alike they are in meaning."""
+    said = []
+    if best.get("shared"):
+        said.append(f"shared words: {', '.join(best['shared'])}")
+    if best.get("similarity") is not None:
+        said.append(f"alike in meaning: {float(best['similarity']):.2f} of 1")
+    return "; ".join(said) or "found by the library"
+
+
 def evidence_text(evidence: Mapping[str, Any]) -> str:
     """Findings, similar past cases (with what resolved them), runbooks and the plan the most
     similar verified case was resolved with; one line each, "none" where there is nothing."""

@@ -23,31 +23,25 @@ KINDS = ("case", "runbook")
 INDEXED_KINDS = ("case",)  # runbooks are tens of rows: an exact scan is as fast and exact
 DEFAULT_DIMENSION = 256  # the embedded model's (core.settings.evidence.EMBEDDED_MODEL)
 
-_PG_TABLE = """
+_TABLE = """
 CREATE TABLE IF NOT EXISTS kb_vector (
-    doc_id bigint NOT NULL REFERENCES kb_doc(id) ON DELETE CASCADE,
+    doc_id {id} NOT NULL REFERENCES kb_doc(id) ON DELETE CASCADE,
     passage integer NOT NULL,
     kind varchar(16) NOT NULL,
     model varchar(200) NOT NULL,
     dimension integer NOT NULL,
-    embedding vector NOT NULL,
+    embedding {vector} NOT NULL,
     PRIMARY KEY (doc_id, passage)
 )"""
-_SQLITE_TABLE = """
-CREATE TABLE IF NOT EXISTS kb_vector (
-    doc_id INTEGER NOT NULL REFERENCES kb_doc(id) ON DELETE CASCADE,
-    passage INTEGER NOT NULL,
-    kind VARCHAR(16) NOT NULL,
-    model VARCHAR(200) NOT NULL,
-    dimension INTEGER NOT NULL,
-    embedding BLOB NOT NULL,
-    PRIMARY KEY (doc_id, passage)
-)"""
+_PG_TABLE = _TABLE.format(id="bigint", vector="vector")
+_SQLITE_TABLE = _TABLE.format(id="INTEGER", vector="BLOB")
 NO_PGVECTOR = ("pgvector is not installed in this PostgreSQL: the librarian recalls by words "
                "only (full-text search); enable the extension, then run `opsgate library "
                "reindex` (docs/evidence.md)")
-NO_SQLITE_VEC = ("sqlite-vec could not be loaded into SQLite: the librarian recalls by words "
-                 "only (full-text search)")
+NO_SQLITE_VEC = ("sqlite-vec could not be loaded into SQLite (this Python's sqlite3 cannot load "
+                 "extensions: it was built without --enable-loadable-sqlite-extensions, as "
+                 "pyenv builds are by default): the librarian recalls by words only (full-text "
+                 "search)")
 
 
 @dataclass(frozen=True)
@@ -115,6 +109,22 @@ def stored_models(conn: Connection) -> list[tuple[str, int]]:
     """The models (and their dimensions) the stored vectors were made by."""
     rows = conn.execute(text("SELECT DISTINCT model, dimension FROM kb_vector ORDER BY model"))
     return [(str(model), int(dimension)) for model, dimension in rows]
+
+
+def drop_other_models(conn: Connection, model: str) -> None:
+    """Forget the vectors any other model made (``opsgate library reindex``, at its end)."""
+    conn.execute(text("DELETE FROM kb_vector WHERE model <> :model"), {"model": model})
+
+
+def documents(conn: Connection) -> int:
+    """How many documents the library holds."""
+    return int(conn.execute(text("SELECT count(*) FROM kb_doc")).scalar_one())
+
+
+def counts(conn: Connection) -> tuple[int, int]:
+    """How many documents the library holds, and how many passages have vectors."""
+    passages = conn.execute(text("SELECT count(*) FROM kb_vector")).scalar_one()
+    return documents(conn), int(passages)
 
 
 def store(conn: Connection, doc_id: int, kind: str, model: str,

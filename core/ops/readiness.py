@@ -3,7 +3,8 @@ bus is reachable, the relay keeps up (the oldest due unpublished outbox row beca
 than ``OPSGATE_READY_MAX_RELAY_LAG_S`` ago: a row scheduled for later is not late before then),
 and published messages reach their consumers (none unrecorded in a consumer's inbox longer than
 ``OPSGATE_DELIVERY_BOUND_S`` after its publication). It also says where metric checks are read
-(``metrics``) and what the configuration leaves out (no approvers, no Slack) without withholding
+(``metrics``), how the librarian recalls (``library``: by meaning too, or by words only and
+why) and what the configuration leaves out (no approvers, no Slack) without withholding
 traffic: those checks carry a ``warning``."""
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def readiness(app: App, now: datetime | None = None) -> dict[str, Any]:
         checks["delivery"] = {"ok": False, "error": "the database is unreachable"}
     checks["metrics"] = check_metrics(app)
     checks["investigation"] = check_investigation(app)
+    checks["library"] = check_library(app) if database["ok"] else {
+        "ok": True, "warning": "the database is unreachable"}
     checks["approvers"] = check_approvers(app)
     checks["policy"] = check_policy(app)
     checks["slack"] = check_slack(app)
@@ -147,6 +150,16 @@ def check_investigation(app: App) -> Check:
     return {**check, "warning": line} if missing_sources(app.settings) else check
 
 
+def check_library(app: App) -> Check:
+    """How the librarian recalls: by words and meaning (the embedding model named), or by words
+    only, with why in ``warning`` (no pgvector, embeddings off, vectors of another model, the
+    model's last answer failed). ``ok`` either way: full-text search still serves."""
+    problem = app.library.vectors_problem() or app.library.model_failed
+    check: Check = {"ok": True, "embeddings": app.settings.embeddings_model,
+                    "recall": "words" if problem else "words and meaning"}
+    return {**check, "warning": problem} if problem else check
+
+
 NO_SLACK = ("Slack is not configured (SLACK_BOT_TOKEN): chat posts are held, none is recorded "
             "as sent, until it is")
 
@@ -189,7 +202,7 @@ def check_slack(app: App) -> Check:
 
 def warnings(app: App) -> list[str]:
     """What is missing from the configuration, one line each (``serve`` prints them at start)."""
-    checks = (check_approvers(app), check_policy(app), check_slack(app))
+    checks = (check_approvers(app), check_policy(app), check_slack(app), check_library(app))
     return [str(check["warning"]) for check in checks if "warning" in check]
 
 

@@ -76,3 +76,36 @@ def chat_stub(turns: list[StubTurn]) -> Iterator[tuple[ChatStub, LocalServer]]:
     stub = ChatStub(turns)
     with local_server({PATH: stub}) as server:
         yield stub, server
+
+
+EMBEDDINGS_PATH = "/v1/embeddings"
+
+
+@dataclass
+class EmbeddingsStub:
+    """``POST /v1/embeddings``: each input's vector from ``embed`` (scaled by 3, so a client
+    must normalize it), in reverse order with its ``index`` (so a client must sort); ``failing``
+    answers 503 to everything. Records every request."""
+
+    embed: Any  # Callable[[list[str]], list[list[float]]]
+    failing: bool = False
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+    def __call__(self, seen: Seen) -> Reply:
+        request = json.loads(seen.body)
+        self.requests.append(request)
+        if self.failing:
+            return Reply(503, b'{"error": {"message": "overloaded"}}', _JSON)
+        texts = request["input"] if isinstance(request["input"], list) else [request["input"]]
+        data = [{"object": "embedding", "index": n, "embedding": [3 * x for x in vector]}
+                for n, vector in enumerate(self.embed(texts))]
+        body = {"object": "list", "data": data[::-1], "model": request["model"],
+                "usage": {"prompt_tokens": 1, "total_tokens": 1}}
+        return Reply(200, json.dumps(body).encode(), _JSON)
+
+
+@contextmanager
+def embeddings_stub(embed: Any) -> Iterator[tuple[EmbeddingsStub, LocalServer]]:
+    stub = EmbeddingsStub(embed)
+    with local_server({EMBEDDINGS_PATH: stub}) as server:
+        yield stub, server

@@ -47,6 +47,15 @@ _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 T = TypeVar("T")
 
 
+def tail_of(log: Path, lines: int = 40) -> str:
+    """The last ``lines`` of a server's log, for the error that says it did not start."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError as exc:
+        return f"(no log: {exc})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
 class PeerError(RuntimeError):
     """A peer did not start, stopped answering, or refused a query."""
 
@@ -267,11 +276,7 @@ class _Peer:
         return self._process is not None and self._process.poll() is None
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError as exc:
-            return f"(no log: {exc})"
-        return "\n".join(text.splitlines()[-lines:])
+        return tail_of(self.log_path, lines)
 
     def _get(self, path: str, **params: str) -> Any:
         """The ``data`` of a JSON API answer whose ``status`` is ``success``."""

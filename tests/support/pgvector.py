@@ -27,7 +27,7 @@ import pytest
 from sqlalchemy import Engine
 
 from core.migrate import scratch_schema
-from tests.support.peers import free_port
+from tests.support.peers import free_port, tail_of
 from tests.support.servers import missing
 
 SYSTEM_USER = "postgres"  # who runs the server when the tests run as root
@@ -103,11 +103,7 @@ class PgvectorServer:
             process.wait(STOP_TIMEOUT_S)
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError as exc:
-            return f"(no log: {exc})"
-        return "\n".join(text.splitlines()[-lines:])
+        return tail_of(self.log_path, lines)
 
     def _initdb(self) -> None:
         with self.log_path.open("ab") as log:

@@ -180,3 +180,22 @@ def test_every_reply_names_its_correlation_id(client):
     assert given.headers["X-Correlation-Id"] == "trace-me-1"
     fresh = client.get("/healthz")
     assert len(fresh.headers["X-Correlation-Id"]) == 32
+
+
+def test_readyz_says_how_the_librarian_recalls(sqlite_engine, pg_engine, pgvector_engine):
+    from core.library.vectors import NO_PGVECTOR
+
+    cases = ((sqlite_engine, {}, "words and meaning", None),
+             (pgvector_engine, {}, "words and meaning", None),
+             (pg_engine, {}, "words", NO_PGVECTOR),
+             (sqlite_engine, {"embeddings_model": "none"}, "words",
+              "OPSGATE_EMBEDDINGS_MODEL is none: the librarian recalls by words only "
+              "(full-text search)"))
+    for engine, settings, recall, warning in cases:
+        gen = _client(engine, **settings)
+        status, report = _ready(next(gen))
+        gen.close()
+        assert status == 200, report  # full-text search still serves: ready either way
+        library = report["checks"]["library"]
+        assert library["recall"] == recall
+        assert library.get("warning") == warning
