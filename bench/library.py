@@ -159,7 +159,7 @@ def chance(queries: list[Query], pool: dict[str, int]) -> float:
 
 
 def recall(rankings: Rankings, queries: list[Query]) -> dict[str, Any]:
-    """Each ranking's scores overall, per category and per kind; the answers, for a report."""
+    """Each ranking's scores overall, per category and per kind, and the hybrid's gain."""
     answers = {name: {q: rankings.by_name(name)(q, MRR_DEPTH) for q in queries}
                for name in RANKINGS}
     figures: dict[str, Any] = {name: scores(answers[name]) for name in RANKINGS}
@@ -347,7 +347,7 @@ def index_synthetic(library: Library, args: argparse.Namespace,
 
 def latency_queries(queries: list[Query], count: int, seed: int) -> list[Query]:
     """The set's case queries, then case-title-like word runs of the vocabulary, to ``count``."""
-    asked = [Query(q.category, q.text, q.expected) for q in queries if q.kind == "case"]
+    asked = [q for q in queries if q.kind == "case"]
     words = Corpus(seed + 1).queries(max(count - len(asked), 0))
     asked += [Query("synthetic", w, frozenset({"case:none"})) for w in words]
     return asked[:count]
