@@ -103,12 +103,13 @@ unit: install ## the fast tests only
 test: install services browser peers conformance lint typecheck ## install, lint, type-check and run every test
 	$(BIN)/pytest -q -n 2 --dist loadgroup
 
-bench: install services ## run the benchmarks (PostgreSQL, Redis)
+bench: install services ## run the benchmarks (PostgreSQL, Redis; the library bench starts its own PostgreSQL with pgvector)
 	$(BIN)/python bench/transitions.py
 	$(BIN)/python bench/gateway.py
 	$(BIN)/python bench/outbox.py
 	$(BIN)/python bench/slack_ack.py
 	$(BIN)/python bench/librarian.py
+	$(BIN)/python bench/library.py
 
 clean: ## remove the venv and caches
 	rm -rf $(VENV) .cache .mypy_cache .ruff_cache .pytest_cache .hypothesis .import_linter_cache opsgate.db*
