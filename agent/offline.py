@@ -38,6 +38,7 @@ from agent.offline_looks import (
     with_checks,
     written_plan,
 )
+from agent.prompts import asked_about
 from agent.usage import estimated
 from core.consumers.planner import DEFAULT_TEMPLATE, choose_template
 from core.domain.fsm import CaseStatus
@@ -110,7 +111,7 @@ class OfflinePlannerModel(BaseChatModel):
             return AIMessage(content="I can only work inside a case thread.")
         if not results:
             return self._calls(turn, [("get_case", {"case_id": case_id}),
-                                      ("runbooks", {"query": request[:300]})])
+                                      ("runbooks", {"query": asked_about(request)[:300]})])
         case = results.get("get_case", {})
         title = str(case.get("title", ""))
         if "propose_plan" in results:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from core.domain.attempts import Replan
 from core.domain.views import CaseView
 
@@ -21,6 +23,15 @@ Change only case {case_id}. Propose at most one plan per request. Be brief."""
 
 PLAN_REQUEST = """Case {case_id} ({severity}) is in PLANNING: "{title}".
 Investigate it and propose one ChangePlan for it with propose_plan; a human approves it."""
+
+_ASKED = re.compile(r'is in PLANNING: "(.*)"\.\nInvestigate it', re.DOTALL)
+
+
+def asked_about(request: str) -> str:
+    """What a request is about: a plan request's case title (not its instructions, which every
+    request shares and which would only blur a search), else the request as written."""
+    found = _ASKED.search(request)
+    return found.group(1) if found else request
 
 
 REPLAN = """

@@ -186,7 +186,7 @@ def index(library: Library, documents: list[Document]) -> float:
 
 def index_set(engine: Engine, label: str, cases: list[Document]) -> Library:
     library = Library(engine, EmbeddedModel())
-    problem = library.vectors_problem()
+    problem = library.meaning.problem()
     if problem:
         raise SystemExit(f"{label}: no recall by meaning here: {problem}")
     runbooks = library.index_runbooks(RUNBOOKS)

@@ -153,7 +153,11 @@ def nearest(conn: Connection, vector: Sequence[float], model: str, kind: str,
     dimension = len(vector)
     params = {"kind": kind, "model": model, "q": _literal(conn, vector), "limit": limit}
     if conn.dialect.name == "postgresql":
-        statement = _pg_nearest(kind, dimension, per_passage=limit * PASSAGES_PER_DOC)
+        per_passage = limit * PASSAGES_PER_DOC
+        # The index's search width: its default (40) returns at most 40 passages and, among
+        # many look-alike cases, misses near ones an exact scan finds (docs/benchmarks.md).
+        conn.exec_driver_sql(f"SET LOCAL hnsw.ef_search = {max(EF_SEARCH, per_passage)}")
+        statement = _pg_nearest(kind, dimension, per_passage=per_passage)
     else:
         statement = _SQLITE_NEAREST
         params["dimension"] = dimension
@@ -161,7 +165,8 @@ def nearest(conn: Connection, vector: Sequence[float], model: str, kind: str,
     return [Near(int(doc_id), round(1.0 - float(distance), 4)) for doc_id, distance in rows]
 
 
-PASSAGES_PER_DOC = 4  # nearest passages read per document wanted (a case has three)
+PASSAGES_PER_DOC = 4  # nearest passages read per document wanted (a case has two)
+EF_SEARCH = 200  # HNSW candidates looked at per query (pgvector's default is 40)
 
 
 def _pg_nearest(kind: str, dimension: int, per_passage: int) -> str:

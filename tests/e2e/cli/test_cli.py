@@ -210,18 +210,20 @@ def test_demo_walks_a_case_to_closed_and_prints_its_timeline(tmp_path):
     # Readings while the plan's window after the change runs (on the demo's fast clock).
     readings = [line for line in table[2:] if line.split()[1:2] == ["verify_reading"]]
     assert readings and all("  verifier  " in line for line in readings)
-    lines = [line for line in table[2:] if line not in readings][:12]
+    lines = [line for line in table[2:] if line not in readings][:13]
     rows = [line.split()[1:] for line in lines]
+    # The offline planner follows the best runbook for "checkout p95 latency over 2 s":
+    # latency-after-deploy's canary rollout, two steps.
     assert [row[0] for row in rows] == [
         "case_opened", "start_analysis", "analysis_done", "plan_ready", "agent_usage",
-        "awaiting_approval", "plan_approval", "gate_approved", "step_result", "exec_done",
-        "verify_result", "verify_pass"]
+        "awaiting_approval", "plan_approval", "gate_approved", "step_result", "step_result",
+        "exec_done", "verify_result", "verify_pass"]
     # The people are API principals linked to Slack ids; approvals are POST /case/{id}/approve.
     actors = ["U0RILEY", "intake", "analyst", "agent", "agent", "gatekeeper", "U0RILEY",
-              "U0ALICE", "executor", "executor", "verifier", "verifier"]
+              "U0ALICE", "executor", "executor", "executor", "verifier", "verifier"]
     for line, actor in zip(lines, actors, strict=True):
         assert f"  {actor}  " in line, line
-    assert "refused (" in lines[6] and "VERIFYING -> CLOSED" in lines[11]
+    assert "refused (" in lines[6] and "VERIFYING -> CLOSED" in lines[12]
     assert (tmp_path / "opsgate.db").exists()
 
 

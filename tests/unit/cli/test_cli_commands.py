@@ -13,7 +13,7 @@ from core.cli import build_parser, registered_commands
 from core.cli.app import plugged_in
 
 EXPECTED = {"migrate", "serve", "demo", "relay", "consume", "outbox", "trace", "reconcile",
-            "export", "mcp", "token", "eval", "catalog", "policy", "health"}
+            "export", "mcp", "token", "eval", "catalog", "policy", "health", "library"}
 
 
 def test_every_command_is_registered_once():
