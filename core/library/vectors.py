@@ -155,8 +155,9 @@ def nearest(conn: Connection, vector: Sequence[float], model: str, kind: str,
     if conn.dialect.name == "postgresql":
         per_passage = limit * PASSAGES_PER_DOC
         # The index's search width: its default (40) returns at most 40 passages and, among
-        # many look-alike cases, misses near ones an exact scan finds (docs/benchmarks.md).
-        conn.exec_driver_sql(f"SET LOCAL hnsw.ef_search = {max(EF_SEARCH, per_passage)}")
+        # many look-alike cases, misses near ones an exact scan finds (docs/benchmarks.md). An
+        # operator's wider setting (ALTER ROLE … SET hnsw.ef_search) is kept.
+        conn.execute(_WIDEN, {"width": max(EF_SEARCH, per_passage)})
         statement = _pg_nearest(kind, dimension, per_passage=per_passage)
     else:
         statement = _SQLITE_NEAREST
@@ -166,7 +167,9 @@ def nearest(conn: Connection, vector: Sequence[float], model: str, kind: str,
 
 
 PASSAGES_PER_DOC = 4  # nearest passages read per document wanted (a case has two)
-EF_SEARCH = 200  # HNSW candidates looked at per query (pgvector's default is 40)
+EF_SEARCH = 200  # HNSW candidates looked at per query, at least (pgvector's default is 40)
+_WIDEN = text("SELECT set_config('hnsw.ef_search', greatest(coalesce(nullif(current_setting("
+              "'hnsw.ef_search', true), '')::int, 40), :width)::text, true)")
 
 
 def _pg_nearest(kind: str, dimension: int, per_passage: int) -> str:

@@ -152,3 +152,15 @@ def test_an_endpoint_that_fails_leaves_recall_by_words(sqlite_engine: Engine) ->
     with connection(sqlite_engine) as conn:
         assert conn.execute(text("SELECT count(*) FROM kb_vector")).scalar_one() == 0
         assert conn.execute(text("SELECT count(*) FROM kb_doc")).scalar_one() == len(PAST)
+
+
+def test_the_hnsw_search_is_widened_but_never_narrowed(pgvector_engine: Engine) -> None:
+    index_past_cases(Library(pgvector_engine, EmbeddedModel()))
+    vector = EmbeddedModel().embed([NEW_CASE])[0]
+    width = text("SELECT current_setting('hnsw.ef_search')")
+    for operators, expected in ((None, "200"), ("1000", "1000")):
+        with pgvector_engine.connect() as conn:
+            if operators:
+                conn.execute(text(f"SET hnsw.ef_search = {operators}"))
+            assert nearest(conn, vector, "wordllama-l2-256", "case", 3)
+            assert conn.execute(width).scalar_one() == expected
