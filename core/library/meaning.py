@@ -11,6 +11,7 @@ found by words until then; nothing is lost.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ from core.library.tables import kb_chunk, kb_doc
 log = logging.getLogger(__name__)
 
 REINDEX_BATCH = 64  # documents embedded and written at a time
+LOOK_AGAIN_S = 60.0  # a running process sees pgvector enabled, or a reindex, this soon
 NO_MODEL = "OPSGATE_EMBEDDINGS_MODEL is none: the librarian recalls by words only (full-text " \
            "search)"
 
@@ -55,7 +57,8 @@ class Meaning:
         self.engine = engine
         self.embedder = embedder
         self.failed: str | None = None  # why the model's last answer failed, if it did
-        self._problem: str | bool | None = False  # False: not looked at yet
+        self._problem: str | None = None
+        self._looked_at: float | None = None  # monotonic; None: not looked at yet
 
     @property
     def model(self) -> str | None:
@@ -63,12 +66,15 @@ class Meaning:
 
     def problem(self) -> str | None:
         """Why recall is by words only, in one line (no model, no vector store, vectors of
-        another model); None when it is by meaning too. Looked at once."""
-        if self._problem is False:
-            self._problem = self._look()
-            if self._problem:
-                log.warning("librarian: %s", self._problem)
-        return self._problem if isinstance(self._problem, str) else None
+        another model); None when it is by meaning too. Looked at again after
+        ``LOOK_AGAIN_S``; said in the log when it changes."""
+        now = time.monotonic()
+        if self._looked_at is None or now - self._looked_at >= LOOK_AGAIN_S:
+            problem, self._looked_at = self._look(), now
+            if problem and problem != self._problem:
+                log.warning("librarian: %s", problem)
+            self._problem = problem
+        return self._problem
 
     def _look(self) -> str | None:
         if self.embedder is None:
@@ -133,7 +139,7 @@ class Meaning:
             missing = vectors.create_store(conn)
         if missing:
             raise Unavailable(missing)
-        self._problem = None
+        self._problem, self._looked_at = None, time.monotonic()
         with connection(self.engine) as conn:
             doc_ids = [int(i) for i in conn.execute(select(kb_doc.c.id).order_by(kb_doc.c.id))
                        .scalars()]

@@ -164,3 +164,17 @@ def test_the_hnsw_search_is_widened_but_never_narrowed(pgvector_engine: Engine) 
                 conn.execute(text(f"SET hnsw.ef_search = {operators}"))
             assert nearest(conn, vector, "wordllama-l2-256", "case", 3)
             assert conn.execute(width).scalar_one() == expected
+
+
+def test_a_running_process_sees_a_reindex_made_by_another(vector_engine: Engine,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.library import meaning
+
+    index_past_cases(Library(vector_engine, EmbeddedModel()))
+    running = Library(vector_engine, Scaled("other-model"))
+    assert running.meaning.problem() is not None
+    Library(vector_engine, Scaled("other-model")).meaning.reindex()  # `opsgate library reindex`
+    assert running.meaning.problem() is not None  # looked at a moment ago: not yet again
+    monkeypatch.setattr(meaning, "LOOK_AGAIN_S", 0.0)
+    assert running.meaning.problem() is None
+    assert running.similar_cases(NEW_CASE)[0]["case_id"] == "payments"
