@@ -113,14 +113,14 @@ class Agent:
         lock = self._lock_case(case_id)
         if isinstance(lock, TurnResult):
             return self._counted(trigger, lock)
-        tools = self.tool_factory(self.app, case_id, lock, requester=requester,
-                                  correlation_id=correlation_id, mcp=self.mcp)
-        tools.watch = watch
         usage = RunUsage()
-        graph = build_graph(self.model, tools, self.checkpoints.saver,
-                            max_model_calls=self.max_model_calls,
-                            usage=usage, interrupt_before=self.interrupt_before)
-        try:
+        try:  # whatever fails from here on (the checkpointer's set-up too) frees the lock
+            tools = self.tool_factory(self.app, case_id, lock, requester=requester,
+                                      correlation_id=correlation_id, mcp=self.mcp)
+            tools.watch = watch
+            graph = build_graph(self.model, tools, self.checkpoints.saver,
+                                max_model_calls=self.max_model_calls,
+                                usage=usage, interrupt_before=self.interrupt_before)
             result = self._guarded(graph, tools, text, usage, post_failures, still_wanted)
             self._account(graph, tools, usage, trigger)
         finally:

@@ -148,3 +148,23 @@ def test_converse_answers_even_when_its_turn_dies(sqlite_engine: Engine) -> None
     assert make_agent(app, model).converse(case_id, "and?", user="U1",
                                            correlation_id="c2") == "resumed"
     assert statuses(model) == ["replayed", "ok"] and plans(sqlite_engine, case_id) == 1
+
+
+def test_a_turn_that_dies_before_its_graph_runs_frees_the_case_lock(sqlite_engine: Engine) -> None:
+    """The checkpointer's set-up (or the tools') failing must not hold the case for the lock's
+    lease: the next turn runs at once (it waits at most ``lock_wait_s``, here none)."""
+    app = agent_app(sqlite_engine)
+    case_id = case_at(app, CaseStatus.PLANNING)
+    model = script(case_id)
+
+    def broken(*_args: Any, **_kwargs: Any) -> CaseTools:
+        raise Crash("the checkpointer's set-up failed")
+
+    with pytest.raises(Crash):
+        make_agent(app, model, tool_factory=broken).run_turn(
+            case_id, "plan it", requester="U1", correlation_id="c", trigger="chat")
+    model.turns.append(ai(content="on it"))
+    agent = make_agent(app, model)
+    agent.lock_wait_s = 0.0
+    assert agent.converse(case_id, "and?", user="U1", correlation_id="c2") != \
+        "Another agent run is working on this case right now; ask again in a moment."
