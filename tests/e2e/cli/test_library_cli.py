@@ -9,15 +9,10 @@ import re
 import subprocess
 from pathlib import Path
 
-from core.db.database import make_engine
-from core.library import Document, Library
 from core.library.embeddings import EmbeddedModel
-from core.migrate import upgrade_engine
+from tests.support.library import library_file
 from tests.support.openai_stub import embeddings_stub
 from tests.support.processes import clean_env, command
-
-TITLES = ("payment gateway timeouts, card charges failing", "disk full on the search cluster",
-          "kube-dns name resolution failures")
 
 
 def opsgate(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -25,22 +20,15 @@ def opsgate(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[st
                           text=True, timeout=120, check=False)
 
 
-def library_file(tmp_path: Path) -> dict[str, str]:
-    """A SQLite database holding three past cases embedded by the embedded model."""
-    path = tmp_path / "opsgate.db"
-    engine = make_engine(f"sqlite:///{path}")
-    upgrade_engine(engine)
-    library = Library(engine, EmbeddedModel())
-    for n, title in enumerate(TITLES):
-        library.index(Document(f"case:{n}", "case", title, [f"{title}\nverified: held"], {}))
-    engine.dispose()
+def library_env(tmp_path: Path) -> dict[str, str]:
+    """The three past cases' database, and an empty runbooks folder."""
     (tmp_path / "runbooks").mkdir()
-    return {"OPSGATE_DATABASE_URL": f"sqlite:///{path}",
+    return {"OPSGATE_DATABASE_URL": library_file(tmp_path),
             "OPSGATE_RUNBOOKS_DIR": str(tmp_path / "runbooks")}
 
 
 def test_status_says_what_the_library_holds_and_how_it_recalls(tmp_path: Path) -> None:
-    env = library_file(tmp_path)
+    env = library_env(tmp_path)
     done = opsgate(tmp_path, "library", "status", **env)
     assert done.returncode == 0, done.stderr
     assert done.stdout == ("library: 3 documents, 6 passages with vectors (wordllama-l2-256 "
@@ -51,7 +39,7 @@ def test_status_says_what_the_library_holds_and_how_it_recalls(tmp_path: Path) -
 
 
 def test_another_model_is_refused_until_reindex_replaces_its_vectors(tmp_path: Path) -> None:
-    env = library_file(tmp_path)
+    env = library_env(tmp_path)
     with embeddings_stub(EmbeddedModel().embed) as (stub, server):
         env |= {"OPSGATE_EMBEDDINGS_MODEL": "stub-embed",
                 "OPSGATE_EMBEDDINGS_BASE_URL": f"{server.base}/v1",

@@ -15,10 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.db.database import make_engine
-from core.library import Document, Library
 from core.library.embeddings import EmbeddedModel
-from core.migrate import upgrade_engine
+from tests.support.library import library_file
 from tests.support.openai_stub import embeddings_stub
 from tests.support.processes import clean_env
 
@@ -26,8 +24,6 @@ DOC = Path(__file__).resolve().parents[3] / "docs" / "evidence.md"
 SECTION = "## Recall by meaning"
 OLLAMA = "http://127.0.0.1:11434/v1"
 MAY_NEED = {"an Azure subscription and its CLI"}
-TITLES = ("payment gateway timeouts, card charges failing", "disk full on the search cluster",
-          "kube-dns name resolution failures")
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
@@ -59,18 +55,6 @@ def blocks(markdown: str) -> list[Block]:
         prints = after[1].splitlines() if after[0] == "text" else None
         found.append(Block(body.rstrip("\n"), prints))
     return found
-
-
-def library_file(tmp_path: Path) -> str:
-    """A migrated SQLite file holding three verified cases, embedded by the embedded model."""
-    path = tmp_path / "opsgate.db"
-    engine = make_engine(f"sqlite:///{path}")
-    upgrade_engine(engine)
-    library = Library(engine, EmbeddedModel())
-    for n, title in enumerate(TITLES):
-        library.index(Document(f"case:{n}", "case", title, [f"{title}\nverified: held"], {}))
-    engine.dispose()
-    return f"sqlite:///{path}"
 
 
 def run(block: Block, cwd: Path, replaced: Sequence[tuple[str, str]], **env: str) -> str:
