@@ -18,10 +18,14 @@ from core.analysis.tables import evidence_link
 from core.cases.timeline import entry_of
 from core.db import case_store
 from core.domain.fsm import CaseStatus
-from core.library.meaning import passages_of
 from core.library.runbooks import runbook_title
 
 CHUNK_CHARS = 1500  # a runbook section longer than this is cut at paragraph breaks
+
+
+def passages_of(title: str, chunks: Sequence[str]) -> list[str]:
+    """What is embedded of a document: its title, then each chunk."""
+    return [title, *(chunk for chunk in chunks if chunk != title)]
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, select
@@ -20,6 +20,7 @@ from sqlalchemy import Connection, Engine, select
 from core.db.database import connection, transaction
 from core.errors import Unavailable
 from core.library import vectors
+from core.library.documents import passages_of
 from core.library.embeddings import Embedder
 from core.library.tables import kb_chunk, kb_doc
 
@@ -29,11 +30,6 @@ REINDEX_BATCH = 64  # documents embedded and written at a time
 LOOK_AGAIN_S = 60.0  # a running process sees pgvector enabled, or a reindex, this soon
 NO_MODEL = "OPSGATE_EMBEDDINGS_MODEL is none: the librarian recalls by words only (full-text " \
            "search)"
-
-
-def passages_of(title: str, chunks: Sequence[str]) -> list[str]:
-    """What is embedded of a document: its title, then each chunk."""
-    return [title, *(chunk for chunk in chunks if chunk != title)]
 
 
 @dataclass(frozen=True)
