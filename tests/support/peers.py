@@ -31,6 +31,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from core.evidence.prometheus import prometheus_answer
+from core.evidence.sources import EvidenceMissing
 from tests.support.servers import missing
 
 PROMETHEUS_BIN = os.environ.get("OPSGATE_TEST_PROMETHEUS", "/usr/bin/prometheus")
@@ -278,17 +280,6 @@ class _Peer:
     def log_tail(self, lines: int = 40) -> str:
         return tail_of(self.log_path, lines)
 
-    def _get(self, path: str, **params: str) -> Any:
-        """The ``data`` of a JSON API answer whose ``status`` is ``success``."""
-        try:
-            reply = httpx.get(self.base_url + path, params=params, auth=self.auth, timeout=5.0)
-            doc = reply.json()
-        except (httpx.HTTPError, ValueError) as exc:
-            raise PeerError(f"{self.name} GET {path}: {exc!r}\n{self.log_tail(10)}") from exc
-        if doc.get("status") != "success":
-            raise PeerError(f"{self.name} GET {path} {params}: HTTP {reply.status_code} {doc}")
-        return doc["data"]
-
 
 @dataclass(frozen=True)
 class ScrapeJob:
@@ -376,6 +367,18 @@ class Prometheus(_Peer):
         path = self.workdir / "web.yml"
         path.write_text(json.dumps({"basic_auth_users": {user: hashed}}))
         return path
+
+    def _get(self, path: str, **params: str) -> Any:
+        """The ``data`` of a Prometheus API answer, read as the product reads one
+        (``prometheus_answer``: ``success``, else the server's own error text)."""
+        try:
+            reply = httpx.get(self.base_url + path, params=params, auth=self.auth, timeout=5.0)
+        except httpx.HTTPError as exc:
+            raise PeerError(f"{self.name} GET {path}: {exc!r}\n{self.log_tail(10)}") from exc
+        try:
+            return prometheus_answer(reply.content, reply.status_code)["data"]
+        except EvidenceMissing as refused:
+            raise PeerError(f"{self.name} GET {path} {params}: {refused.message}") from refused
 
     def queries(self) -> list[dict[str, Any]]:
         """The ``params`` of every query the server answered, oldest first (its query log)."""

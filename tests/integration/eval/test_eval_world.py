@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import httpx
 import pytest
 
 from agent.eval import world as eval_world_module
 from agent.eval.scenarios import SHIPPED, load_scenario
 from agent.eval.series import value_at
 from agent.eval.world import WorldError, change_bodies, eval_world
+from core.analysis.catalog import MetricSpec
+from core.analysis.sources import PrometheusRangeSource
 from core.catalog.model import Catalog
 from core.changes import ChangeIntake, ChangeStore
 from core.db.database import make_engine
@@ -38,17 +39,25 @@ def world():
 
 
 def test_prometheus_answers_each_scenarios_series_as_recorded(world):
-    start, end = world.origin - timedelta(seconds=600), world.origin + timedelta(seconds=600)
-    answer = httpx.get(f"{world.prometheus_url}/api/v1/query_range", params={
-        "query": 'http_5xx_ratio{service="checkout"}', "start": start.timestamp(),
-        "end": end.timestamp(), "step": "60"}).json()["data"]["result"]
-    assert [series["metric"] for series in answer] == [{
+    """Read through the product's own readers: the analyst's ``query_range`` for the points,
+    the agent's ``query_metrics`` for the series' labels."""
+    query = 'http_5xx_ratio{service="checkout"}'
+    later = world.origin + timedelta(seconds=600)
+    target = Target("checkout", "prod", (("app", "checkout"),), (("service", "checkout"),),
+                    "checkout")
+    read = MetricsReader(world.prometheus_url, QueryBounds()).query(
+        target, query, case_started_at=later, now=later)
+    assert [series["labels"] for series in read["series"]] == [{
         "__name__": "http_5xx_ratio", "service": "checkout",
         "scenario": "deploy-regression-checkout"}]
+    analyst = PrometheusRangeSource(world.prometheus_url, before_s=600, after_s=600, step_s=60,
+                                    now=lambda: later)
+    points = analyst.read(MetricSpec("http_5xx_ratio", query, "ratio", ()), world.origin)
     shape = SCENARIO.series["http_5xx_ratio"]
     expected = [value_at(SCENARIO.name, "http_5xx_ratio", shape, t, "before")
                 for t in range(-600, 601, 60)]
-    got = [float(value) for _, value in answer[0]["values"]]
+    assert [offset for offset, _ in points] == pytest.approx(range(-600, 601, 60))
+    got = [value for _, value in points]
     assert got == pytest.approx(expected, rel=1e-5)
     assert got[0] < 0.01 < got[-1]  # the step at the incident's start is in the data
 
