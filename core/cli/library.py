@@ -54,10 +54,9 @@ def status_line(library: Library) -> str:
 
     problem = library.meaning.problem() or _unanswered(library)
     with connection(library.engine) as conn:
+        documents = vectors.documents(conn)
         missing = vectors.missing_store(conn)
-        documents, passages = (0, 0) if missing else vectors.counts(conn)
-        if missing:
-            documents = vectors.documents(conn)
+        passages = 0 if missing else vectors.passages(conn)
         models = [] if missing else vectors.stored_models(conn)
     held = f"library: {documents} documents"
     if problem:

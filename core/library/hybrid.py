@@ -42,15 +42,13 @@ def ranked(conn: Connection, query: str, kind: str, limit: int,
 def fuse(conn: Connection, by_words: list[Hit], by_meaning: list[Near]) -> list[Hit]:
     """Both rankings as one, by reciprocal rank fusion; each hit keeps its similarity."""
     scores: dict[int, float] = {}
-    for rank, doc_id in enumerate([hit.doc_id for hit in by_words], start=1):
-        scores[doc_id] = scores.get(doc_id, 0.0) + 1.0 / (RRF_K + rank)
-    for rank, near in enumerate(by_meaning, start=1):
-        scores[near.doc_id] = scores.get(near.doc_id, 0.0) + 1.0 / (RRF_K + rank)
+    for ranking in ([hit.doc_id for hit in by_words], [near.doc_id for near in by_meaning]):
+        for rank, doc_id in enumerate(ranking, start=1):
+            scores[doc_id] = scores.get(doc_id, 0.0) + 1.0 / (RRF_K + rank)
     hits = {hit.doc_id: hit for hit in by_words}
     hits.update(_documents(conn, [n.doc_id for n in by_meaning if n.doc_id not in hits]))
     similarity = {near.doc_id: near.similarity for near in by_meaning}
-    fused = [replace(hits[doc_id], score=round(score, 6), similarity=similarity.get(doc_id),
-                     by_words=any(hit.doc_id == doc_id for hit in by_words))
+    fused = [replace(hits[doc_id], score=round(score, 6), similarity=similarity.get(doc_id))
              for doc_id, score in scores.items() if doc_id in hits]
     return sorted(fused, key=lambda hit: (-hit.score, -hit.doc_id))
 
@@ -61,4 +59,4 @@ def _documents(conn: Connection, doc_ids: list[int]) -> dict[int, Hit]:
     rows = conn.execute(select(kb_doc.c.id, kb_doc.c.source, kb_doc.c.kind, kb_doc.c.title,
                                kb_doc.c.meta).where(kb_doc.c.id.in_(doc_ids)))
     return {int(row.id): Hit(int(row.id), str(row.source), str(row.kind), str(row.title),
-                             meta_of(row.meta), 0.0, by_words=False) for row in rows}
+                             meta_of(row.meta), 0.0) for row in rows}

@@ -7,7 +7,6 @@ for the ``runbooks`` case tool (the agent's and the MCP server's) and recall ali
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
@@ -23,14 +22,6 @@ DEFAULT_FOLDER = Path("docs/runbooks")
 SHIPPED = Path(__file__).resolve().with_name("shipped_runbooks")
 """docs/runbooks as the wheel carries it (pyproject.toml): an installed opsgate (the image) has
 no source tree."""
-
-
-@dataclass(frozen=True)
-class Runbook:
-    name: str  # the file's name without ``.md``
-    title: str
-    text: str
-    path: str
 
 
 class RunbookHit(TypedDict):
@@ -60,17 +51,6 @@ def runbook_title(text: str, path: Path) -> str:
     """A runbook's first ``#`` heading, or its file name in words."""
     heading = HEADING.search(text)
     return heading.group(1).strip() if heading else path.stem.replace("-", " ")
-
-
-def load_runbooks(folder: Path) -> list[Runbook]:
-    """Every ``*.md`` of ``folder`` (none when it does not exist), sorted by name."""
-    if not folder.is_dir():
-        return []
-    books = []
-    for path in sorted(folder.glob("*.md")):
-        text = path.read_text("utf-8")
-        books.append(Runbook(path.stem, runbook_title(text, path), text, str(path)))
-    return books
 
 
 def _singular(word: str) -> str:

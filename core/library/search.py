@@ -79,9 +79,8 @@ LIMIT :limit
 
 @dataclass(frozen=True)
 class Hit:
-    """One document and how well it matched (higher is better): by its best chunk's words
-    (``by_words``), and by meaning, its nearest passage's cosine ``similarity`` (None: not found
-    that way; ``core.library.hybrid``)."""
+    """One document and how well it matched (higher is better), and by meaning its nearest
+    passage's cosine ``similarity`` (None: not found that way; ``core.library.hybrid``)."""
 
     doc_id: int
     source: str
@@ -90,7 +89,6 @@ class Hit:
     meta: dict[str, Any]
     score: float
     similarity: float | None = None
-    by_words: bool = True
 
 
 def query_terms(query: str) -> list[str]:

@@ -121,10 +121,9 @@ def documents(conn: Connection) -> int:
     return int(conn.execute(text("SELECT count(*) FROM kb_doc")).scalar_one())
 
 
-def counts(conn: Connection) -> tuple[int, int]:
-    """How many documents the library holds, and how many passages have vectors."""
-    passages = conn.execute(text("SELECT count(*) FROM kb_vector")).scalar_one()
-    return documents(conn), int(passages)
+def passages(conn: Connection) -> int:
+    """How many passages have vectors (the store must exist)."""
+    return int(conn.execute(text("SELECT count(*) FROM kb_vector")).scalar_one())
 
 
 def store(conn: Connection, doc_id: int, kind: str, model: str,
