@@ -55,6 +55,7 @@ class Meaning:
         self.failed: str | None = None  # why the model's last answer failed, if it did
         self._problem: str | None = None
         self._looked_at: float | None = None  # monotonic; None: not looked at yet
+        self._last: tuple[str, list[float]] | None = None  # the last query and its vector
 
     @property
     def model(self) -> str | None:
@@ -89,13 +90,20 @@ class Meaning:
         return None
 
     def of(self, text: str) -> list[float] | None:
-        """``text``'s vector, or None (no model or store, or the model failed: by words)."""
+        """``text``'s vector, or None (no model or store, or the model failed: by words). The
+        last one is kept: one case's recall asks for its title's several times (similar cases,
+        runbooks, the plan to learn), and an endpoint model would be asked each time."""
         if self.problem() or not text.strip():
             return None
+        last = self._last
+        if last is not None and last[0] == text:
+            return last[1]
         made = self._embedded([text])
         if made is None:
             log.warning("librarian: recall by words only for now: %s", self.failed)
-        return None if made is None else made[0]
+            return None
+        self._last = (text, made[0])
+        return made[0]
 
     def embed(self, doc_id: int, kind: str, passages: list[str]) -> None:
         """Replace document ``doc_id``'s vectors (none when recall is by words only)."""
