@@ -99,8 +99,13 @@ def embedder_for(settings: Settings) -> Embedder | None:
         return None
     if name == EMBEDDED_MODEL:
         return EmbeddedModel()
-    key = settings.embeddings_api_key
-    return EndpointModel(name, base_url=settings.embeddings_base_url,
+    base_url: str | None = settings.embeddings_base_url
+    if base_url:
+        key = settings.embeddings_api_key
+    else:  # the chat model's endpoint, with its key (a secret goes where it was meant for)
+        base_url = settings.chat_base_url
+        key = settings.embeddings_api_key or settings.chat_api_key
+    return EndpointModel(name, base_url=base_url,
                          api_key=None if key is None else key.get_secret_value(),
                          timeout_s=settings.embeddings_timeout_s,
                          max_retries=settings.embeddings_max_retries)

@@ -122,15 +122,23 @@ class EmbeddingSettings(BaseModel):
         "needs `opsgate library reindex`.",
     )
     embeddings_base_url: HttpUrl | None = Field(
-        default=None, validation_alias=AliasChoices("opsgate_embeddings_base_url",
-                                                    "openai_base_url"),
-        description="The OpenAI-compatible endpoint serving OPSGATE_EMBEDDINGS_MODEL"
-        " (e.g. http://127.0.0.1:11434/v1). Unset: OPENAI_BASE_URL, else OpenAI's own.",
+        default=None, description="The OpenAI-compatible endpoint serving "
+        "OPSGATE_EMBEDDINGS_MODEL (e.g. http://127.0.0.1:11434/v1). Unset: the chat model's, "
+        "OPENAI_BASE_URL, else OpenAI's own.",
     )
     embeddings_api_key: SecretStr | None = Field(
-        default=None, validation_alias=AliasChoices("opsgate_embeddings_api_key",
-                                                    "openai_api_key"),
-        description="The endpoint's key. Unset: OPENAI_API_KEY.",
+        default=None, description="The embeddings endpoint's key. Unset: none, except at the "
+        "chat model's endpoint, which gets the chat model's OPENAI_API_KEY.",
+    )
+    chat_base_url: HttpUrl | None = Field(
+        default=None, validation_alias=AliasChoices("openai_base_url"),
+        description="OPENAI_BASE_URL (the chat model's endpoint, agent/settings.py): where "
+        "embeddings go when OPSGATE_EMBEDDINGS_BASE_URL is unset.",
+    )
+    chat_api_key: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("openai_api_key"),
+        description="OPENAI_API_KEY: sent with embeddings only to the chat model's endpoint, "
+        "never to another OPSGATE_EMBEDDINGS_BASE_URL.",
     )
     embeddings_timeout_s: float = Field(
         default=30.0, gt=0, le=600, description="Timeout of one embeddings request (per attempt).",
