@@ -40,6 +40,7 @@ from agent.offline_looks import (
 )
 from agent.prompts import asked_about
 from agent.usage import estimated
+from core.alerts.text import shortened
 from core.consumers.planner import DEFAULT_TEMPLATE, choose_template
 from core.domain.fsm import CaseStatus
 from core.domain.plan_templates import load_template, template_names
@@ -225,7 +226,7 @@ class OfflinePlannerModel(BaseChatModel):
         """What was proposed, and what it rests on: what the looks showed, else the analyst's
         findings; and the past case it came from, when it did."""
         if result.get("error"):
-            return f"I could not propose a plan: {json.dumps(result.get('error'))[:300]}"
+            return f"I could not propose a plan: {refusal_in_words(result['error'])}"
         digest = str((result.get("result") or {}).get("plan_hash", ""))[:12]
         past = learned_plan(evidence, str(case.get("title", "")))
         if answers.ok("query_metrics") or answers.ok("recent_changes"):
@@ -246,3 +247,22 @@ class OfflinePlannerModel(BaseChatModel):
         runbook = self._runbook(results)
         line = f"Case '{case.get('title')}' is {status} (version {case.get('version')})."
         return f"{line} Relevant runbook: {runbook}." if runbook else line
+
+
+def refusal_in_words(error: object) -> str:
+    """A refused proposal as a person reads it: the refusal's message and the problems it lists,
+    in sentences, never the error's JSON; cut at a word."""
+    if not isinstance(error, dict):
+        return shortened(str(error), REFUSAL_CHARS)
+    details = error.get("details") if isinstance(error.get("details"), dict) else {}
+    said = str(error.get("message") or "the case service refused it").rstrip(".")
+    # A problem the message already says (after its field's name) is not said twice.
+    problems = [str(problem) for problem in details.get("problems") or []
+                if problem and str(problem).partition(": ")[2] not in said]
+    if problems:
+        said += ": " + "; ".join(problems)
+    cut = shortened(said, REFUSAL_CHARS)
+    return cut if cut.endswith("…") else f"{cut}."
+
+
+REFUSAL_CHARS = 300

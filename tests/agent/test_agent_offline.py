@@ -140,3 +140,20 @@ def test_checkpoint_setup_is_safe_when_processes_start_together(pg_engine: Engin
     with pg_engine.connect() as conn:
         versions = conn.execute(text("select count(*) from checkpoint_migrations")).scalar_one()
     assert versions == len(opened[0].saver.MIGRATIONS)  # type: ignore[attr-defined]
+
+
+def test_a_refused_proposal_is_said_in_sentences_not_json():
+    from agent.offline import refusal_in_words
+    from core.domain.verify import NO_METRICS_SOURCE
+    from core.errors import GuardFailed
+
+    metric = GuardFailed(f"the plan's metric check cannot be judged: {NO_METRICS_SOURCE}",
+                         problems=[f"plan.verify: {NO_METRICS_SOURCE}"]).to_body()["error"]
+    said = refusal_in_words(metric)
+    assert "{" not in said and "guard_failed" not in said and said.count(NO_METRICS_SOURCE[:40]) == 1
+    assert said.startswith("the plan's metric check cannot be judged: no metrics source")
+    invalid = refusal_in_words(GuardFailed("the plan is incomplete or invalid",
+                                           problems=["steps: empty", "title: missing"]).to_body()["error"])
+    assert invalid == "the plan is incomplete or invalid: steps: empty; title: missing."
+    long = refusal_in_words({"code": "guard_failed", "message": "word " * 100})
+    assert len(long) <= 300 and long.endswith("…") and " wor…" not in long
