@@ -254,7 +254,8 @@ def refusal_in_words(error: object) -> str:
     in sentences, never the error's JSON; cut at a word."""
     if not isinstance(error, dict):
         return shortened(str(error), REFUSAL_CHARS)
-    details = error.get("details") if isinstance(error.get("details"), dict) else {}
+    details = error.get("details")
+    details = details if isinstance(details, dict) else {}
     said = str(error.get("message") or "the case service refused it").rstrip(".")
     # A problem the message already says (after its field's name) is not said twice.
     problems = [str(problem) for problem in details.get("problems") or []

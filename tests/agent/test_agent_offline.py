@@ -150,10 +150,12 @@ def test_a_refused_proposal_is_said_in_sentences_not_json():
     metric = GuardFailed(f"the plan's metric check cannot be judged: {NO_METRICS_SOURCE}",
                          problems=[f"plan.verify: {NO_METRICS_SOURCE}"]).to_body()["error"]
     said = refusal_in_words(metric)
-    assert "{" not in said and "guard_failed" not in said and said.count(NO_METRICS_SOURCE[:40]) == 1
+    assert "{" not in said and "guard_failed" not in said
+    assert said.count(NO_METRICS_SOURCE[:40]) == 1
     assert said.startswith("the plan's metric check cannot be judged: no metrics source")
-    invalid = refusal_in_words(GuardFailed("the plan is incomplete or invalid",
-                                           problems=["steps: empty", "title: missing"]).to_body()["error"])
+    invalid = GuardFailed("the plan is incomplete or invalid",
+                          problems=["steps: empty", "title: missing"]).to_body()["error"]
+    invalid = refusal_in_words(invalid)
     assert invalid == "the plan is incomplete or invalid: steps: empty; title: missing."
     long = refusal_in_words({"code": "guard_failed", "message": "word " * 100})
     assert len(long) <= 300 and long.endswith("…") and " wor…" not in long

@@ -1,13 +1,12 @@
-"""What the tests of docs/deploy.md share: the ``sh`` blocks of one of its sections, run as a
-reader runs them (bash, ``set -e``, the commands the doc names on PATH: ``opsgate`` as the image
-has it, PostgreSQL's client tools), and fresh PostgreSQL databases of their own (created and
-dropped on the local server) for the backup and upgrade recipes."""
+"""What the tests of docs/deploy.md share: the ``sh`` blocks of one of its sections that the page
+marks as run by a test (``tests/support/docs.py`` reads the page), run as a reader runs them
+(bash, ``set -e``, ``.venv/bin/opsgate``, PostgreSQL's client tools on PATH), and fresh
+PostgreSQL databases of their own (created and dropped on the local server) for the backup and
+upgrade recipes."""
 
 from __future__ import annotations
 
-import re
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -16,41 +15,30 @@ from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, make_url, text
 
+from tests.support.docs import Block, page_blocks, reader_path, replace
 from tests.support.processes import clean_env
 from tests.support.servers import POSTGRES_URL
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "deploy.md"
-NEEDS = re.compile(r"^# needs: (?P<what>.+)$")
-"""The first line of a block no test here can run (a container daemon, a cluster)."""
+PAGE = "docs/deploy.md"
+DOC = ROOT / PAGE
 
 
-def sections(markdown: str | None = None) -> dict[str, list[str]]:
-    """Every ``sh`` block of the doc, by the heading (any level) it sits under."""
-    found: dict[str, list[str]] = {}
-    heading, fence, block = "", None, None
-    for line in (markdown or DOC.read_text()).splitlines():
-        if fence is None and line.startswith("```"):
-            fence = line.strip()
-            block = [] if fence == "```sh" else None
-        elif fence is not None and line.strip() == "```":
-            if block is not None:
-                found.setdefault(heading, []).append("\n".join(block))
-            fence = block = None
-        elif block is not None:
-            block.append(line)
-        elif fence is None and re.match(r"^#+ ", line):
-            heading = line.lstrip("#").strip()
+def sections() -> dict[str, list[Block]]:
+    """Every shell block of the page, by the heading (any level) it sits under."""
+    found: dict[str, list[Block]] = {}
+    for block in page_blocks(PAGE):
+        found.setdefault(block.heading, []).append(block)
     return found
 
 
-def needs(block: str) -> str | None:
-    """What a block needs that no test here has (its first line says), else None."""
-    found = NEEDS.match(block.splitlines()[0]) if block.strip() else None
-    return found["what"] if found else None
+def needs(block: Block) -> str | None:
+    """What a block needs that no test here has (its ``not run`` marker names no test), else
+    None."""
+    return block.not_run if block.not_run is not None and block.run_by is None else None
 
 
-def blocks(heading: str) -> list[str]:
+def blocks(heading: str) -> list[Block]:
     found = sections().get(heading)
     assert found, f"docs/deploy.md has no sh block under {heading!r}"
     return found
@@ -58,16 +46,16 @@ def blocks(heading: str) -> list[str]:
 
 def run_blocks(heading: str, cwd: Path, replaced: Sequence[tuple[str, str]] = (),
                timeout_s: float = 300, **env: str) -> str:
-    """The section's blocks, in order, by one bash, with the doc's example values ``replaced``
-    by the test's own (in order); what they printed. A failing command fails the test with the
-    output so far."""
-    runnable = [block for block in blocks(heading) if needs(block) is None]
+    """The section's blocks that a test runs its own way, in order, by one bash in ``cwd`` (with
+    the checkout's ``.venv`` there, as the page writes ``.venv/bin/opsgate``), with the page's
+    example values ``replaced`` by the test's own (in order); what they printed. A failing
+    command fails the test with the output so far."""
+    runnable = [block.text for block in blocks(heading) if needs(block) is None]
     assert runnable, f"docs/deploy.md, {heading!r}: every block needs something"
-    script = "set -euo pipefail\n" + "\n".join(runnable)
-    for example, own in replaced:
-        assert example in script, f"{heading!r} no longer says {example!r}"
-        script = script.replace(example, own)
-    path = f"{Path(sys.executable).parent}:/usr/lib/postgresql/15/bin:/usr/bin:/bin"
+    script = replace("set -euo pipefail\n" + "\n".join(runnable), replaced, PAGE)
+    if not (cwd / ".venv").exists():
+        (cwd / ".venv").symlink_to(ROOT / ".venv")
+    path = f"/usr/lib/postgresql/15/bin:{reader_path()}"
     result = subprocess.run(["bash", "-c", script], cwd=cwd, env=clean_env(PATH=path, **env),
                             capture_output=True, text=True, timeout=timeout_s, check=False)
     assert result.returncode == 0, (f"docs/deploy.md, {heading!r} failed:\n{result.stdout}\n"

@@ -48,6 +48,8 @@ NOT_RUN = re.compile(r"<!--\s*not run:\s*(?P<reason>\S.*?)\s*-->", re.DOTALL)
 ANSWER = re.compile(r"# (?P<status>[1-5]\d\d)(?P<headers>(?:, [A-Za-z-]+: (?:\"[^\"]*\"|\S+))*)"
                     r"(?: (?P<body>.*))?$")
 HEADER = re.compile(r", ([A-Za-z-]+): (\"[^\"]*\"|\S+)")
+HEREDOC = re.compile(r"<<-?\s*['\"]?(?P<end>\w+)['\"]?")
+TEST_NAMED = re.compile(r"tests/\S+?\.py")
 CONTINUED = re.compile(r"#\s{2,}(?P<more>\S.*)$")
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 LEFT_OUT = {".git", ".cache", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis",
@@ -67,6 +69,17 @@ class Block:
     lines: list[str]
     not_run: str | None = None
     prints: list[str] | None = None
+    heading: str = ""
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+    @property
+    def run_by(self) -> str | None:
+        """The test that runs this block its own way, when its marker names one."""
+        found = TEST_NAMED.search(self.not_run or "")
+        return found[0] if found else None
 
     @property
     def where(self) -> str:
@@ -101,7 +114,10 @@ def page_blocks(page: str) -> list[Block]:
     """The shell blocks of ``page`` (a path under the checkout), as CommonMark reads it."""
     tokens = MarkdownIt("commonmark").parse((ROOT / page).read_text(encoding="utf-8"))
     found: list[Block] = []
+    heading = ""
     for n, token in enumerate(tokens):
+        if token.type == "heading_open":
+            heading = tokens[n + 1].content
         if token.type != "fence" or token.map is None:
             continue
         lang = token.info.split()[0] if token.info.strip() else ""
@@ -115,7 +131,7 @@ def page_blocks(page: str) -> list[Block]:
         marker = NOT_RUN.fullmatch(before.content.strip()) \
             if before is not None and before.type == "html_block" else None
         found.append(Block(page, lang, token.map[0] + 2, token.content.splitlines(),
-                           marker["reason"] if marker else None))
+                           marker["reason"] if marker else None, heading=heading))
     return found
 
 
@@ -156,9 +172,16 @@ def _sh_steps(block: Block) -> list[Step]:
     found: list[Step] = []
     step: Step | None = None
     ended = answering = False
+    until: str | None = None  # a here-document's end: its lines are the command's, blank or not
     for offset, line in enumerate(block.lines):
         text = line.strip()
+        if until is not None and step is not None:
+            step.command.append(line)
+            until = None if text == until else until
+            continue
         if text and not text.startswith("#"):
+            opened = HEREDOC.search(line)
+            until = opened["end"] if opened else None
             if step is None or ended:
                 step, ended = Step(block, block.line + offset, []), False
                 found.append(step)
@@ -205,13 +228,13 @@ def script(all_steps: Sequence[Step], out: Path) -> str:
     """The steps as one bash script: each step's stdout to ``<n>.out`` (a console step's stderr
     too), its stderr to ``<n>.err``, its status to ``<n>.rc`` and the headers of its last curl
     to ``<n>.headers``; ``$?`` left as the step left it."""
-    parts = [f'curl() {{ command curl -D "{out}/headers" "$@"; }}']
+    parts = [f'curl() {{ command curl -D "{out}/headers" "$@"; }}', f': > "{out}/headers"']
     for n, step in enumerate(all_steps):
         body = "\n".join(step.command)
         errors = "2>&1" if step.block.lang == "console" else f'2> "{out}/{n}.err"'
-        parts.append(f': > "{out}/headers"\n{{\n{body}\n}} > "{out}/{n}.out" {errors}\n'
+        parts.append(f'{{\n{body}\n}} > "{out}/{n}.out" {errors}\n'
                      f'__rc=$?; echo $__rc > "{out}/{n}.rc"; cp "{out}/headers" '
-                     f'"{out}/{n}.headers"; (exit $__rc)')
+                     f'"{out}/{n}.headers"; : > "{out}/headers"; (exit $__rc)')
     return "\n".join(parts) + "\n"
 
 
@@ -273,7 +296,7 @@ class Ran:
 
 
 def run_page(page: str, clone: Path, replaced: Sequence[tuple[str, str]] = (),
-             timeout_s: float = 120, **env: str) -> Ran:
+             timeout_s: float = 400, **env: str) -> Ran:
     """Every shell block of ``page`` not marked ``not run``, in order, in one bash in ``clone``;
     whatever it left running is stopped."""
     all_steps = [step for block in page_blocks(page) if block.not_run is None
