@@ -11,8 +11,9 @@ an SQLite without sqlite-vec) still serves, by words: ``missing_store`` says why
 
 from __future__ import annotations
 
+import sqlite3
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, text
@@ -38,10 +39,19 @@ _SQLITE_TABLE = _TABLE.format(id="INTEGER", vector="BLOB")
 NO_PGVECTOR = ("pgvector is not installed in this PostgreSQL: the librarian recalls by words "
                "only (full-text search); enable the extension, then run `opsgate library "
                "reindex` (docs/evidence.md)")
-NO_SQLITE_VEC = ("sqlite-vec could not be loaded into SQLite (this Python's sqlite3 cannot load "
-                 "extensions: it was built without --enable-loadable-sqlite-extensions, as "
-                 "pyenv builds are by default): the librarian recalls by words only (full-text "
-                 "search)")
+NO_LOADABLE_SQLITE = ("this Python's sqlite3 cannot load extensions (it was built without "
+                      "--enable-loadable-sqlite-extensions, as pyenv builds are by default), so "
+                      "sqlite-vec is not loaded: the librarian recalls by words only (full-text "
+                      "search); for recall by meaning run opsgate on a Python that can, e.g. "
+                      "Debian's python3 (README, \"Two commands\")")
+NO_SQLITE_VEC = ("sqlite-vec did not load into SQLite: the librarian recalls by words only "
+                 "(full-text search); reinstall opsgate (`make install`) and see the log's "
+                 "'sqlite-vec not loaded' line")
+
+
+def sqlite_can_load_extensions() -> bool:
+    """Whether this interpreter's sqlite3 was built able to load extensions (sqlite-vec is one)."""
+    return hasattr(sqlite3.Connection, "enable_load_extension")
 
 
 @dataclass(frozen=True)
@@ -93,15 +103,17 @@ def ensure_index(conn: Connection, dimension: int) -> None:
             f"WHERE kind = '{kind}' AND dimension = {int(dimension)}")
 
 
-def missing_store(conn: Connection) -> str | None:
-    """Why this database holds no vectors, in one line; None when it does."""
+def missing_store(conn: Connection,
+                  can_load: Callable[[], bool] = sqlite_can_load_extensions) -> str | None:
+    """Why this database holds no vectors, in one line; None when it does. On SQLite, whether
+    this interpreter could load sqlite-vec at all (``can_load``) decides which line."""
     if conn.dialect.name == "postgresql":
         found = conn.execute(text("SELECT to_regclass('kb_vector') IS NOT NULL")).scalar_one()
         return None if found else NO_PGVECTOR
     try:
         conn.execute(text("SELECT vec_version()"))
     except DBAPIError:
-        return NO_SQLITE_VEC
+        return NO_SQLITE_VEC if can_load() else NO_LOADABLE_SQLITE
     return None
 
 
