@@ -7,6 +7,7 @@ by that test."""
 from __future__ import annotations
 
 import re
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -77,3 +78,12 @@ def test_numbers_aside_and_the_ellipsis_mean_only_that() -> None:
     assert not same_lines(shown, ["reindexed 12 cases (40 passages) in 3.4 s"], numbers_aside=True)
     assert not same_lines(shown, ["reindexed 12 documents (40 passages) in 3.4 s"])
     assert same_lines(["a … z"], ["a anything z"]) and not same_lines(["a … z"], ["a y"])
+
+
+def test_the_demo_port_the_readme_gives_is_the_one_make_passes() -> None:
+    readme = (ROOT / "README.md").read_text()
+    given = re.search(r'^make demo DEMO_ARGS="(--port \d+)"', readme, flags=re.MULTILINE)
+    assert given, "README no longer shows how to give make demo a port"
+    planned = subprocess.run(["make", "-n", "demo", f'DEMO_ARGS={given[1]}'], cwd=ROOT,
+                             capture_output=True, text=True, timeout=60, check=True)
+    assert planned.stdout.splitlines()[-1] == f".venv/bin/opsgate demo {given[1]}"
