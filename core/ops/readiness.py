@@ -176,15 +176,17 @@ def check_approvers(app: App) -> Check:
 
 def check_policy(app: App) -> Check:
     """Which policies decide (``OPSGATE_POLICY`` or the default), the catalog they read and
-    the policy set's version. ``ok`` either way; ``warning`` when the catalog's last edit could
-    not be read (the previous catalog still decides) or no catalog names any component."""
+    the policy set's version. ``ok`` either way; ``degraded`` names the catalog files left out
+    for their problems (they grant nothing; the sound files decide), and ``warning`` says it, or
+    that no catalog names any component."""
     catalog = app.catalog.current()
     check: Check = {"ok": True, "policy": str(app.settings.policy or "default"),
                     "catalog": None if app.settings.catalog is None else str(app.settings.catalog),
                     "components": len(catalog.components), "version": app.policy.version}
-    if app.catalog.problem is not None:
-        check["warning"] = (f"OPSGATE_CATALOG: the last edit is not used, the catalog read "
-                            f"before it still decides: {app.catalog.problem}")
+    if app.catalog.broken:
+        check["degraded"] = list(app.catalog.broken)
+        check["warning"] = (f"OPSGATE_CATALOG: left out until fixed, granting nothing: "
+                            f"{', '.join(app.catalog.broken)}: {app.catalog.problem}")
     elif app.settings.policy is not None and app.settings.catalog is None:
         check["warning"] = ("OPSGATE_CATALOG is unset: no component has an owner, so policies "
                             "on owners admit nobody")
