@@ -55,6 +55,7 @@ def readiness(app: App, now: datetime | None = None) -> dict[str, Any]:
         "ok": True, "warning": "the database is unreachable"}
     checks["approvers"] = check_approvers(app)
     checks["policy"] = check_policy(app)
+    checks["directory"] = check_directory(app)
     checks["slack"] = check_slack(app)
     ready = all(check["ok"] for check in checks.values())
     return {"status": "ready" if ready else "not_ready", "checks": checks}
@@ -193,6 +194,19 @@ def check_policy(app: App) -> Check:
     return check
 
 
+def check_directory(app: App) -> Check:
+    """Where the gate reads who is in which group (``OPSGATE_DIRECTORY``). ``ok`` either way;
+    ``warning`` when it is unset while a catalog or policies could name groups: then no group
+    has members and only OPSGATE_APPROVERS may approve."""
+    from core.catalog.directory import Directory
+
+    directory = Directory.parse(app.settings.directory)
+    check: Check = {"ok": True, "membership": directory.words()}
+    if directory.unset and (app.settings.catalog or app.settings.policy):
+        check["warning"] = f"group membership is read from {directory.words()}"
+    return check
+
+
 def check_slack(app: App) -> Check:
     """Whether the notifier's posts reach Slack: an outer layer plugged in its chat, and it does
     not hold them (no bot token). ``ok`` either way: the process still serves; ``warning`` says
@@ -204,7 +218,8 @@ def check_slack(app: App) -> Check:
 
 def warnings(app: App) -> list[str]:
     """What is missing from the configuration, one line each (``serve`` prints them at start)."""
-    checks = (check_approvers(app), check_policy(app), check_slack(app), check_library(app))
+    checks = (check_approvers(app), check_policy(app), check_directory(app), check_slack(app),
+              check_library(app))
     return [str(check["warning"]) for check in checks if "warning" in check]
 
 

@@ -42,7 +42,7 @@ def catalog(tmp_path: Path) -> Path:
 @pytest.fixture
 def app_options(catalog: Path) -> dict[str, Any]:
     return {"catalog": catalog, "policy": EXAMPLES / "policies", "alert_token": TOKEN,
-            "approvers": []}
+            "approvers": [], "directory": ["catalog"]}
 
 
 def opened(client: TestClient, engine: Engine, **body: Any) -> Any:
