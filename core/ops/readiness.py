@@ -176,15 +176,23 @@ def check_approvers(app: App) -> Check:
 
 
 def check_policy(app: App) -> Check:
-    """Which policies decide (``OPSGATE_POLICY`` or the default), the catalog they read and
-    the policy set's version. ``ok`` either way; ``degraded`` names the catalog files left out
-    for their problems (they grant nothing; the sound files decide), and ``warning`` says it, or
-    that no catalog names any component."""
+    """Which policies decide (``OPSGATE_POLICY`` or the default), the catalog they read, the
+    version of the policy set with the catalog (``version``) and of the policy files in force
+    (``policy_version``). ``ok`` either way; ``degraded`` names the files with a problem: a
+    broken policy file (nobody approves until it is fixed) or catalog files left out (they
+    grant nothing; the sound files decide); ``warning`` says it, or that no catalog names any
+    component."""
     catalog = app.catalog.current()
     check: Check = {"ok": True, "policy": str(app.settings.policy or "default"),
                     "catalog": None if app.settings.catalog is None else str(app.settings.catalog),
                     "components": len(catalog.components), "version": app.policy.version}
-    if app.catalog.broken:
+    if app.policies is not None:
+        check["policy_version"] = app.policy.cedar.version
+    if app.policies is not None and app.policies.problem is not None:
+        check["degraded"] = [*app.policies.broken, *app.catalog.broken]
+        check["warning"] = (f"OPSGATE_POLICY: nobody approves until it is fixed: "
+                            f"{app.policies.problem}")
+    elif app.catalog.broken:
         check["degraded"] = list(app.catalog.broken)
         check["warning"] = (f"OPSGATE_CATALOG: left out until fixed, granting nothing: "
                             f"{', '.join(app.catalog.broken)}: {app.catalog.problem}")
