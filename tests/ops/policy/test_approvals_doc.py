@@ -132,6 +132,8 @@ def test_the_commands_it_shows_print_what_it_says(doc_blocks, tmp_path):
     wrapper = bin_dir / "opsgate"  # as a reader's shell finds it, not a shell function
     wrapper.write_text(f'#!/bin/sh\nexec {shlex.join(command())} "$@"\n')
     wrapper.chmod(0o755)
+    (work / ".venv" / "bin").mkdir(parents=True)  # `.venv/bin/opsgate`, as a clone runs it
+    shutil.copy2(wrapper, work / ".venv" / "bin" / "opsgate")
     env = clean_env(PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     (tmp_path / "doc.sh").write_text(script(all_steps, out))
     runner = subprocess.Popen(["bash", str(tmp_path / "doc.sh")], cwd=work, env=env,
