@@ -67,7 +67,7 @@ def load_catalog(path: Path) -> Catalog:
     problems = [*(p for one in read for p in one.problems), *cross_problems(entities)]
     if problems:
         raise CatalogError(problems)
-    return _catalog_of(read)
+    return _catalog_of(read, entities)
 
 
 @dataclass(frozen=True)
@@ -94,12 +94,7 @@ def load_sound_files(path: Path) -> SoundFiles:
     left_out = error_files([*problems, *twice])
     sound = [one for one in read if str(one.file) not in left_out]
     entities, dangling = pruned([e for one in sound for e in one.entities])
-    catalog = Catalog.of([e for e in entities if isinstance(e, Component)],
-                         [e for e in entities if isinstance(e, Group)],
-                         [e for e in entities if isinstance(e, User)],
-                         sources=(str(one.file) for one in sound),
-                         ignored=sum(one.ignored for one in sound))
-    return SoundFiles(catalog, (*problems, *twice, *dangling), left_out)
+    return SoundFiles(_catalog_of(sound, entities), (*problems, *twice, *dangling), left_out)
 
 
 def _read_file(file: Path) -> _Read:
@@ -116,8 +111,8 @@ def _read_file(file: Path) -> _Read:
     return _Read(file, tuple(entities), tuple(problems), ignored)
 
 
-def _catalog_of(read: list[_Read]) -> Catalog:
-    entities = [entity for one in read for entity in one.entities]
+def _catalog_of(read: list[_Read], entities: list[Entity]) -> Catalog:
+    """The catalog of ``entities``, read from the files of ``read``."""
     return Catalog.of([e for e in entities if isinstance(e, Component)],
                       [e for e in entities if isinstance(e, Group)],
                       [e for e in entities if isinstance(e, User)],

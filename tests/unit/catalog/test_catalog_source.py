@@ -191,3 +191,15 @@ def test_many_threads_see_one_reload(file):
     for thread in threads:
         thread.join()
     assert len(set(seen)) == 1 and len(seen) == 16
+
+
+def test_a_slack_id_claimed_by_another_file_leaves_both_out(tmp_path):
+    """Eve's file claiming Alice's Slack id would make Eve's clicks Alice's: neither counts."""
+    write(tmp_path / "groups.yaml", GROUP.replace("members: []", "members: [alice]"))
+    write(tmp_path / "alice.yaml", USER % ("alice", "U0ALICE", "[]"))
+    clock = Clock()
+    source = CatalogSource(tmp_path, check_every_s=2.0, clock=clock)
+    write(tmp_path / "eve.yaml", USER % ("eve", "U0ALICE", "[payments-oncall]"))
+    clock.now += 2
+    assert source.current().members("payments-oncall") == frozenset()
+    assert set(source.broken) == {str(tmp_path / "alice.yaml"), str(tmp_path / "eve.yaml")}
