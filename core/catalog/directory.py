@@ -62,6 +62,14 @@ class Directory:
         return any(path == "." or relative == PurePosixPath(path)
                    or PurePosixPath(path) in relative.parents for path in self.catalog)
 
+    def missing(self, root: Path | None) -> tuple[str, ...]:
+        """The ``catalog:PATH`` entries naming nothing inside the catalog (``root``)."""
+        if root is None:
+            return tuple(f"{CATALOG}:{path}" for path in self.catalog)
+        base = root if root.is_dir() else root.parent
+        return tuple(f"{CATALOG}:{path}" for path in self.catalog
+                     if path != "." and not (base / path).exists())
+
     def words(self) -> str:
         """Where membership comes from, as one sentence's end."""
         said = [*(["Slack user groups"] if self.slack else []),

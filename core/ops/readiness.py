@@ -204,14 +204,19 @@ def check_policy(app: App) -> Check:
 
 def check_directory(app: App) -> Check:
     """Where the gate reads who is in which group (``OPSGATE_DIRECTORY``). ``ok`` either way;
-    ``warning`` when it is unset while a catalog or policies could name groups: then no group
-    has members and only OPSGATE_APPROVERS may approve."""
+    ``warning`` when it is unset while a catalog or policies could name groups (then no group
+    has members and only OPSGATE_APPROVERS may approve), or names a catalog path that is not
+    there."""
     from core.catalog.directory import Directory
 
     directory = Directory.parse(app.settings.directory)
     check: Check = {"ok": True, "membership": directory.words()}
+    missing = directory.missing(app.settings.catalog)
     if directory.unset and (app.settings.catalog or app.settings.policy):
         check["warning"] = f"group membership is read from {directory.words()}"
+    elif missing:
+        check["warning"] = (f"OPSGATE_DIRECTORY names {', '.join(missing)}, which is not in "
+                            "OPSGATE_CATALOG: it makes nobody a member")
     return check
 
 

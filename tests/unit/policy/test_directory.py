@@ -148,3 +148,18 @@ def test_covers_reads_paths_inside_the_catalog(tmp_path):
     catalog = Catalog.of([], [Group("g", (), None, (), "S0G", None, str(tmp_path / "x.yaml"))],
                          [])
     assert as_directory_says(catalog, directory, tmp_path).groups["g"].slack_group is None
+
+
+def test_readiness_names_a_directory_path_that_is_not_in_the_catalog(catalog, sqlite_engine):
+    from core.ops.readiness import check_directory
+    from tests.support.apps import make_app
+
+    app = make_app(sqlite_engine, catalog=catalog, directory=["slack", "catalog:orgg"])
+    try:
+        assert check_directory(app) == {
+            "ok": True, "membership": "Slack user groups and the catalog's orgg "
+                                      "(OPSGATE_DIRECTORY)",
+            "warning": "OPSGATE_DIRECTORY names catalog:orgg, which is not in OPSGATE_CATALOG: "
+                       "it makes nobody a member"}
+    finally:
+        app.close()
