@@ -81,12 +81,14 @@ class SlackGroups:
 
 def group_members(settings: Settings) -> GroupMembers | None:
     """The resolver of the Slack user groups that decide approvals: those on the approver list,
-    those the policies name (``Group::"S…"``) and those the catalog's groups name
-    (``slack.com/usergroup-id``); None when there are none (or no Slack)."""
+    and, when Slack is in the directory (``OPSGATE_DIRECTORY=slack``), those the policies name
+    (``Group::"S…"``) and those the catalog's groups name (``slack.com/usergroup-id``); None
+    when there are none (or no Slack)."""
     from bot.app import web_client
+    from core.catalog.directory import Directory
 
-    groups = list(dict.fromkeys([*(a for a in settings.approvers if is_group(a)),
-                                 *named_user_groups(settings)]))
+    named = named_user_groups(settings) if Directory.parse(settings.directory).slack else []
+    groups = list(dict.fromkeys([*(a for a in settings.approvers if is_group(a)), *named]))
     slack = settings.layer(SlackSettings)
     if not groups or slack.slack_bot_token is None:
         return None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
@@ -10,13 +10,15 @@ from typing import TYPE_CHECKING, Protocol
 from sqlalchemy import Engine
 
 from core.cases.service import CaseService
+from core.catalog.directory import Directory, as_directory_says
 from core.catalog.files import CatalogSource
+from core.catalog.model import Catalog
 from core.chat import ChatSink, RecordingSink
 from core.db.database import make_engine
 from core.domain.policy import ApprovalPolicy
 from core.evidence.configured import has_metrics_source, promql_bounds
 from core.gateway import Gateway, build_gateway
-from core.policy.files import catalog_problems, load_rules
+from core.policy.files import PolicySource, catalog_problems
 from core.policy.judge import GroupMembers
 from core.policy.rules import PolicyError
 from core.settings import OpsgateSettings, Settings, load_settings
@@ -68,6 +70,7 @@ class App:
     gateway: Gateway
     policy: ApprovalPolicy = field(default_factory=ApprovalPolicy)
     catalog: CatalogSource = field(default_factory=lambda: CatalogSource(None))
+    policies: PolicySource | None = None  # OPSGATE_POLICY's files; None: the default decides
     chat: ChatSink = field(default_factory=RecordingSink)  # the notifier posts here
     extensions: Extensions = field(default_factory=Extensions)
 
@@ -85,25 +88,48 @@ class App:
 
 
 def policy_from_settings(settings: Settings, members: GroupMembers | None = None,
-                         catalog: CatalogSource | None = None) -> ApprovalPolicy:
+                         catalog: CatalogSource | None = None,
+                         policies: PolicySource | None = None) -> ApprovalPolicy:
     """The approval policy of ``settings``: the Cedar policies of ``OPSGATE_POLICY`` (else the
-    shipped default), judged with the catalog of ``OPSGATE_CATALOG`` as it is at each click.
-    ``members`` resolves Slack user groups (the Slack front end passes its cached resolver;
-    none: groups have no members). ``PolicyError`` or ``CatalogError`` when either cannot be
-    used, or when the policies name a group or component the catalog does not have."""
+    shipped default), judged with the catalog of ``OPSGATE_CATALOG`` as it is at each click and
+    as ``OPSGATE_DIRECTORY`` says who is in which group. ``members`` resolves Slack user groups
+    (the Slack front end passes its cached resolver; none: groups have no members; without
+    ``slack`` in the directory, only the groups OPSGATE_APPROVERS lists). ``PolicyError`` or
+    ``CatalogError`` when either cannot be used, or when the policies name a group or
+    component the catalog does not have."""
     source = catalog or CatalogSource(settings.catalog)
-    rules = None if settings.policy is None else load_rules(settings.policy)
+    if policies is None and settings.policy is not None:
+        policies = PolicySource(settings.policy)
+    rules = None if policies is None else policies.current()
     if rules is not None:
         unknown = catalog_problems(rules, source.current())
         if unknown:
             raise PolicyError(unknown)
+    directory = Directory.parse(settings.directory)
+
+    def gate_catalog() -> Catalog:
+        return as_directory_says(source.current(), directory, settings.catalog)
+
     policy = ApprovalPolicy(approvers=frozenset(settings.approvers),
                             two_person_risk=settings.two_person_risk,
                             auto_approve=settings.auto_approve,
                             auto_approve_max_risk=settings.auto_approve_max_risk,
                             approval_ttl_s=settings.approval_ttl_s, rules=rules,
-                            catalog=source.current)
-    return policy if members is None else replace(policy, members=members)
+                            catalog=gate_catalog,
+                            policies=None if policies is None else policies.current)
+    if members is None:
+        return policy
+    return replace(policy, members=members if directory.slack
+                   else listed_only(members, frozenset(settings.approvers)))
+
+
+def listed_only(members: GroupMembers, approvers: frozenset[str]) -> GroupMembers:
+    """Slack user group members when Slack is not the directory: only the groups
+    OPSGATE_APPROVERS lists have members (the operator named them there)."""
+    def listed(group: str) -> Collection[str]:
+        return members(group) if group in approvers else ()
+
+    return listed
 
 
 def bootstrap(settings: Settings | None = None, *, engine: Engine | None = None,
@@ -118,7 +144,8 @@ def bootstrap(settings: Settings | None = None, *, engine: Engine | None = None,
     if members is None and extensions.members is not None:
         members = extensions.members(settings)
     catalog = CatalogSource(settings.catalog)
-    policy = policy_from_settings(settings, members, catalog)
+    policies = None if settings.policy is None else PolicySource(settings.policy)
+    policy = policy_from_settings(settings, members, catalog, policies)
     if settings.kubeconfig:  # a kubeconfig that cannot be used stops the start, in one line
         from core.investigate.sources import kubernetes_reader
 
@@ -131,6 +158,7 @@ def bootstrap(settings: Settings | None = None, *, engine: Engine | None = None,
                                 else None,
                                 dry_run=PlanDryRun(lambda: adapters_from_settings(settings))),
               gateway=build_gateway(settings, engine), policy=policy, catalog=catalog,
+              policies=policies,
               chat=chat or RecordingSink(), extensions=extensions)
     if chat is None and extensions.chat is not None:
         app.chat = extensions.chat(app)

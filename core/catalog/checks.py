@@ -4,6 +4,7 @@ member a User, every parent, child and memberOf a Group, every Slack id one pers
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 
 from core.catalog.descriptors import SLACK_USER, Entity
 from core.catalog.model import Component, Group, User
@@ -29,6 +30,49 @@ def _twice(entities: Iterable[Entity]) -> Iterator[CatalogProblem]:
                 f"in {earlier.source} too"
             yield _problem(entity, "metadata.name", f"{entity.name} is defined {where}; "
                                                     "expected each name once per kind")
+
+
+def claimed_twice(entities: Sequence[Entity]) -> list[CatalogProblem]:
+    """A problem for each entity whose kind and name, or whose person's Slack id, an entity of
+    another file has too: every one of them, since which was meant cannot be told."""
+    files: dict[tuple[str, str], set[str]] = {}
+    for entity in entities:
+        for key in _claims(entity):
+            files.setdefault(key, set()).add(entity.source)
+    return [_problem(entity, "metadata.name" if key[0] != "Slack id" else
+                     f"metadata.annotations.{SLACK_USER}",
+                     f"{key[1]} is claimed in {', '.join(sorted(others))} too; expected each "
+                     "name once per kind and each Slack id one person's")
+            for entity in entities for key in _claims(entity)
+            if (others := files[key] - {entity.source})]
+
+
+def _claims(entity: Entity) -> list[tuple[str, str]]:
+    claims = [(_kind(entity), entity.name)] if entity.name else []
+    if isinstance(entity, User) and entity.slack_id:
+        claims.append(("Slack id", entity.slack_id))
+    return claims
+
+
+def pruned(entities: Sequence[Entity]) -> tuple[list[Entity], list[CatalogProblem]]:
+    """The entities without their references to entities that are not there (a member, a
+    group, a parent: they grant nothing) and without the components whose owner is not there
+    (nobody owns them), with a problem for each."""
+    named = [entity for entity in entities if entity.name]
+    groups = {e.name for e in named if isinstance(e, Group)}
+    users = {e.name for e in named if isinstance(e, User)}
+    kept: list[Entity] = []
+    for entity in named:
+        if isinstance(entity, Component) and entity.owner not in groups:
+            continue
+        if isinstance(entity, Group):
+            entity = replace(entity, members=tuple(m for m in entity.members if m in users),
+                             parent=entity.parent if entity.parent in groups else None,
+                             children=tuple(c for c in entity.children if c in groups))
+        elif isinstance(entity, User):
+            entity = replace(entity, member_of=tuple(g for g in entity.member_of if g in groups))
+        kept.append(entity)
+    return kept, list(_dangling(named, groups, users))
 
 
 def _dangling(entities: Iterable[Entity], groups: set[str],

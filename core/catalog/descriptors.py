@@ -26,6 +26,10 @@ SLACK_GROUP = "slack.com/usergroup-id"
 NAME = re.compile(r"^[A-Za-z0-9]+([-_.][A-Za-z0-9]+)*$")
 SLACK_USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
 SLACK_GROUP_ID = re.compile(r"^S[A-Z0-9]{2,}$")
+SLACK_SHAPED = re.compile(r"^[SUW][A-Z0-9]{2,}$")
+"""A name the gate would read as a Slack id (a user group ``S…``, a person ``U…``/``W…``)."""
+RESERVED_GROUP = "opsgate-approvers"  # core.policy.rules.APPROVERS_GROUP: OPSGATE_APPROVERS only
+RESERVED_PREFIX = "opsgate:"
 # [kind:][namespace/]name, as Backstage writes a reference to another entity.
 REF = re.compile(r"^(?:(?P<kind>[A-Za-z]+):)?(?:(?P<namespace>[^:/]+)/)?(?P<name>[^:/]+)$")
 
@@ -122,6 +126,21 @@ def _user(fields: _Fields) -> User:
     )
 
 
+def reserved_name(name: str) -> str | None:
+    """Why a Group or User may not be called ``name`` (None: it may). The approvers' group is
+    OPSGATE_APPROVERS' alone, ``opsgate:`` names are opsgate's own, and a Slack-id-shaped name
+    would be read as the Slack user group or person it looks like."""
+    if name == RESERVED_GROUP:
+        return (f"{name} is reserved: its members are OPSGATE_APPROVERS alone; expected "
+                "another name")
+    if name.startswith(RESERVED_PREFIX):
+        return f"{name!r} is reserved: opsgate: names are opsgate's own; expected another name"
+    if SLACK_SHAPED.match(name):
+        return (f"{name} is reserved: it is shaped like a Slack id (S…, U…, W…); expected a "
+                "lowercase name, with a Slack user group linked by slack.com/usergroup-id")
+    return None
+
+
 _READERS: dict[str, Callable[[_Fields], Entity]] = {
     "Component": _component, "Group": _group, "User": _user}
 
@@ -145,7 +164,10 @@ class _Fields:
     def name(self) -> str:
         example = {"Component": "payments-api", "Group": "payments-oncall"}.get(self.kind, "alice")
         name = self.text(("metadata", "name"), f"a name such as {example}") or ""
-        if name and (not NAME.match(name) or len(name) > 63):
+        reserved = reserved_name(name) if self.kind in ("Group", "User") else None
+        if reserved:
+            self.problem(("metadata", "name"), reserved)
+        elif name and (not NAME.match(name) or len(name) > 63):
             self.problem(("metadata", "name"), f"{name!r} is not a name; expected letters and "
                                                f"digits joined by - _ or ., such as {example}")
         return name

@@ -1,6 +1,7 @@
-"""``opsgate policy check|default|schema|explain``: the approval policy in Cedar (OPSGATE_POLICY)
-as the gate reads it: whether it loads against the schema and the catalog, the shipped default
-to start from, and who may approve one plan and why. No database is needed. Policies or a
+"""``opsgate policy check|default|schema|explain|changes``: the approval policy in Cedar
+(OPSGATE_POLICY) as the gate reads it: whether it loads against the schema and the catalog, the
+shipped default to start from, who may approve one plan and why, and (from the database) who
+gained and lost approval rights. Only ``changes`` needs a database. Policies or a
 catalog with problems print one line per problem on stderr and exit 2, never a traceback."""
 
 from __future__ import annotations
@@ -88,6 +89,22 @@ def policy_arguments(parser: argparse.ArgumentParser) -> None:
                            help="when the click is judged (context.now), e.g. "
                                 "2026-12-24T09:00:00Z (default: now; without an offset: UTC)")
     _sources(explained)
+    changed = actions.add_parser(
+        "changes", help="who gained and lost approval rights, when, after which files changed",
+        description="The audit of who may approve what: each time a catalog, policy or "
+                    "directory reload added or removed a person from an approving group (the "
+                    "policies' groups, the owners, opsgate-approvers), recorded by `opsgate "
+                    "serve` with the files that changed. Newest first. Reads the database "
+                    "(OPSGATE_DATABASE_URL).",
+        epilog="example:\n  opsgate policy changes --limit 5\n", formatter_class=raw)
+    changed.add_argument("--limit", metavar="N", type=_count_of_changes, default=20,
+                         help="how many changes to show, newest first (default: 20)")
+
+
+def _count_of_changes(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 1000:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number from 1 to 1000")
+    return int(text)
 
 
 def _sources(parser: argparse.ArgumentParser) -> None:
@@ -116,6 +133,8 @@ def run_policy(args: argparse.Namespace) -> int:
 
         print(schema_text(), end="", flush=True)
         return 0
+    if args.policy_action == "changes":
+        return _changes(args)
     named = {"policy": getattr(args, "policy", None), "catalog": getattr(args, "catalog", None)}
     settings = load_settings(**{name: path for name, path in named.items() if path is not None})
     if args.policy_action == "check":
@@ -173,6 +192,26 @@ def _catalog_words(path: Path | None, catalog: Catalog) -> str:
 
 def _count(number: int, one: str, many: str) -> str:
     return f"{number} {one if number == 1 else many}"
+
+
+# -- changes ----------------------------------------------------------------------------------
+
+def _changes(args: argparse.Namespace) -> int:
+    """Who gained and lost approval rights, newest first."""
+    import sys
+
+    from core.cli.app import opened_app, settings_of
+    from core.ops.rights import changes
+
+    with opened_app(settings_of(args), notes=sys.stderr) as app:
+        found = changes(app.engine, args.limit)
+    if not found:
+        print("no change of who may approve what is recorded yet (`opsgate serve` records "
+              "them)", flush=True)
+        return 0
+    for change in found:
+        print("\n".join(change.lines()), flush=True)
+    return 0
 
 
 # -- default ----------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from core.api import create_api
     from core.evidence.configured import metrics_source_line
     from core.investigate.sources import sources_line
+    from core.ops.rights import RightsWatch
 
     settings = settings_of(args)
     hosts = allowed_hosts(settings, bound_to=args.host)  # bound beyond loopback: named, or exit
@@ -52,6 +53,7 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"investigation: {sources_line(app.settings)}", flush=True)
         _warn(app)
         loop = socket = None
+        rights = RightsWatch(app).start()  # who may approve what: every change audited
         try:
             loop = _serve_loop(app, args.no_loop)
             socket = _socket_mode(app) if args.socket_mode else None
@@ -62,6 +64,7 @@ def run_serve(args: argparse.Namespace) -> int:
             uvicorn.run(create_api(app), host=args.host, port=args.port,
                         log_level=args.log_level)
         finally:
+            rights.stop()
             if socket is not None:
                 socket.close()
             if loop is not None:

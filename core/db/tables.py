@@ -272,3 +272,18 @@ change_record = Table(  # migration 0016: a deploy or configuration change POSTe
     Index("ix_change_record_component_happened_at", "component", "happened_at"),
     Index("ix_change_record_service_happened_at", "service", "happened_at"),
 )
+
+approval_rights_change = Table(  # migration 0018: a change of who may approve what (issue 40)
+    "approval_rights_change",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("seq", Integer, nullable=False, unique=True),  # 1, 2, …: one writer per change
+    Column("recorded_at", DateTime(timezone=True), nullable=False),  # UTC
+    Column("rights_version", String(64), nullable=False),  # the hash of ``after``
+    Column("policy_version", String(64), nullable=False),  # the policy set's, as approvals
+    Column("before", Json, nullable=False),  # {approving group: [Slack ids]} before
+    Column("after", Json, nullable=False),  # … and after
+    Column("names", Json, nullable=False),  # {Slack id: the person's name} as the catalog said
+    Column("files", Json, nullable=False),  # the catalog and policy files changed since before
+    Column("sources", Json, nullable=False),  # {file: content hash} of every file read
+)

@@ -104,8 +104,9 @@ class ApprovalPolicy:
     """Who may approve and how many must, as Cedar decides it. ``rules``: the policies of
     ``OPSGATE_POLICY``; None: the shipped default for ``approvers`` (user ids and/or user
     group ids; empty means nobody may approve nor reject until someone is named),
-    ``two_person_risk`` and ``auto_approve``. The requester never may. ``catalog`` answers with
-    the catalog as it is now; ``members`` with a Slack user group's members. A plan nobody
+    ``two_person_risk`` and ``auto_approve``; ``policies``, when given, answers with the
+    policies as they are now. The requester never may. ``catalog`` answers with the catalog as
+    it is now; ``members`` with a Slack user group's members. A plan nobody
     decided ``approval_ttl_s`` seconds after it reached the gate expires."""
 
     approvers: frozenset[str] = frozenset()
@@ -116,6 +117,7 @@ class ApprovalPolicy:
     approval_ttl_s: float = 3600.0
     rules: Rules | None = field(default=None, compare=False, repr=False)
     catalog: Callable[[], Catalog] = field(default=_no_catalog, compare=False, repr=False)
+    policies: Callable[[], Rules] | None = field(default=None, compare=False, repr=False)
     components: tuple[str, ...] = field(default=(), compare=False)  # the case's (``at``)
     now: datetime | None = field(default=None, compare=False)  # None: the clock's time
 
@@ -142,7 +144,9 @@ class ApprovalPolicy:
 
     @property
     def cedar(self) -> Rules:
-        """The policies that decide (the default's when ``OPSGATE_POLICY`` is unset)."""
+        """The policies that decide now (the default's when ``OPSGATE_POLICY`` is unset)."""
+        if self.policies is not None:
+            return self.policies()
         assert self.rules is not None, "__post_init__ sets the rules"
         return self.rules
 

@@ -55,6 +55,7 @@ def readiness(app: App, now: datetime | None = None) -> dict[str, Any]:
         "ok": True, "warning": "the database is unreachable"}
     checks["approvers"] = check_approvers(app)
     checks["policy"] = check_policy(app)
+    checks["directory"] = check_directory(app)
     checks["slack"] = check_slack(app)
     ready = all(check["ok"] for check in checks.values())
     return {"status": "ready" if ready else "not_ready", "checks": checks}
@@ -175,19 +176,47 @@ def check_approvers(app: App) -> Check:
 
 
 def check_policy(app: App) -> Check:
-    """Which policies decide (``OPSGATE_POLICY`` or the default), the catalog they read and
-    the policy set's version. ``ok`` either way; ``warning`` when the catalog's last edit could
-    not be read (the previous catalog still decides) or no catalog names any component."""
+    """Which policies decide (``OPSGATE_POLICY`` or the default), the catalog they read, the
+    version of the policy set with the catalog (``version``) and of the policy files in force
+    (``policy_version``). ``ok`` either way; ``degraded`` names the files with a problem: a
+    broken policy file (nobody approves until it is fixed) or catalog files left out (they
+    grant nothing; the sound files decide); ``warning`` says it, or that no catalog names any
+    component."""
     catalog = app.catalog.current()
     check: Check = {"ok": True, "policy": str(app.settings.policy or "default"),
                     "catalog": None if app.settings.catalog is None else str(app.settings.catalog),
                     "components": len(catalog.components), "version": app.policy.version}
-    if app.catalog.problem is not None:
-        check["warning"] = (f"OPSGATE_CATALOG: the last edit is not used, the catalog read "
-                            f"before it still decides: {app.catalog.problem}")
+    if app.policies is not None:
+        check["policy_version"] = app.policy.cedar.version
+    if app.policies is not None and app.policies.problem is not None:
+        check["degraded"] = [*app.policies.broken, *app.catalog.broken]
+        check["warning"] = (f"OPSGATE_POLICY: nobody approves until it is fixed: "
+                            f"{app.policies.problem}")
+    elif app.catalog.broken:
+        check["degraded"] = list(app.catalog.broken)
+        check["warning"] = (f"OPSGATE_CATALOG: left out until fixed, granting nothing: "
+                            f"{', '.join(app.catalog.broken)}: {app.catalog.problem}")
     elif app.settings.policy is not None and app.settings.catalog is None:
         check["warning"] = ("OPSGATE_CATALOG is unset: no component has an owner, so policies "
                             "on owners admit nobody")
+    return check
+
+
+def check_directory(app: App) -> Check:
+    """Where the gate reads who is in which group (``OPSGATE_DIRECTORY``). ``ok`` either way;
+    ``warning`` when it is unset while a catalog or policies could name groups (then no group
+    has members and only OPSGATE_APPROVERS may approve), or names a catalog path that is not
+    there."""
+    from core.catalog.directory import Directory
+
+    directory = Directory.parse(app.settings.directory)
+    check: Check = {"ok": True, "membership": directory.words()}
+    missing = directory.missing(app.settings.catalog)
+    if directory.unset and (app.settings.catalog or app.settings.policy):
+        check["warning"] = f"group membership is read from {directory.words()}"
+    elif missing:
+        check["warning"] = (f"OPSGATE_DIRECTORY names {', '.join(missing)}, which is not in "
+                            "OPSGATE_CATALOG: it makes nobody a member")
     return check
 
 
@@ -202,7 +231,8 @@ def check_slack(app: App) -> Check:
 
 def warnings(app: App) -> list[str]:
     """What is missing from the configuration, one line each (``serve`` prints them at start)."""
-    checks = (check_approvers(app), check_policy(app), check_slack(app), check_library(app))
+    checks = (check_approvers(app), check_policy(app), check_directory(app), check_slack(app),
+              check_library(app))
     return [str(check["warning"]) for check in checks if "warning" in check]
 
 

@@ -1,16 +1,30 @@
 """The policy files: ``OPSGATE_POLICY`` names a ``.cedar`` file or a folder of them (read
 recursively, sorted by path); ``load_rules`` reads them all, or says every problem, each on one
-line naming the file and the policy."""
+line naming the file and the policy; ``PolicySource`` gives a running service the files as they
+are now, without a restart."""
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from core.catalog.model import Catalog
 from core.policy.judge import is_slack_group
-from core.policy.rules import APPROVERS_GROUP, PolicyError, PolicyProblem, Rules, read_rules
+from core.policy.rules import (
+    APPROVERS_GROUP,
+    PolicyError,
+    PolicyProblem,
+    Rules,
+    read_rules,
+    refusing_rules,
+)
 
 EXPECTED = "expected a .cedar file or a folder of .cedar files"
+
+log = logging.getLogger(__name__)
 
 
 def policy_files(path: Path) -> tuple[Path, ...]:
@@ -61,3 +75,69 @@ def catalog_problems(rules: Rules, catalog: Catalog) -> list[PolicyProblem]:
                                               f'{kind}::"{name}" is not in the catalog '
                                               "(OPSGATE_CATALOG)"))
     return problems
+
+
+class PolicySource:
+    """The policies of a running service: at most every ``check_every_s`` it looks at the
+    ``.cedar`` files' sizes and times (an added or removed file too) and reads them again when
+    they changed. A set with a problem decides nothing: nobody approves and nothing approves
+    itself until it is fixed (a broken file could have been a forbid), ``problem`` says why and
+    ``broken`` names the files (logged once). The first read is not forgiven: a bad set raises
+    ``PolicyError``, so the service does not start."""
+
+    def __init__(self, path: Path, *, check_every_s: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self.problem: str | None = None
+        self.broken: tuple[str, ...] = ()
+        self._every, self._clock = check_every_s, clock
+        self._lock = threading.Lock()
+        self._stamp = _stamp(path)
+        self._rules = load_rules(path)
+        self._checked_at = clock()
+
+    def current(self) -> Rules:
+        """The policies as the files were at the last look."""
+        if self._clock() - self._checked_at < self._every:
+            return self._rules
+        with self._lock:
+            if self._clock() - self._checked_at >= self._every:
+                try:
+                    self._reload_if_changed()
+                finally:
+                    self._checked_at = self._clock()
+            return self._rules
+
+    def _reload_if_changed(self) -> None:
+        stamp = _stamp(self.path)  # before reading: an edit during the read is seen next time
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        try:
+            rules = load_rules(self.path)
+        except PolicyError as error:
+            if str(error) != self.problem:
+                log.warning("policy %s: nobody approves until it is fixed: %s", self.path, error)
+            self.problem = str(error)
+            self.broken = tuple(dict.fromkeys(problem.source for problem in error.problems))
+            self._rules = refusing_rules()
+            return
+        if rules.version != self._rules.version:
+            log.info("policy %s: version %s", self.path, rules.version)
+        self._rules, self.problem, self.broken = rules, None, ()
+
+
+def _stamp(path: Path) -> tuple[tuple[str, int, int, int], ...]:
+    """What changes when a policy file is edited, added, removed or replaced."""
+    try:
+        files = policy_files(path)
+    except PolicyError:
+        return ()
+    found = []
+    for file in files:
+        try:
+            stat = file.stat()
+            found.append((str(file), stat.st_mtime_ns, stat.st_size, stat.st_ino))
+        except OSError:
+            found.append((str(file), -1, -1, -1))
+    return tuple(found)

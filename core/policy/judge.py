@@ -71,6 +71,7 @@ class People:
         for group in slack:
             for name in linked.get(group, ()):
                 groups |= {name, *self._ancestors(name)}
+        groups.discard(APPROVERS_GROUP)  # OPSGATE_APPROVERS' alone, whatever a catalog says
         if person in self.approvers or slack & self.approvers:
             groups.add(APPROVERS_GROUP)
         return frozenset(groups)

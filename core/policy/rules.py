@@ -98,7 +98,17 @@ class Rules:
 
 
 
-def read_rules(sources: Sequence[tuple[str, str]], *, default: bool = False) -> Rules:
+BROKEN_RULE = "policy-files-broken"
+
+
+def refusing_rules() -> Rules:
+    """What decides while the policy files have a problem: nobody approves and nothing approves
+    itself (fail closed: the broken file could be a forbid)."""
+    return read_rules([("opsgate:broken.cedar", _shipped("broken.cedar"))], refusing=True)
+
+
+def read_rules(sources: Sequence[tuple[str, str]], *, default: bool = False,
+               refusing: bool = False) -> Rules:
     """The rules of ``sources`` ((name, Cedar text) pairs) and the always-on rules;
     ``PolicyError`` naming every problem (syntax, schema, names, quorums)."""
     texts = (*sources, ("opsgate:always.cedar", _shipped("always.cedar")))
@@ -115,7 +125,7 @@ def read_rules(sources: Sequence[tuple[str, str]], *, default: bool = False) -> 
                 problems.append(problem)
             policies[name], rules[name] = est, rule
     if not problems and not any(rule.effect == "permit" for rule in rules.values()) \
-            and not default:
+            and not (default or refusing):
         problems.append(PolicyProblem(texts[0][0] if sources else "OPSGATE_POLICY", None,
                                       "no permit: nobody could ever approve a plan"))
     if problems:

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from core.settings.forms import EnvNames, HttpUrl, Names
+from core.settings.forms import DirectoryEntries, EnvNames, HttpUrl, Names
 
 
 class GateSettings(BaseModel):
@@ -45,6 +45,14 @@ class GateSettings(BaseModel):
         description="The service catalog: a Backstage catalog-info.yaml file, or a folder read "
         "recursively for *.yaml/*.yml (Component, Group, User). Unset: no components are known "
         "and policies that name owners admit nobody.",
+    )
+    directory: DirectoryEntries = Field(
+        default_factory=list,
+        description="Where group membership is read (docs/approvals.md, \"The directory\"): "
+        "slack (Slack user groups), catalog (every file of OPSGATE_CATALOG) or catalog:PATH "
+        "(a file or folder inside it, e.g. catalog:org), comma-separated. A Group's members, "
+        "parent and children and a User's memberOf and Slack id count only in those files. "
+        "Unset: no group has members; only OPSGATE_APPROVERS may approve.",
     )
     policy: Path | None = Field(
         default=None,

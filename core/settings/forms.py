@@ -15,8 +15,8 @@ from pydantic_settings import NoDecode
 from core.allowed_hosts import host_names
 from core.settings_errors import Expect
 
-__all__ = ["BusUrl", "EnvNames", "HostNames", "HttpUrl", "Names", "ObjectOfNumbers",
-           "ObjectOfObjects"]
+__all__ = ["BusUrl", "DirectoryEntries", "EnvNames", "HostNames", "HttpUrl", "Names",
+           "ObjectOfNumbers", "ObjectOfObjects"]
 
 
 def _list_from_text(value: Any) -> Any:
@@ -122,6 +122,18 @@ ObjectOfNumbers = Annotated[
 ObjectOfObjects = Annotated[
     dict[str, dict[str, Any]], NoDecode, BeforeValidator(_object_from_text),
     Expect('a JSON object of names and objects, e.g. {"m": {"query": "…", "kind": "level"}}')]
+def _directory(entries: list[str]) -> list[str]:
+    """Where group membership is read (core.catalog.directory): each entry ``slack``,
+    ``catalog`` or ``catalog:PATH`` inside the catalog's folder."""
+    from core.catalog.directory import Directory
+
+    Directory.parse(entries)  # ValueError saying which entry and why
+    return entries
+
+
+DirectoryEntries = Annotated[Names, AfterValidator(_directory), Expect(
+    "slack, catalog, or catalog:PATH (a file or folder inside OPSGATE_CATALOG), separated by "
+    "commas (slack,catalog:org)")]
 EnvNames = Annotated[Names, AfterValidator(_env_names), Expect(
     "variable names or prefixes ending in *, separated by commas (A,B_*) or a JSON list")]
 

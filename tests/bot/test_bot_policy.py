@@ -78,7 +78,7 @@ def serving(world: dict[str, Any], tmp_path: Path, *, freeze: bool = False) -> A
     engine = world.pop("engine")
     return running_bot(engine, consumers={"planner": RollbackPlanner}, approvers=[],
                        catalog=EXAMPLES / "catalog", policy=policies(tmp_path, freeze=freeze),
-                       **world)
+                       directory=["catalog"], **world)
 
 
 def decisions(engine: Engine) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
 """Cases know their components (issue 27): named over REST (checked against the catalog), from
 an alert's labels through the catalog's annotations; the running service reads catalog edits
-without a restart, keeps the last good catalog through a bad edit, and says so in /readyz."""
+without a restart, leaves a broken file out (it grants nothing), and says so in /readyz."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def catalog(tmp_path: Path) -> Path:
 @pytest.fixture
 def app_options(catalog: Path) -> dict[str, Any]:
     return {"catalog": catalog, "policy": EXAMPLES / "policies", "alert_token": TOKEN,
-            "approvers": []}
+            "approvers": [], "directory": ["catalog"]}
 
 
 def opened(client: TestClient, engine: Engine, **body: Any) -> Any:
@@ -94,7 +94,7 @@ def test_an_alerts_labels_name_its_cases_components(client, engine):
     assert components == ["payments-api"]
 
 
-def test_the_running_service_reads_a_catalog_edit_and_keeps_the_last_good_one(app, catalog):
+def test_the_running_service_reads_a_catalog_edit_and_leaves_a_broken_file_out(app, catalog):
     def refusal() -> str | None:
         return app.policy.at((), None).refusal(CAROL, "agent", SEARCH_ROLLOUT)
 
@@ -107,10 +107,14 @@ def test_the_running_service_reads_a_catalog_edit_and_keeps_the_last_good_one(ap
     search.write_text("apiVersion: backstage.io/v1alpha1\nkind: Component\n"
                       "metadata: {name: search-api}\n")  # broken: no spec, no owner
     assert eventually(lambda: app.catalog.current() and app.catalog.problem is not None)
-    assert "only payments-oncall" in str(refusal())  # the last good catalog still decides
+    assert "search-api" not in app.catalog.current().components  # the broken file grants nothing
+    assert refusal() is not None
     from core.ops.readiness import check_policy
 
-    assert "OPSGATE_CATALOG: the last edit is not used" in check_policy(app)["warning"]
+    check = check_policy(app)
+    assert check["degraded"] == [str(search)]
+    assert check["warning"].startswith(f"OPSGATE_CATALOG: left out until fixed, granting "
+                                       f"nothing: {search}: {search}: Component search-api")
 
 
 def eventually(condition: Any, within_s: float = 10.0) -> bool:

@@ -90,6 +90,9 @@ def test_a_fresh_process_is_ready(client, engine):
             "the gate until someone is named")},
         "policy": {"ok": True, "policy": "default", "catalog": None, "components": 0,
                    "version": report["checks"]["policy"]["version"]},
+        "directory": {"ok": True, "membership": (
+            "nowhere (OPSGATE_DIRECTORY is unset): no group has members, only "
+            "OPSGATE_APPROVERS may approve")},
         "library": library,
         "slack": {"ok": True, "configured": False, "warning": NO_SLACK}}}
 

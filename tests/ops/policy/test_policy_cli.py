@@ -200,7 +200,8 @@ def test_schema_prints_the_cedar_schema(tmp_path):
 
 def explain(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return opsgate(tmp_path, "explain", "--plan", str(rollout_plan(tmp_path)), *args,
-                   "--policy", str(POLICIES), "--catalog", str(CATALOG), **env)
+                   "--policy", str(POLICIES), "--catalog", str(CATALOG),
+                   **{"OPSGATE_DIRECTORY": "catalog", **env})
 
 
 @ACTIONS_FLAGGED

@@ -338,3 +338,26 @@ def test_a_problem_reads_as_one_line():
                             "missing; expected a group name such as payments-oncall")
     assert str(CatalogProblem("x.yaml", None, None, "cannot be read")) == \
         "x.yaml: cannot be read"
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("opsgate-approvers", "opsgate-approvers is reserved: its members are OPSGATE_APPROVERS "
+                          "alone; expected another name"),
+    ("opsgate:anyone", "'opsgate:anyone' is reserved: opsgate: names are opsgate's own; "
+                       "expected another name"),
+    ("S0614TZR7", "S0614TZR7 is reserved: it is shaped like a Slack id (S…, U…, W…); expected "
+                  "a lowercase name, with a Slack user group linked by slack.com/usergroup-id"),
+])
+def test_a_reserved_group_name_is_refused_in_one_line_naming_the_file(tmp_path, name, why):
+    """Issue 40: a catalog Group named opsgate-approvers (or like a Slack user group) would
+    make its members approvers whatever OPSGATE_APPROVERS says."""
+    path = write(tmp_path, "evil.yaml", group(name, ("eve",)), user("eve", "U0EVE"))
+    assert problems(path) == [f"{path}: Group {name}: metadata.name: {why}"]
+
+
+def test_a_user_named_like_a_slack_id_is_refused(tmp_path):
+    path = write(tmp_path, "evil.yaml", user("U0ALICE", "U0EVE"))
+    assert problems(path) == [
+        f"{path}: User U0ALICE: metadata.name: U0ALICE is reserved: it is shaped like a Slack "
+        "id (S…, U…, W…); expected a lowercase name, with a Slack user group linked by "
+        "slack.com/usergroup-id"]

@@ -26,6 +26,12 @@ kind: Component
 metadata: {name: %s}
 spec: {owner: payments-oncall, lifecycle: production}
 """
+USER = """\
+apiVersion: backstage.io/v1alpha1
+kind: User
+metadata: {name: %s, annotations: {slack.com/user-id: %s}}
+spec: {memberOf: %s}
+"""
 
 
 class Clock:
@@ -90,35 +96,70 @@ def test_a_folder_picks_up_a_new_file(tmp_path):
     assert list(source.current().components) == ["payments-api"]
 
 
-def test_a_bad_edit_keeps_the_last_good_catalog_until_a_good_one(file, caplog):
+def test_a_bad_edit_leaves_its_file_out_until_it_is_good_again(file, caplog):
     clock = Clock()
     source = CatalogSource(file, check_every_s=2.0, clock=clock)
-    good = source.current()
     write(file, catalog_with("payments-api") + "---\nkind: Component\nmetadata: {name: x}\n")
     with caplog.at_level(logging.WARNING, logger="core.catalog"):
         for _ in range(3):
             clock.now += 2
-            assert source.current() is good
+            assert source.current().components == {}  # the broken file grants nothing
     assert source.problem is not None
     assert source.problem.startswith(f"{file}: Component x: apiVersion: missing")
+    assert source.broken == (str(file),)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert len(warnings[0].getMessage().splitlines()) == 1
-    assert good.version[:12] in warnings[0].getMessage()
+    assert str(file) in warnings[0].getMessage()
 
     write(file, catalog_with("payments-api", "search-api"))
     clock.now += 2
     assert list(source.current().components) == ["payments-api", "search-api"]
-    assert source.problem is None
+    assert (source.problem, source.broken) == (None, ())
 
 
-def test_a_deleted_catalog_keeps_the_last_good_one(file):
+def test_a_revocation_holds_while_another_file_is_broken(tmp_path):
+    """Issue 40: deleting the file that made Eve a member, with a typo in another file, takes
+    her out at once; the sound files keep deciding, the broken one contributes nothing."""
+    write(tmp_path / "groups.yaml", GROUP.replace("members: []", "members: [alice]"))
+    write(tmp_path / "alice.yaml", USER % ("alice", "U0ALICE", "[]"))
+    write(tmp_path / "eve.yaml", USER % ("eve", "U0EVE", "[payments-oncall]"))
+    write(tmp_path / "search.yaml", COMPONENT % "search-api")
+    clock = Clock()
+    source = CatalogSource(tmp_path, check_every_s=2.0, clock=clock)
+    assert source.current().members("payments-oncall") == {"U0ALICE", "U0EVE"}
+    (tmp_path / "eve.yaml").unlink()
+    write(tmp_path / "search.yaml", (COMPONENT % "search-api").replace("lifecycle:", "lifecycl:"))
+    clock.now += 2
+    catalog = source.current()
+    assert catalog.members("payments-oncall") == {"U0ALICE"}
+    assert "search-api" not in catalog.components
+    assert source.broken == (str(tmp_path / "search.yaml"),)
+
+
+def test_a_name_defined_twice_leaves_both_files_out(tmp_path):
+    """Which of two definitions was meant cannot be told: neither decides (an earlier file
+    defining payments-oncall again cannot take over the real one)."""
+    write(tmp_path / "groups.yaml", GROUP.replace("members: []", "members: [alice]"))
+    write(tmp_path / "alice.yaml", USER % ("alice", "U0ALICE", "[]"))
+    write(tmp_path / "payments.yaml", COMPONENT % "payments-api")
+    clock = Clock()
+    source = CatalogSource(tmp_path, check_every_s=2.0, clock=clock)
+    write(tmp_path / "a-takeover.yaml", GROUP)
+    clock.now += 2
+    catalog = source.current()
+    assert "payments-oncall" not in catalog.groups
+    assert "payments-api" not in catalog.components  # its owner is in a file left out
+    assert set(source.broken) == {str(tmp_path / "a-takeover.yaml"),
+                                  str(tmp_path / "groups.yaml")}
+
+
+def test_a_deleted_catalog_is_the_empty_one(file):
     clock = Clock()
     source = CatalogSource(file, check_every_s=2.0, clock=clock)
-    good = source.current()
     file.unlink()
     clock.now += 2
-    assert source.current() is good
+    assert source.current().components == {}
     assert source.problem == f"{file}: no such file or folder; expected a Backstage " \
                              "catalog-info.yaml file or a folder of *.yaml files (Component, " \
                              "Group, User)"
@@ -150,3 +191,15 @@ def test_many_threads_see_one_reload(file):
     for thread in threads:
         thread.join()
     assert len(set(seen)) == 1 and len(seen) == 16
+
+
+def test_a_slack_id_claimed_by_another_file_leaves_both_out(tmp_path):
+    """Eve's file claiming Alice's Slack id would make Eve's clicks Alice's: neither counts."""
+    write(tmp_path / "groups.yaml", GROUP.replace("members: []", "members: [alice]"))
+    write(tmp_path / "alice.yaml", USER % ("alice", "U0ALICE", "[]"))
+    clock = Clock()
+    source = CatalogSource(tmp_path, check_every_s=2.0, clock=clock)
+    write(tmp_path / "eve.yaml", USER % ("eve", "U0ALICE", "[payments-oncall]"))
+    clock.now += 2
+    assert source.current().members("payments-oncall") == frozenset()
+    assert set(source.broken) == {str(tmp_path / "alice.yaml"), str(tmp_path / "eve.yaml")}
