@@ -1,6 +1,7 @@
 """A ``nats-server -js`` of the test's own on a free port of 127.0.0.1 with its own store
 directory: ``kill9()`` and ``start()`` again come back on the same store (streams, consumers and
-their acknowledgments kept), as a JetStream server does after a crash."""
+their acknowledgments kept), as a JetStream server does after a crash; ``restart_empty()`` comes
+back on the same port with its store gone, as a pod started without its volume does."""
 
 from __future__ import annotations
 
@@ -43,6 +44,14 @@ class NatsServer(OwnServer):
     def restart(self) -> None:
         """kill -9, then start again on the same port and store."""
         self.kill9()
+        self.start()
+        self.restarts += 1
+
+    def restart_empty(self) -> None:
+        """kill -9, remove the store, then start again on the same port: every stream, consumer
+        and message gone."""
+        self.kill9()
+        shutil.rmtree(self.store, ignore_errors=True)
         self.start()
         self.restarts += 1
 

@@ -184,6 +184,58 @@ def test_a_reader_acknowledges_after_the_inbox_and_a_restart_keeps_the_consumer(
         bus.close()
 
 
+def test_a_reader_whose_server_lost_its_store_creates_its_consumer_again_and_reads_on(
+        sqlite_engine: Engine, nats_server: NatsServer):
+    """The server comes back on an empty store: the relay (a bus of its own, as in its own
+    process) creates the stream again before publishing; the reader, whose pull requests now go
+    to a consumer nobody has, finds it gone and creates it again with the same settings."""
+    relay_bus, reader_bus = connected(nats_server), connected(nats_server)
+    consumer = Recorder()
+    reader = JetStreamReader(reader_bus, ConsumerRunner(sqlite_engine, consumer), TOPIC,
+                             wait_s=0.2, check_every_s=0.5)
+    stop = threading.Event()
+    thread = threading.Thread(target=reader.run, args=(stop,), daemon=True)
+    try:
+        write_rows(sqlite_engine, 3)
+        OutboxRelay(sqlite_engine, relay_bus).drain()
+        thread.start()
+        poll(lambda: len(consumer.handled) == 3, 15, "three messages handled")
+
+        nats_server.restart_empty()
+        poll(lambda: reader_bus.connected and relay_bus.connected, 15, "both to reconnect")
+        write_rows(sqlite_engine, 2)
+        poll(lambda: _drained(sqlite_engine, relay_bus), 20, "the relay to publish again")
+        poll(lambda: len(consumer.handled) == 5, 20, "the reader to read after the wipe")
+        assert sorted(consumer.handled) == [1, 2, 3, 4, 5]
+        config = reader_bus.js.consumer_info(reader_bus.config.stream(TOPIC), "planner")
+        info = reader_bus._call(config, 5)
+        assert info.config.ack_wait == reader_bus.config.ack_wait_s  # the same settings
+        assert info.config.max_deliver == reader_bus.config.max_deliver
+    finally:
+        stop.set()
+        thread.join(5)
+        relay_bus.close()
+        reader_bus.close()
+
+
+def test_the_relay_creates_a_lost_stream_with_its_consumers_before_publishing(
+        sqlite_engine: Engine, nats_server: NatsServer):
+    """On interest retention a message published to a stream with no consumer is dropped at
+    once: the relay's bus creates a lost stream again with the durable consumers it made sure
+    of at start, and only then publishes, so the message waits for its reader."""
+    relay_bus = connected(nats_server, retention="interest")
+    try:
+        relay_bus.ensure_consumers({"planner": [TOPIC]})  # what `opsgate relay` does at start
+        nats_server.restart_empty()
+        poll(lambda: relay_bus.connected, 15, "the relay's bus to reconnect")
+        write_rows(sqlite_engine, 2)
+        poll(lambda: _drained(sqlite_engine, relay_bus), 20, "the relay to publish again")
+        assert stream_messages(relay_bus) == 2
+        assert relay_bus.consumer_states({"planner": [TOPIC]})["planner"]["pending"] == 2
+    finally:
+        relay_bus.close()
+
+
 def decode_id(msg) -> int:
     return decode(msg.data).message_id
 
