@@ -259,7 +259,8 @@ class ConsumerProcess:
                                     max_attempts=settings.consumer_max_attempts)
             self.runners.append(runner)
             if isinstance(self.bus, JetStreamBus):
-                self.bus.ensure_consumers({consumer.name: consumer.topics})
+                # Each reader creates (or checks) its durable consumer in its own loop, retried
+                # there: a server lost while this process starts must not end it.
                 for worker in range(self.workers):
                     for reader in readers(self.bus, runner, self.polls):
                         workers.start(f"consume-{consumer.name}-{reader.topic}-{worker}",

@@ -167,11 +167,13 @@ def nats_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Nats
 
 
 @pytest.fixture
-def bus_knobs(nats_server: NatsServer | None) -> dict[str, str]:
-    """JetStream's AckWait is short, so a killed consumer's messages come back within seconds."""
+def bus_knobs(request: pytest.FixtureRequest, nats_server: NatsServer | None) -> dict[str, str]:
+    """JetStream's AckWait is short, so a killed consumer's messages come back within seconds;
+    a test may add settings of its own (indirect parametrization)."""
     if nats_server is None:
         return {}
-    return {"OPSGATE_BUS_URL": nats_server.url, "OPSGATE_JETSTREAM_ACK_WAIT_S": "3"}
+    return {"OPSGATE_BUS_URL": nats_server.url, "OPSGATE_JETSTREAM_ACK_WAIT_S": "3",
+            **getattr(request, "param", {})}
 
 
 @pytest.fixture
@@ -195,7 +197,9 @@ def world(tmp_path: Path, pg_engine: Engine, redis_client, redis_prefix: str,
                             static_metrics=STAND_IN_METRICS,
                             bus_url=bus_knobs.get("OPSGATE_BUS_URL"),
                             jetstream_ack_wait_s=float(
-                                bus_knobs.get("OPSGATE_JETSTREAM_ACK_WAIT_S", 30)))
+                                bus_knobs.get("OPSGATE_JETSTREAM_ACK_WAIT_S", 30)),
+                            delivery_bound_s=float(
+                                bus_knobs.get("OPSGATE_DELIVERY_BOUND_S", 120)))
         app = bootstrap(settings, engine=pg_engine)
         jetstream = (JetStreamBus(JetStreamConfig.of(settings), name="e2e-planner").connect()
                      if settings.bus_url else None)
@@ -454,3 +458,36 @@ def test_kill_9_of_nats_server_and_a_consumer_frozen_past_ack_wait_lose_and_repe
     print(f"\nJetStream faults {events}: {len(case_ids)} cases driven, "
           f"{sum(summary['statuses'].values())} ended in {elapsed:.1f}s, stuck {stuck}, "
           f"duplicate side effects {duplicates}; {summary}")
+
+
+def moving(engine: Engine, case_ids: list[UUID]) -> bool:
+    """Some case has left NEW and some has not ended: the loop is mid-flight."""
+    now = statuses(engine, case_ids).values()
+    return any(status != CaseStatus.NEW for status in now) and not all(
+        status in FINAL for status in now)
+
+
+@pytest.mark.chaos
+@pytest.mark.parametrize("nats_server", ["jetstream"], indirect=True)
+@pytest.mark.parametrize("bus_knobs", [{"OPSGATE_DELIVERY_BOUND_S": "3"}], indirect=True)
+def test_nats_restarted_on_an_empty_store_mid_run_costs_no_case_and_no_restart_by_hand(
+        world: World, nats_server: NatsServer):
+    """A lost volume: nats-server killed mid-run and started again on the same port with no
+    store (every stream, durable consumer and message gone). Nobody restarts relay or consume:
+    the relay creates the streams again as it publishes, each reader finds its durable
+    consumer gone and creates it again, and the messages the server lost are sent again by the
+    relay's delivery watchdog (bound 3 s here). Every case ends CLOSED, no step runs twice."""
+    started = time.monotonic()
+    case_ids = world.open_cases(world.cases)
+    wait_until(lambda: moving(world.engine, case_ids), RUN_DEADLINE_S, "for the loop to move")
+    nats_server.restart_empty()
+    wait_until(lambda: all_final(world.engine, case_ids), RUN_DEADLINE_S,
+               "for every case to end after the store was lost")
+    elapsed = time.monotonic() - started
+    summary = check_the_run(world, case_ids, chaos=True)
+    assert summary["statuses"] == {CaseStatus.CLOSED: world.cases}, summary
+    assert not [process.name for process in world.processes if process.kills], "restarted"
+    stop_cleanly(world)
+    healed = sum(process.output().count("creating it again") for process in world.consumers)
+    print(f"\nNATS lost its store mid-run: {world.cases} cases CLOSED in {elapsed:.1f}s, "
+          f"{healed} durable consumers created again by the readers; {summary}")
