@@ -116,7 +116,7 @@ def consumers_lag_s(engine: Engine, consumers: Sequence[Consumer], now: datetime
     them to record it (0 when none waits)."""
     topics = subscribers({consumer.name: consumer.topics for consumer in consumers})
     late = delivery.look(engine, topics, now, bound_s=0).late
-    return max((message.age_s(now) for message in late), default=0.0)
+    return max((message.waited_s(now) for message in late), default=0.0)
 
 
 # -- the relay -------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -48,6 +49,8 @@ from core.messaging.jetstream.bus import JetStreamBus
 from core.messaging.jetstream.config import JetStreamConfig
 from core.messaging.jetstream.reader import JetStreamReader
 from core.messaging.streams import StreamConsumer
+from core.ops.readiness import readiness
+from core.ops.reconcile import Reconciler
 from core.settings import Settings
 from tests.support.local_http import LocalServer, local_server
 from tests.support.loop_processes import (
@@ -481,13 +484,48 @@ def test_nats_restarted_on_an_empty_store_mid_run_costs_no_case_and_no_restart_b
     case_ids = world.open_cases(world.cases)
     wait_until(lambda: moving(world.engine, case_ids), RUN_DEADLINE_S, "for the loop to move")
     nats_server.restart_empty()
+    samples = Samples(world)
+    sampler = threading.Thread(target=samples.take_until_done, args=(case_ids,), daemon=True)
+    sampler.start()
     wait_until(lambda: all_final(world.engine, case_ids), RUN_DEADLINE_S,
                "for every case to end after the store was lost")
+    sampler.join(30)
     elapsed = time.monotonic() - started
     summary = check_the_run(world, case_ids, chaos=True)
     assert summary["statuses"] == {CaseStatus.CLOSED: world.cases}, summary
     assert not [process.name for process in world.processes if process.kills], "restarted"
+    # /readyz's bus check never says ok while it lists a missing durable consumer, and the
+    # gap shows: not ready at least once while cases waited.
+    assert not [check for check in samples.bus if check["ok"] and any(
+        "missing" in state for state in check.get("consumers", {}).values())], samples.bus
+    assert "not_ready" in samples.ready, samples.ready
+    # Reconcile named what had waited past the bound until recorded, then nothing.
+    assert Reconciler(world.engine, outbox_bound_s=60, delivery_bound_s=3).undelivered(
+        datetime.now(UTC), repair=False) == []
     stop_cleanly(world)
     healed = sum(process.output().count("creating it again") for process in world.consumers)
     print(f"\nNATS lost its store mid-run: {world.cases} cases CLOSED in {elapsed:.1f}s, "
-          f"{healed} durable consumers created again by the readers; {summary}")
+          f"{healed} durable consumers created again by the readers; /readyz sampled "
+          f"{Counter(samples.ready)}, reconcile named up to {samples.most_undelivered} "
+          f"undelivered message(s); {summary}")
+
+
+class Samples:
+    """``/readyz`` (in-process, the test's app) and reconcile's undelivered messages, every
+    half second from the loss until every case ended."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.ready: list[str] = []
+        self.bus: list[dict[str, Any]] = []
+        self.most_undelivered = 0
+
+    def take_until_done(self, case_ids: list[UUID]) -> None:
+        reconciler = Reconciler(self.world.engine, outbox_bound_s=60, delivery_bound_s=3)
+        while not all_final(self.world.engine, case_ids) and not self.world.stop.is_set():
+            answer = readiness(self.world.app)
+            self.ready.append(answer["status"])
+            self.bus.append(answer["checks"]["bus"])
+            named = reconciler.undelivered(datetime.now(UTC), repair=False)
+            self.most_undelivered = max(self.most_undelivered, len(named))
+            time.sleep(0.5)

@@ -340,8 +340,11 @@ def test_no_jetstream_and_a_stream_that_disagrees_are_one_line_each(tmp_path: Pa
 
 
 def test_readyz_reports_the_connection_and_each_consumers_counts(nats_server: NatsServer):
+    """Every consumer's counts; not ok while a durable consumer is missing (before the relay
+    created them, after the server lost its store), nor while the server is down."""
     from datetime import UTC, datetime
 
+    from core.consumers import subscriptions
     from core.ops.readiness import check_jetstream
     from core.settings import Settings
 
@@ -349,6 +352,11 @@ def test_readyz_reports_the_connection_and_each_consumers_counts(nats_server: Na
     bus = connected(nats_server)
     try:
         bus.ensure_consumers({"planner": [TOPIC]})
+        only_planner = check_jetstream(settings, datetime.now(UTC))
+        assert only_planner["ok"] is False
+        assert only_planner["error"].startswith("durable consumers missing on the server")
+        assert "opsgate_evt_case_opened_v1 (intake)" in only_planner["error"]
+        bus.ensure_consumers(subscriptions())  # what the relay does at start
         bus.publish([Envelope(7, TOPIC, "case-7", {}, 1)])
         held = bus.fetch(bus.subscribe("planner", TOPIC), 1, 2.0)
         assert len(held) == 1
@@ -359,6 +367,10 @@ def test_readyz_reports_the_connection_and_each_consumers_counts(nats_server: Na
         assert planner["oldest_unacked_s"] >= 0
     finally:
         bus.close()
+    nats_server.restart_empty()
+    wiped = check_jetstream(settings, datetime.now(UTC))
+    assert wiped["ok"] is False and "(planner)" in wiped["error"]
+    assert wiped["consumers"]["planner"]["missing"] == ["opsgate_cmd_plan_generate"]
     nats_server.kill9()
     down = check_jetstream(settings, datetime.now(UTC))
     assert down["ok"] is False
