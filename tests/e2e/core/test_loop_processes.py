@@ -64,7 +64,7 @@ from tests.support.loop_processes import (
     wait_until,
 )
 from tests.support.metrics import STAND_IN_ENV, STAND_IN_METRICS
-from tests.support.nats_server import NatsServer
+from tests.support.nats_server import NatsCluster, NatsServer
 from tests.support.processes import Process, clean_env
 from tests.support.servers import REDIS_URL
 
@@ -159,24 +159,31 @@ class World:
 
 
 @pytest.fixture(params=["redis", pytest.param("jetstream", marks=pytest.mark.nats)])
-def nats_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[NatsServer | None]:
-    """None on Redis Streams (the shared Redis); on JetStream a nats-server of the test's own."""
+def nats_server(request: pytest.FixtureRequest,
+                tmp_path: Path) -> Iterator[NatsServer | NatsCluster | None]:
+    """None on Redis Streams (the shared Redis); on JetStream a nats-server of the test's own;
+    on ``cluster`` (asked for by name) three, routed to each other."""
     if request.param == "redis":
         yield None
         return
     (tmp_path / "nats").mkdir()
-    with NatsServer(tmp_path / "nats") as server:
+    own = NatsCluster(tmp_path / "nats") if request.param == "cluster" else NatsServer(
+        tmp_path / "nats")
+    with own as server:
         yield server
 
 
 @pytest.fixture
-def bus_knobs(request: pytest.FixtureRequest, nats_server: NatsServer | None) -> dict[str, str]:
+def bus_knobs(request: pytest.FixtureRequest,
+              nats_server: NatsServer | NatsCluster | None) -> dict[str, str]:
     """JetStream's AckWait is short, so a killed consumer's messages come back within seconds;
-    a test may add settings of its own (indirect parametrization)."""
+    on a cluster every stream has three replicas; a test may add settings of its own (indirect
+    parametrization)."""
     if nats_server is None:
         return {}
+    replicas = "3" if isinstance(nats_server, NatsCluster) else "1"
     return {"OPSGATE_BUS_URL": nats_server.url, "OPSGATE_JETSTREAM_ACK_WAIT_S": "3",
-            **getattr(request, "param", {})}
+            "OPSGATE_JETSTREAM_REPLICAS": replicas, **getattr(request, "param", {})}
 
 
 @pytest.fixture
@@ -202,7 +209,9 @@ def world(tmp_path: Path, pg_engine: Engine, redis_client, redis_prefix: str,
                             jetstream_ack_wait_s=float(
                                 bus_knobs.get("OPSGATE_JETSTREAM_ACK_WAIT_S", 30)),
                             delivery_bound_s=float(
-                                bus_knobs.get("OPSGATE_DELIVERY_BOUND_S", 120)))
+                                bus_knobs.get("OPSGATE_DELIVERY_BOUND_S", 120)),
+                            jetstream_replicas=int(
+                                bus_knobs.get("OPSGATE_JETSTREAM_REPLICAS", 1)))
         app = bootstrap(settings, engine=pg_engine)
         jetstream = (JetStreamBus(JetStreamConfig.of(settings), name="e2e-planner").connect()
                      if settings.bus_url else None)
@@ -529,3 +538,74 @@ class Samples:
             named = reconciler.undelivered(datetime.now(UTC), repair=False)
             self.most_undelivered = max(self.most_undelivered, len(named))
             time.sleep(0.5)
+
+
+# -- a three-node JetStream cluster ------------------------------------------------------------
+
+
+def stream_leader(world: World, topic: str) -> str:
+    assert world.jetstream is not None
+    info = world.jetstream._call(world.jetstream.js.stream_info(
+        world.jetstream.config.stream(topic)), 5)
+    assert info.config.num_replicas == 3 and info.cluster is not None
+    return str(info.cluster.leader)
+
+
+def check_no_duplicates(world: World, case_ids: list[UUID]) -> dict[str, Any]:
+    summary = check_the_run(world, case_ids, chaos=True)
+    assert summary["statuses"] == {CaseStatus.CLOSED: len(case_ids)}, summary
+    keys, _by_case = requests_by_case(world.server)
+    assert sum(keys.values()) == len(case_ids) and max(keys.values()) == 1
+    return summary
+
+
+@pytest.mark.chaos
+@pytest.mark.parametrize("nats_server", ["cluster"], indirect=True)
+def test_a_three_node_cluster_loses_a_stream_leader_mid_run_and_every_case_closes_once(
+        world: World, nats_server: NatsCluster):
+    """OPSGATE_BUS_URL names three nats-servers (one per node, comma-separated) and every
+    stream has three replicas. The leader of the executor's stream is killed -9 mid-run and
+    stays down: the others elect a new leader, the clients reconnect to them, and every case
+    ends CLOSED with each step's request sent once."""
+    assert "(3 replica(s)) at " + nats_server.url in world.relay.output()
+    started = time.monotonic()
+    case_ids = world.open_cases(world.cases)
+    wait_until(lambda: moving(world.engine, case_ids), RUN_DEADLINE_S, "for the loop to move")
+    leader = stream_leader(world, Topic.EXEC_RUN)
+    nats_server.node(leader).kill9()
+    wait_until(lambda: all_final(world.engine, case_ids), RUN_DEADLINE_S,
+               f"for every case to end with stream leader {leader} killed")
+    elapsed = time.monotonic() - started
+    summary = check_no_duplicates(world, case_ids)
+    new_leader = stream_leader(world, Topic.EXEC_RUN)
+    assert new_leader != leader
+    stop_cleanly(world)
+    print(f"\ncluster, leader {leader} of {Topic.EXEC_RUN} killed mid-run (now {new_leader}): "
+          f"{len(case_ids)} cases CLOSED in {elapsed:.1f}s, 0 duplicates; {summary}")
+
+
+@pytest.mark.chaos
+@pytest.mark.parametrize("nats_server", ["cluster"], indirect=True)
+def test_a_cluster_without_quorum_holds_the_outbox_and_resumes_when_quorum_returns(
+        world: World, nats_server: NatsCluster):
+    """Two of three nodes killed -9: no stream can store a message, so the relay publishes
+    nothing and its rows wait in the outbox (no case leaves NEW). The two come back on their
+    stores: the relay publishes what waited and every case closes, each step once."""
+    down = nats_server.nodes[1:]
+    for node in down:
+        node.kill9()
+    case_ids = world.open_cases(8)
+    time.sleep(8)  # long enough for a relay to have published, had it a quorum
+    assert set(statuses(world.engine, case_ids).values()) == {CaseStatus.NEW}
+    held = unpublished(world.engine)
+    assert held >= len(case_ids)
+    for node in down:
+        node.start()
+    started = time.monotonic()
+    wait_until(lambda: all_final(world.engine, case_ids), RUN_DEADLINE_S,
+               "for every case to end once quorum returned")
+    elapsed = time.monotonic() - started
+    summary = check_no_duplicates(world, case_ids)
+    stop_cleanly(world)
+    print(f"\ncluster without quorum: {held} outbox rows held; quorum back, "
+          f"{len(case_ids)} cases CLOSED in {elapsed:.1f}s, 0 duplicates; {summary}")
