@@ -63,8 +63,8 @@ class JetStreamBus:
 
     def connect(self) -> JetStreamBus:
         """Connect (reconnecting for ever after any later loss) and check that the server has
-        JetStream; ``Unavailable`` when no server answers, ``JetStreamSetupError`` without
-        JetStream."""
+        JetStream; ``Unavailable`` when no server answers (or its JetStream does not: a cluster
+        without a leader), ``JetStreamSetupError`` without JetStream."""
         self._thread.start()
         wait_s = self.config.timeout_s * 2
         try:
@@ -102,8 +102,14 @@ class JetStreamBus:
         self._js = self._nc.jetstream(timeout=self.config.timeout_s)
         try:
             await self._js.account_info()
-        except (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError,
-                nats.errors.TimeoutError) as exc:
+        except nats.errors.TimeoutError as exc:
+            # Answered by nobody in time: a cluster without its JetStream leader (most of its
+            # nodes down, or still starting) looks like this, and it passes; retried.
+            raise Unavailable(
+                f"NATS at {self.config.shown} answers, but its JetStream did not within "
+                f"{self.config.timeout_s:g}s: a cluster without a leader (a majority of its "
+                "nodes down or still starting) or an overloaded server") from exc
+        except (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError) as exc:
             raise JetStreamSetupError(
                 f"NATS at {self.config.shown} has no JetStream: start nats-server with -js "
                 "(or jetstream {} in its configuration)") from exc

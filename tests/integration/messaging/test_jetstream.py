@@ -339,6 +339,25 @@ def test_no_jetstream_and_a_stream_that_disagrees_are_one_line_each(tmp_path: Pa
     assert "has 1 replica(s) (OPSGATE_JETSTREAM_REPLICAS is 3)" in str(wrong.value)
 
 
+def test_a_cluster_without_its_leader_is_unavailable_not_a_server_without_jetstream(
+        tmp_path: Path):
+    """One node of three up: NATS answers, JetStream does not (no quorum to elect its leader).
+    That passes, so it is ``Unavailable`` (retried, or a process restarted), never the setup
+    error that tells the operator to enable JetStream."""
+    from tests.support.nats_server import NatsCluster
+
+    cluster = NatsCluster(tmp_path)
+    alone = cluster.nodes[0].start()
+    try:
+        with pytest.raises(Unavailable) as down:
+            connected(alone, timeout_s=1.0)
+    finally:
+        alone.stop()
+    assert not isinstance(down.value, JetStreamSetupError)
+    assert str(down.value).startswith(f"NATS at {alone.url} answers, but its JetStream did "
+                                      "not within 1s: a cluster without a leader")
+
+
 def test_readyz_reports_the_connection_and_each_consumers_counts(nats_server: NatsServer):
     """Every consumer's counts; not ok while a durable consumer is missing (before the relay
     created them, after the server lost its store), nor while the server is down."""
