@@ -139,8 +139,8 @@ class JetStreamBus:
             raise
         except nats.js.errors.NoStreamResponseError as exc:
             self._streams.clear()  # the stream is gone: created again before the next publish
-            raise StreamMissing(f"JetStream at {self.config.shown} has no stream for the subject "
-                              f"({first_line(exc)})") from exc
+            raise StreamMissing(f"JetStream at {self.config.shown} has no stream for the "
+                                f"subject ({first_line(exc)})") from exc
         except (TimeoutError, nats.errors.Error, OSError, FutureTimeout) as exc:
             future.cancel()
             raise Unavailable(f"JetStream at {self.config.shown}: {first_line(exc)}") from exc
