@@ -357,26 +357,39 @@ def test_200_cases_run_their_whole_life_through_relay_and_consumer_processes(wor
 
 
 @pytest.mark.chaos
-def test_kill_9_of_relay_and_consumers_mid_run_keeps_every_step_exactly_once(world: World):
-    seed = int(time.time())
-    rng, seed_note = random.Random(seed), f"chaos seed {seed}"
+def test_kill_9_of_relay_and_consumers_mid_run_keeps_every_step_exactly_once(
+        world: World, nats_server: NatsServer | None, request: pytest.FixtureRequest):
+    """A seeded schedule of kill -9: the relay, a consume process, then any of them (and, on
+    JetStream, the nats-server, started again on its store), each at a random moment and
+    started again after a random pause. The seed is printed; ``--chaos-seed SEED`` replays
+    the same schedule."""
+    seed = request.config.getoption("chaos_seed") or int(time.time())
+    rng = random.Random(seed)
+    seed_note = f"chaos seed {seed} (replay: pytest --chaos-seed {seed} {request.node.nodeid})"
     kills: list[str] = []
     case_ids: list[UUID] = []
+    victims: list[tuple[str, Process | NatsServer]] = [
+        (process.name, process) for process in world.processes]
+    if nats_server is not None:
+        victims.append(("nats-server", nats_server))
+    # Relay first, then a consumer, then whichever: drawn before the run, so a seed is a
+    # schedule whatever the machine's speed.
+    order = victims[:2] + [rng.choice(victims) for _ in range(6)]
+    waits = [(rng.uniform(0.5, 2.5), rng.uniform(0.1, 1.0)) for _ in order]
+    print(f"\n{seed_note}: {[name for name, _victim in order]}")
 
     def chaos() -> None:
-        # Relay first, then a consumer, then whichever: each killed at a random moment and
-        # restarted after a random pause, until every case ended or the budget is spent.
-        order = [world.relay, world.consumers[0]] + [rng.choice(world.processes)
-                                                     for _ in range(6)]
-        for victim in order:
+        # Each killed at its moment and started again after its pause, until every case ended
+        # or the schedule is spent.
+        for (name, victim), (before_s, pause_s) in zip(order, waits, strict=True):
             # The relay's and a consumer's kills always come; after them, none once every
             # case ended.
-            if world.stop.wait(rng.uniform(0.5, 2.5)) or (
+            if world.stop.wait(before_s) or (
                     len(kills) >= 2 and case_ids and all_final(world.engine, case_ids)):
                 return
             victim.kill9()
-            kills.append(victim.name)
-            world.stop.wait(rng.uniform(0.1, 1.0))
+            kills.append(name)
+            world.stop.wait(pause_s)
             victim.start()
 
     killer = threading.Thread(target=chaos, daemon=True)
