@@ -116,7 +116,7 @@ def consumers_lag_s(engine: Engine, consumers: Sequence[Consumer], now: datetime
     them to record it (0 when none waits)."""
     topics = subscribers({consumer.name: consumer.topics for consumer in consumers})
     late = delivery.look(engine, topics, now, bound_s=0).late
-    return max((message.age_s(now) for message in late), default=0.0)
+    return max((message.waited_s(now) for message in late), default=0.0)
 
 
 # -- the relay -------------------------------------------------------------------------------
@@ -259,7 +259,8 @@ class ConsumerProcess:
                                     max_attempts=settings.consumer_max_attempts)
             self.runners.append(runner)
             if isinstance(self.bus, JetStreamBus):
-                self.bus.ensure_consumers({consumer.name: consumer.topics})
+                # Each reader creates (or checks) its durable consumer in its own loop, retried
+                # there: a server lost while this process starts must not end it.
                 for worker in range(self.workers):
                     for reader in readers(self.bus, runner, self.polls):
                         workers.start(f"consume-{consumer.name}-{reader.topic}-{worker}",

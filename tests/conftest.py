@@ -111,6 +111,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     return LaneScheduling(config, log)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--chaos-seed", type=int, default=None, metavar="SEED",
+                     help="replay a chaos run's fault schedule: the seed it printed")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``OPSGATE_TEST_SHUFFLE=SEED`` runs the modules, and the tests in each, in an order drawn
     from SEED (the same on every xdist worker), to find tests that pass only after another."""

@@ -67,10 +67,14 @@ def close_bus(bus: RedisStreamsBus | JetStreamBus) -> None:
 
 
 def bus_line(settings: Settings) -> str:
-    """Where the messages go, as a start line says it."""
+    """Where the messages go, as a start line says it (every server of a cluster, without
+    credentials)."""
     if settings.bus_kind == "jetstream":
-        return (f"JetStream streams {settings.jetstream_prefix}_<topic> at "
-                f"{shown(str(settings.bus_url))}")
+        from core.messaging.jetstream.config import JetStreamConfig
+
+        config = JetStreamConfig.of(settings)
+        return (f"JetStream streams {settings.jetstream_prefix}_<topic> ({config.replicas} "
+                f"replica(s)) at {config.shown}")
     return f"Redis streams {settings.stream_prefix}<topic> at {shown(str(settings.redis_url))}"
 
 

@@ -5,8 +5,12 @@ bus accepted it. The watchdog marks such rows ``delivered_at`` and hands a row b
 messages (Redis restarted without persistence: streams, groups, pending entries gone) costs
 latency, never a case. Sending again is harmless: a consumer that recorded the message skips it.
 
-The bound counts from the row's last publication: a scheduled row (``deliver_after``) is
-published when due, so it is late only from then; a row sent again waits a new bound.
+Two clocks, each for its own question. Whether a message is delivered is judged from the
+database alone, and how long it has waited counts from when it was due (written, or its
+``deliver_after``): ``/readyz`` and ``opsgate reconcile`` report it from one bound after that
+until every consumer recorded it, however often it was sent again meanwhile. When to send it
+again counts from its last publication (the watchdog's own schedule): a row sent again waits a new
+bound, and longer each time.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, func, select, union_all, update
 
 from core.clock import Clock, utcnow
 from core.db.case_store import as_utc
@@ -46,16 +50,27 @@ def subscribers(topics_of: Mapping[str, Iterable[str]]) -> dict[str, frozenset[s
 
 @dataclass(frozen=True)
 class Late:
-    """A published message some consumers of its topic have not recorded past the bound."""
+    """A message published at least once that some consumers of its topic have not recorded
+    past the bound since it was due."""
 
     message_id: int
     topic: str
     key: str
-    published_at: datetime
+    due_at: datetime
+    """When it could first be published (written, or its ``deliver_after``)."""
+    published_at: datetime | None
+    """Its last publication; None while it waits for the relay to send it again."""
     missing: tuple[str, ...]
     attempts: int = 1
 
+    def waited_s(self, now: datetime) -> float:
+        """How long it has waited for its consumers: from when it was due, never reset."""
+        return max(0.0, (now - self.due_at).total_seconds())
+
     def age_s(self, now: datetime) -> float:
+        """How long since its last publication (0 while it waits for the relay)."""
+        if self.published_at is None:
+            return 0.0
         return max(0.0, (now - self.published_at).total_seconds())
 
     @property
@@ -75,12 +90,20 @@ class Delivery:
 
 def look(engine: Engine, topics: Subscribers, now: datetime, bound_s: float,
          limit: int = SCAN_LIMIT) -> Delivery:
-    """Published rows not yet marked delivered: those every subscriber recorded, and those
-    some subscriber has not recorded ``bound_s`` after their publication."""
-    rows = (select(outbox.c.id, outbox.c.topic, outbox.c.key, outbox.c.published_at,
-                   outbox.c.attempts)
-            .where(outbox.c.published_at.is_not(None), outbox.c.delivered_at.is_(None))
-            .order_by(outbox.c.id).limit(limit))
+    """Rows published at least once and not yet marked delivered: those every subscriber
+    recorded, and those some subscriber has not recorded ``bound_s`` after they were due (sent
+    again or not)."""
+    fields = (outbox.c.id, outbox.c.topic, outbox.c.key, outbox.c.published_at,
+              outbox.c.attempts,
+              func.coalesce(outbox.c.deliver_after, outbox.c.created_at).label("due_at"))
+    # Two selects, each on its own partial index: published and not delivered; handed back to
+    # the relay (unpublished again after a publication).
+    either = union_all(
+        select(*fields).where(outbox.c.published_at.is_not(None),
+                              outbox.c.delivered_at.is_(None)),
+        select(*fields).where(outbox.c.published_at.is_(None), outbox.c.attempts > 0,
+                              outbox.c.delivered_at.is_(None))).subquery()
+    rows = select(either).order_by(either.c.id).limit(limit)
     with engine.connect() as conn:
         published = list(conn.execute(rows))
         recorded: dict[int, set[str]] = defaultdict(set)
@@ -95,9 +118,10 @@ def look(engine: Engine, topics: Subscribers, now: datetime, bound_s: float,
         missing = topics.get(row.topic, frozenset()) - recorded[row.id]
         if not missing:
             found.delivered.append(row.id)
-        elif as_utc(row.published_at) < cutoff:
-            found.late.append(Late(row.id, row.topic, row.key, as_utc(row.published_at),
-                                   tuple(sorted(missing)), row.attempts))
+        elif as_utc(row.due_at) < cutoff:
+            published_at = None if row.published_at is None else as_utc(row.published_at)
+            found.late.append(Late(row.id, row.topic, row.key, as_utc(row.due_at),
+                                   published_at, tuple(sorted(missing)), row.attempts))
     return found
 
 
@@ -114,6 +138,8 @@ def send_again(engine: Engine, late: Iterable[Late]) -> list[Late]:
     again = []
     with engine.begin() as conn:
         for message in late:
+            if message.published_at is None:
+                continue  # handed back already: it waits for the relay
             reset = conn.execute(
                 update(outbox)
                 .where(outbox.c.id == message.message_id, outbox.c.delivered_at.is_(None),
@@ -143,8 +169,9 @@ class DeliveryWatchdog:
     def due(self, message: Late, now: datetime) -> bool:
         """Whether to send ``message`` again now: a bound after its publication, then twice
         as long after each time it was sent again (up to 16 bounds), so a consumer that is
-        slow rather than lost is not buried in copies."""
-        return message.age_s(now) >= self.bound_s * 2.0 ** min(message.sent_again, 4)
+        slow rather than lost is not buried in copies. Never while it waits for the relay."""
+        return message.published_at is not None and (
+            message.age_s(now) >= self.bound_s * 2.0 ** min(message.sent_again, 4))
 
     def sweep(self) -> list[Late]:
         """One look: marks what was delivered, sends the late again; returns what it sent."""

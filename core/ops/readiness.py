@@ -87,7 +87,8 @@ def check_redis(url: str | None) -> Check:
 def check_jetstream(settings: Settings, now: datetime) -> Check:
     """The JetStream connection (a server answering with JetStream) and, per consumer, the
     messages not yet delivered (``pending``), delivered and not acknowledged (``unacked``),
-    delivered again (``redelivered``) and the oldest unacknowledged one's age."""
+    delivered again (``redelivered``) and the oldest unacknowledged one's age. Not ok while a
+    stream or durable consumer is missing (``missing``): nothing reaches its consumer then."""
     from dataclasses import replace
 
     from core.consumers import subscriptions
@@ -105,6 +106,13 @@ def check_jetstream(settings: Settings, now: datetime) -> Check:
         return {"ok": False, **check, "error": exc.message}
     finally:
         bus.close()
+    missing = sorted({f"{stream} ({consumer})" for consumer, state in check["consumers"].items()
+                      for stream in state.get("missing", ())})
+    if missing:
+        return {"ok": False, **check,
+                "error": f"durable consumers missing on the server (it lost its store, or a "
+                         f"stream was removed; the readers create them again): "
+                         f"{', '.join(missing)}"}
     return {"ok": True, **check}
 
 
@@ -119,8 +127,10 @@ def check_relay_lag(engine: Engine, bound_s: float, now: datetime) -> Check:
 
 
 def check_delivery(engine: Engine, bound_s: float, now: datetime) -> Check:
-    """Published messages a consumer of their topic has not recorded within ``bound_s`` (the
-    bus lost them, or a consumer is not running): the relay sends them again meanwhile."""
+    """Published messages a consumer of their topic has not recorded within ``bound_s`` of
+    being due (the bus lost them, or a consumer is not running): the relay sends them again
+    meanwhile, and a copy sent again does not make the check ok; only the consumer's inbox
+    does."""
     from core.consumers import subscriptions
 
     try:
@@ -129,7 +139,7 @@ def check_delivery(engine: Engine, bound_s: float, now: datetime) -> Check:
         return {"ok": False, "error": _first_line(exc)}
     check: Check = {"ok": not late, "undelivered": len(late), "bound_s": bound_s}
     if late:
-        check["oldest_s"] = round(max(message.age_s(now) for message in late), 3)
+        check["oldest_s"] = round(max(message.waited_s(now) for message in late), 3)
         check["waiting_for"] = sorted({name for message in late for name in message.missing})
     return check
 

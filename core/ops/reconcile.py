@@ -27,7 +27,7 @@ from core.gateway.ledger import Ledger, LedgerEntry, LedgerState
 from core.messaging import inbox, outbox
 from core.messaging.bus import Bus
 from core.messaging.consumer import HELD
-from core.messaging.delivery import Subscribers, look, send_again, subscribers
+from core.messaging.delivery import Late, Subscribers, look, send_again, subscribers
 from core.messaging.relay import OutboxRelay
 from core.steps.runner import step_named_by
 
@@ -89,8 +89,10 @@ class Reconciler:
         report.findings += self.stuck_calls(now, repair)
         report.findings += self.unknown_outcomes()
         report.findings += self.unrecorded_results(now)
-        report.findings += self.stale_outbox(now, repair)
-        report.findings += self.undelivered(now, repair)
+        stale = self.stale_outbox(now, repair)
+        report.findings += stale
+        report.findings += self.undelivered(now, repair,
+                                            named={f.about["message"] for f in stale})
         report.findings += self.dead_letters()
         report.findings += self.status_mismatches()
         report.findings += self.expired_locks(now, repair)
@@ -180,17 +182,20 @@ class Reconciler:
             found.append(Finding("stale_outbox", f"message #{row['id']}",
                                  f"{row['topic']} for case {row['key']} unpublished for "
                                  f"{age:.0f} s (bound {self.outbox_bound_s:g} s)", advice,
-                                 repaired))
+                                 repaired, about={"message": str(row["id"])}))
         return found
 
-    def undelivered(self, now: datetime, repair: bool) -> list[Finding]:
+    def undelivered(self, now: datetime, repair: bool,
+                    named: set[str] | frozenset[str] = frozenset()) -> list[Finding]:
         """Published messages a consumer of their topic has not recorded past the delivery
-        bound: the bus lost them (Redis without its data) or a consumer is not running."""
+        bound since they were due: the bus lost them (Redis without its data, NATS without its
+        store) or a consumer is not running. Named until recorded, sent again or not."""
         if self.topics is None:
             from core.consumers import subscriptions
 
             self.topics = subscribers(subscriptions())
-        late = look(self.engine, self.topics, now, self.delivery_bound_s).late
+        late = [m for m in look(self.engine, self.topics, now, self.delivery_bound_s).late
+                if str(m.message_id) not in named]  # ``named``: already a stale_outbox finding
         if not late:
             return []
         again = {m.message_id for m in send_again(self.engine, late)} if repair else set()
@@ -200,8 +205,9 @@ class Reconciler:
         advice = ("the relay sends it again by itself (OPSGATE_DELIVERY_BOUND_S); if it stays, "
                   "is every consumer running (`opsgate consume`)? --repair sends it again now")
         return [Finding("undelivered", f"message #{m.message_id}",
-                        f"{m.topic} for case {m.key} published {m.age_s(now):.0f} s ago, not "
-                        f"recorded by {', '.join(m.missing)} (bound {self.delivery_bound_s:g} s)",
+                        f"{m.topic} for case {m.key} due {m.waited_s(now):.0f} s ago"
+                        f"{_sent_again(m)}, not recorded by {', '.join(m.missing)} (bound "
+                        f"{self.delivery_bound_s:g} s)",
                         advice, done if m.message_id in again else None)
                 for m in late]
 
@@ -271,6 +277,12 @@ class Reconciler:
                                  "harmless (the next run takes it over); --repair drops it",
                                  repaired))
         return found
+
+
+def _sent_again(message: Late) -> str:
+    """How often the message went out, when more than once (a re-send does not deliver it)."""
+    times = message.sent_again
+    return f", sent again {times} time{'s' if times > 1 else ''}" if times else ""
 
 
 def _unknown_outcome(entry: LedgerEntry) -> Finding:

@@ -18,6 +18,11 @@ server delivers a message at most MaxDeliver times, waiting longer each time (do
 AckWait); the last delivery is buried as a dead letter (``opsgate outbox dead``) without being
 handled again, so a message that kills its consumer never blocks the other cases.
 
+A server that comes back without its store (a lost volume) is set up again by the processes
+that meet it, none restarted by hand: the relay creates a lost stream (with its durable
+consumers) before publishing again, and a reader whose durable consumer is gone creates it again
+with the same settings; what the server lost, the relay's delivery watchdog sends again.
+
 nats-py is asyncio and opsgate's workers are threads: the bus runs one event loop on a thread of
 its own, and its methods wait there for their coroutines.
 

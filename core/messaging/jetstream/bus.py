@@ -1,6 +1,11 @@
 """The JetStream bus: one connection on an event loop of its own thread, and the operations the
 relay, the readers and ``/readyz`` call on it, each run on that loop and waited for (their work is
-in ``setup``, ``publisher``, ``reader`` and ``figures``)."""
+in ``setup``, ``publisher``, ``reader`` and ``figures``).
+
+A server that lost its store (restarted on an empty volume) is set up again by whoever meets the
+loss: the relay's publication finds no stream and creates it, with the durable consumers this bus
+made sure of, before publishing again; a reader finds its durable consumer gone and creates it
+(and its stream) again (``JetStreamReader``)."""
 
 from __future__ import annotations
 
@@ -20,7 +25,12 @@ import nats.js.errors
 from core.errors import Unavailable
 from core.messaging.envelope import Envelope
 from core.messaging.jetstream import figures, publisher, reader, setup
-from core.messaging.jetstream.config import JetStreamConfig, JetStreamSetupError, first_line
+from core.messaging.jetstream.config import (
+    JetStreamConfig,
+    JetStreamSetupError,
+    StreamMissing,
+    first_line,
+)
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -45,14 +55,16 @@ class JetStreamBus:
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
         self._streams: set[str] = set()
+        self._consumers_of: dict[str, set[str]] = {}  # topic -> the consumers made sure of
         self._lock = threading.Lock()
+        self.reconnects = 0
 
     # -- the connection ----------------------------------------------------------------------
 
     def connect(self) -> JetStreamBus:
         """Connect (reconnecting for ever after any later loss) and check that the server has
-        JetStream; ``Unavailable`` when no server answers, ``JetStreamSetupError`` without
-        JetStream."""
+        JetStream; ``Unavailable`` when no server answers (or its JetStream does not: a cluster
+        without a leader), ``JetStreamSetupError`` without JetStream."""
         self._thread.start()
         wait_s = self.config.timeout_s * 2
         try:
@@ -75,6 +87,7 @@ class JetStreamBus:
                         self.config.shown)
 
         async def reconnected() -> None:
+            self.reconnects += 1  # the server may have come back without its store
             log.warning("jetstream (%s): reconnected", self.name)
 
         try:
@@ -89,8 +102,14 @@ class JetStreamBus:
         self._js = self._nc.jetstream(timeout=self.config.timeout_s)
         try:
             await self._js.account_info()
-        except (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError,
-                nats.errors.TimeoutError) as exc:
+        except nats.errors.TimeoutError as exc:
+            # Answered by nobody in time: a cluster without its JetStream leader (most of its
+            # nodes down, or still starting) looks like this, and it passes; retried.
+            raise Unavailable(
+                f"NATS at {self.config.shown} answers, but its JetStream did not within "
+                f"{self.config.timeout_s:g}s: a cluster without a leader (a majority of its "
+                "nodes down or still starting) or an overloaded server") from exc
+        except (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError) as exc:
             raise JetStreamSetupError(
                 f"NATS at {self.config.shown} has no JetStream: start nats-server with -js "
                 "(or jetstream {} in its configuration)") from exc
@@ -120,8 +139,8 @@ class JetStreamBus:
             raise
         except nats.js.errors.NoStreamResponseError as exc:
             self._streams.clear()  # the stream is gone: created again before the next publish
-            raise Unavailable(f"JetStream at {self.config.shown} has no stream for the subject "
-                              f"({first_line(exc)})") from exc
+            raise StreamMissing(f"JetStream at {self.config.shown} has no stream for the "
+                                f"subject ({first_line(exc)})") from exc
         except (TimeoutError, nats.errors.Error, OSError, FutureTimeout) as exc:
             future.cancel()
             raise Unavailable(f"JetStream at {self.config.shown}: {first_line(exc)}") from exc
@@ -134,22 +153,45 @@ class JetStreamBus:
     # -- streams and consumers ---------------------------------------------------------------
 
     def ensure_streams(self, topics: Iterable[str]) -> None:
-        """Create each topic's stream, or check the one there has the settings it needs."""
+        """Create each topic's stream, or check the one there has the settings it needs (once
+        per stream, until the server is found to have lost one)."""
         for topic in topics:
             if self.config.stream(topic) not in self._streams:
-                self._call(setup.ensure_stream(self.js, self.config, topic),
-                           self.config.timeout_s)
-                with self._lock:
-                    self._streams.add(self.config.stream(topic))
+                self._ensure_stream(topic)
+
+    def _ensure_stream(self, topic: str) -> None:
+        """Create or check ``topic``'s stream; a stream created anew gets the durable consumers
+        this bus made sure of on it back at once, before anything is published to it (a
+        retention other than limits would drop a message no consumer was there to take)."""
+        created = self._call(setup.ensure_stream(self.js, self.config, topic),
+                             self.config.timeout_s)
+        with self._lock:
+            self._streams.add(self.config.stream(topic))
+            consumers = sorted(self._consumers_of.get(topic, ()))
+        if created:
+            for consumer in consumers:
+                self._ensure_consumer(consumer, topic)
 
     def ensure_consumers(self, topics_of: Mapping[str, Iterable[str]]) -> None:
         """Create (or update to the settings) each opsgate consumer's durable consumer on the
-        stream of each of its topics; their streams first."""
+        stream of each of its topics; their streams first, checked on the server each time (this
+        is how a reader sets up again what a server lost). The bus remembers them: a stream it
+        creates again later gets them back."""
         for consumer, topics in topics_of.items():
             for topic in topics:
-                self.ensure_streams([topic])
-                self._call(setup.ensure_consumer(self.js, self.config, consumer, topic),
-                           self.config.timeout_s)
+                with self._lock:
+                    self._consumers_of.setdefault(topic, set()).add(consumer)
+                self._ensure_stream(topic)
+                self._ensure_consumer(consumer, topic)
+
+    def _ensure_consumer(self, consumer: str, topic: str) -> None:
+        self._call(setup.ensure_consumer(self.js, self.config, consumer, topic),
+                   self.config.timeout_s)
+
+    def has_consumer(self, consumer: str, topic: str) -> bool:
+        """Whether ``consumer``'s durable consumer on ``topic``'s stream is on the server."""
+        return self._call(setup.has_consumer(self.js, self.config, consumer, topic),
+                          self.config.timeout_s)
 
     # -- publishing --------------------------------------------------------------------------
 
@@ -158,8 +200,19 @@ class JetStreamBus:
         many replicas as the stream has); ``Unavailable`` when any was not."""
         if not envelopes:
             return
-        self.ensure_streams({envelope.topic for envelope in envelopes})
-        self._call(publisher.publish(self.js, self.config, envelopes), self.config.timeout_s)
+        topics = {envelope.topic for envelope in envelopes}
+        self.ensure_streams(topics)
+        try:
+            self._call(publisher.publish(self.js, self.config, envelopes), self.config.timeout_s)
+        except StreamMissing as gone:
+            # The server lost a stream this bus knew (an empty store): create it again, with
+            # its consumers, and publish the batch again (what was stored before the failure is
+            # dropped as a repeat by its Nats-Msg-Id).
+            log.warning("jetstream (%s): %s; creating the streams again", self.name,
+                        gone.message)
+            self.ensure_streams(topics)
+            self._call(publisher.publish(self.js, self.config, envelopes),
+                       self.config.timeout_s)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -169,6 +222,11 @@ class JetStreamBus:
         self.ensure_consumers({consumer: [topic]})
         return self._call(self.js.pull_subscribe_bind(
             durable=consumer, stream=self.config.stream(topic)), self.config.timeout_s)
+
+    def unsubscribe(self, subscription: JetStreamContext.PullSubscription) -> None:
+        """Drop a pull subscription whose durable consumer is gone; failures do not matter."""
+        with suppress(Unavailable):
+            self._call(subscription.unsubscribe(), self.config.timeout_s)
 
     def fetch(self, subscription: JetStreamContext.PullSubscription, batch: int,
               wait_s: float) -> list[Msg]:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from nats.js import api
 
-from core.errors import OpsgateError
+from core.errors import OpsgateError, Unavailable
 from core.redact import url_without_credentials
 
 if TYPE_CHECKING:
@@ -17,6 +17,11 @@ if TYPE_CHECKING:
 
 MAX_BACKOFF_S = 3600.0
 """The longest wait before a message is delivered again."""
+
+
+class StreamMissing(Unavailable):
+    """The server has no stream for a subject the relay publishes on: its store was lost (a
+    restart on an empty volume) or the stream was removed. Cured by creating it again."""
 
 
 class JetStreamSetupError(OpsgateError):

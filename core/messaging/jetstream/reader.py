@@ -1,12 +1,21 @@
 """The pull consumer: one reader per opsgate consumer and topic fetches from its durable consumer,
 hands each message to the consumer runner, says "in progress" while it works, acknowledges it once
-recorded, and buries a message delivered MaxDeliver times without handling it again."""
+recorded, and buries a message delivered MaxDeliver times without handling it again.
+
+A pull request to a durable consumer the server no longer has is answered by nothing: the fetch
+just waits out its time. So a reader that got nothing asks the server whether its durable consumer
+is still there, at once after the connection came back (the server may have restarted on an empty
+store) and every ``CHECK_EVERY_S`` otherwise (a stream removed by hand); when it is gone, the
+reader creates the stream and the consumer again, with the same settings, and reads from the
+stream's first message. Messages the server lost with its store are sent again by the relay's
+delivery watchdog (``core.messaging.delivery``); the inbox makes every copy harmless."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -27,6 +36,9 @@ if TYPE_CHECKING:
     from core.messaging.jetstream.bus import JetStreamBus
 
 log = logging.getLogger(__name__)
+
+CHECK_EVERY_S = 5.0
+"""How often an idle reader asks whether its durable consumer is still on the server."""
 
 
 async def fetch(subscription: JetStreamContext.PullSubscription, batch: int,
@@ -54,7 +66,8 @@ class JetStreamReader:
     """Feeds one opsgate consumer from its durable consumer on one topic's stream."""
 
     def __init__(self, bus: JetStreamBus, runner: ConsumerRunner, topic: str, *,
-                 batch: int = 10, wait_s: float = 1.0, polls: Polls | None = None) -> None:
+                 batch: int = 10, wait_s: float = 1.0, polls: Polls | None = None,
+                 check_every_s: float = CHECK_EVERY_S) -> None:
         self.bus = bus
         self.polls = polls  # each pass of ``run`` stamps it: the process's heartbeat
         self.runner = runner
@@ -62,6 +75,8 @@ class JetStreamReader:
         self.topic = topic
         self.batch = batch
         self.wait_s = wait_s
+        self.check_every_s = check_every_s
+        self._checked = (time.monotonic(), bus.reconnects)
 
     def run(self, stop: threading.Event) -> None:
         """Read until ``stop`` is set. A lost server or database is retried with backoff; the
@@ -76,6 +91,9 @@ class JetStreamReader:
                     subscription = self.bus.subscribe(self.consumer, self.topic)
                 msgs = self.bus.fetch(subscription, self.batch, self.wait_s)
                 self.handle(msgs)
+                if not msgs and self._consumer_lost():
+                    self.bus.unsubscribe(subscription)
+                    subscription = None  # created again (stream too) and bound on the next pass
                 outage.recovered()
             except JetStreamSetupError as exc:
                 stop.wait(outage.failed(exc))
@@ -85,6 +103,21 @@ class JetStreamReader:
                 stop.wait(outage.failed(exc))
             except outage.transient as exc:
                 stop.wait(outage.failed(exc))
+
+    def _consumer_lost(self) -> bool:
+        """Whether the durable consumer is gone from the server, asked after a reconnection and
+        every ``check_every_s``; says so in the log when it is."""
+        checked_at, reconnects = self._checked
+        if (self.bus.reconnects == reconnects
+                and time.monotonic() - checked_at < self.check_every_s):
+            return False
+        self._checked = (time.monotonic(), self.bus.reconnects)
+        if self.bus.has_consumer(self.consumer, self.topic):
+            return False
+        log.warning("%s: durable consumer gone from stream %s (the server lost its store, or "
+                    "the stream was removed); creating it again with the same settings",
+                    self.consumer, self.bus.config.stream(self.topic))
+        return True
 
     def handle(self, msgs: Sequence[Msg]) -> int:
         """Hand each message to the runner and acknowledge it once recorded; how many."""

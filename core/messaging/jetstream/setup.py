@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-async def ensure_stream(js: JetStreamContext, config: JetStreamConfig, topic: str) -> None:
-    """Create ``topic``'s stream, or check the one there has the settings it needs."""
+async def ensure_stream(js: JetStreamContext, config: JetStreamConfig, topic: str) -> bool:
+    """Create ``topic``'s stream, or check the one there has the settings it needs; True when
+    it was created."""
     want = config.stream_config(topic)
     name = config.stream(topic)
     try:
@@ -29,12 +30,13 @@ async def ensure_stream(js: JetStreamContext, config: JetStreamConfig, topic: st
         log.info("jetstream: created stream %s (subject %s, file storage, %d replica(s), "
                  "retention %s)", name, want.subjects[0] if want.subjects else "",
                  config.replicas, config.retention)
-        return
+        return True
     wrong = _differences(info.config, config, topic)
     if wrong:
         raise JetStreamSetupError(
             f"JetStream stream {name} has {'; '.join(wrong)}: change the stream (`nats "
             f"stream edit {name}`, or remove it while it is empty) or the settings")
+    return False
 
 
 def _differences(have: api.StreamConfig, config: JetStreamConfig, topic: str) -> list[str]:
@@ -74,6 +76,16 @@ async def ensure_consumer(js: JetStreamContext, config: JetStreamConfig, consume
             f"settings ({exc.description or first_line(exc)}): remove it (`nats consumer "
             f"rm {stream} {consumer}`) and start again; it is created anew from the "
             "stream's first message, which the inboxes make harmless") from exc
+
+
+async def has_consumer(js: JetStreamContext, config: JetStreamConfig, consumer: str,
+                       topic: str) -> bool:
+    """Whether ``consumer``'s durable consumer (and so ``topic``'s stream) is on the server."""
+    try:
+        await js.consumer_info(config.stream(topic), consumer)
+    except nats.js.errors.NotFoundError:
+        return False
+    return True
 
 
 def _same_s(have: float | None, want: float) -> bool:

@@ -27,6 +27,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -48,6 +49,8 @@ from core.messaging.jetstream.bus import JetStreamBus
 from core.messaging.jetstream.config import JetStreamConfig
 from core.messaging.jetstream.reader import JetStreamReader
 from core.messaging.streams import StreamConsumer
+from core.ops.readiness import readiness
+from core.ops.reconcile import Reconciler
 from core.settings import Settings
 from tests.support.local_http import LocalServer, local_server
 from tests.support.loop_processes import (
@@ -61,7 +64,7 @@ from tests.support.loop_processes import (
     wait_until,
 )
 from tests.support.metrics import STAND_IN_ENV, STAND_IN_METRICS
-from tests.support.nats_server import NatsServer
+from tests.support.nats_server import NatsCluster, NatsServer
 from tests.support.processes import Process, clean_env
 from tests.support.servers import REDIS_URL
 
@@ -156,22 +159,31 @@ class World:
 
 
 @pytest.fixture(params=["redis", pytest.param("jetstream", marks=pytest.mark.nats)])
-def nats_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[NatsServer | None]:
-    """None on Redis Streams (the shared Redis); on JetStream a nats-server of the test's own."""
+def nats_server(request: pytest.FixtureRequest,
+                tmp_path: Path) -> Iterator[NatsServer | NatsCluster | None]:
+    """None on Redis Streams (the shared Redis); on JetStream a nats-server of the test's own;
+    on ``cluster`` (asked for by name) three, routed to each other."""
     if request.param == "redis":
         yield None
         return
     (tmp_path / "nats").mkdir()
-    with NatsServer(tmp_path / "nats") as server:
+    own = NatsCluster(tmp_path / "nats") if request.param == "cluster" else NatsServer(
+        tmp_path / "nats")
+    with own as server:
         yield server
 
 
 @pytest.fixture
-def bus_knobs(nats_server: NatsServer | None) -> dict[str, str]:
-    """JetStream's AckWait is short, so a killed consumer's messages come back within seconds."""
+def bus_knobs(request: pytest.FixtureRequest,
+              nats_server: NatsServer | NatsCluster | None) -> dict[str, str]:
+    """JetStream's AckWait is short, so a killed consumer's messages come back within seconds;
+    on a cluster every stream has three replicas; a test may add settings of its own (indirect
+    parametrization)."""
     if nats_server is None:
         return {}
-    return {"OPSGATE_BUS_URL": nats_server.url, "OPSGATE_JETSTREAM_ACK_WAIT_S": "3"}
+    replicas = "3" if isinstance(nats_server, NatsCluster) else "1"
+    return {"OPSGATE_BUS_URL": nats_server.url, "OPSGATE_JETSTREAM_ACK_WAIT_S": "3",
+            "OPSGATE_JETSTREAM_REPLICAS": replicas, **getattr(request, "param", {})}
 
 
 @pytest.fixture
@@ -195,7 +207,11 @@ def world(tmp_path: Path, pg_engine: Engine, redis_client, redis_prefix: str,
                             static_metrics=STAND_IN_METRICS,
                             bus_url=bus_knobs.get("OPSGATE_BUS_URL"),
                             jetstream_ack_wait_s=float(
-                                bus_knobs.get("OPSGATE_JETSTREAM_ACK_WAIT_S", 30)))
+                                bus_knobs.get("OPSGATE_JETSTREAM_ACK_WAIT_S", 30)),
+                            delivery_bound_s=float(
+                                bus_knobs.get("OPSGATE_DELIVERY_BOUND_S", 120)),
+                            jetstream_replicas=int(
+                                bus_knobs.get("OPSGATE_JETSTREAM_REPLICAS", 1)))
         app = bootstrap(settings, engine=pg_engine)
         jetstream = (JetStreamBus(JetStreamConfig.of(settings), name="e2e-planner").connect()
                      if settings.bus_url else None)
@@ -341,26 +357,39 @@ def test_200_cases_run_their_whole_life_through_relay_and_consumer_processes(wor
 
 
 @pytest.mark.chaos
-def test_kill_9_of_relay_and_consumers_mid_run_keeps_every_step_exactly_once(world: World):
-    seed = int(time.time())
-    rng, seed_note = random.Random(seed), f"chaos seed {seed}"
+def test_kill_9_of_relay_and_consumers_mid_run_keeps_every_step_exactly_once(
+        world: World, nats_server: NatsServer | None, request: pytest.FixtureRequest):
+    """A seeded schedule of kill -9: the relay, a consume process, then any of them (and, on
+    JetStream, the nats-server, started again on its store), each at a random moment and
+    started again after a random pause. The seed is printed; ``--chaos-seed SEED`` replays
+    the same schedule."""
+    seed = request.config.getoption("chaos_seed") or int(time.time())
+    rng = random.Random(seed)
+    seed_note = f"chaos seed {seed} (replay: pytest --chaos-seed {seed} {request.node.nodeid})"
     kills: list[str] = []
     case_ids: list[UUID] = []
+    victims: list[tuple[str, Process | NatsServer]] = [
+        (process.name, process) for process in world.processes]
+    if nats_server is not None:
+        victims.append(("nats-server", nats_server))
+    # Relay first, then a consumer, then whichever: drawn before the run, so a seed is a
+    # schedule whatever the machine's speed.
+    order = victims[:2] + [rng.choice(victims) for _ in range(6)]
+    waits = [(rng.uniform(0.5, 2.5), rng.uniform(0.1, 1.0)) for _ in order]
+    print(f"\n{seed_note}: {[name for name, _victim in order]}")
 
     def chaos() -> None:
-        # Relay first, then a consumer, then whichever: each killed at a random moment and
-        # restarted after a random pause, until every case ended or the budget is spent.
-        order = [world.relay, world.consumers[0]] + [rng.choice(world.processes)
-                                                     for _ in range(6)]
-        for victim in order:
+        # Each killed at its moment and started again after its pause, until every case ended
+        # or the schedule is spent.
+        for (name, victim), (before_s, pause_s) in zip(order, waits, strict=True):
             # The relay's and a consumer's kills always come; after them, none once every
             # case ended.
-            if world.stop.wait(rng.uniform(0.5, 2.5)) or (
+            if world.stop.wait(before_s) or (
                     len(kills) >= 2 and case_ids and all_final(world.engine, case_ids)):
                 return
             victim.kill9()
-            kills.append(victim.name)
-            world.stop.wait(rng.uniform(0.1, 1.0))
+            kills.append(name)
+            world.stop.wait(pause_s)
             victim.start()
 
     killer = threading.Thread(target=chaos, daemon=True)
@@ -454,3 +483,142 @@ def test_kill_9_of_nats_server_and_a_consumer_frozen_past_ack_wait_lose_and_repe
     print(f"\nJetStream faults {events}: {len(case_ids)} cases driven, "
           f"{sum(summary['statuses'].values())} ended in {elapsed:.1f}s, stuck {stuck}, "
           f"duplicate side effects {duplicates}; {summary}")
+
+
+def moving(engine: Engine, case_ids: list[UUID]) -> bool:
+    """Some case has left NEW and some has not ended: the loop is mid-flight."""
+    now = statuses(engine, case_ids).values()
+    return any(status != CaseStatus.NEW for status in now) and not all(
+        status in FINAL for status in now)
+
+
+@pytest.mark.chaos
+@pytest.mark.parametrize("nats_server", ["jetstream"], indirect=True)
+@pytest.mark.parametrize("bus_knobs", [{"OPSGATE_DELIVERY_BOUND_S": "3"}], indirect=True)
+def test_nats_restarted_on_an_empty_store_mid_run_costs_no_case_and_no_restart_by_hand(
+        world: World, nats_server: NatsServer):
+    """A lost volume: nats-server killed mid-run and started again on the same port with no
+    store (every stream, durable consumer and message gone). Nobody restarts relay or consume:
+    the relay creates the streams again as it publishes, each reader finds its durable
+    consumer gone and creates it again, and the messages the server lost are sent again by the
+    relay's delivery watchdog (bound 3 s here). Every case ends CLOSED, no step runs twice."""
+    started = time.monotonic()
+    case_ids = world.open_cases(world.cases)
+    wait_until(lambda: moving(world.engine, case_ids), RUN_DEADLINE_S, "for the loop to move")
+    nats_server.restart_empty()
+    samples = Samples(world)
+    sampler = threading.Thread(target=samples.take_until_done, args=(case_ids,), daemon=True)
+    sampler.start()
+    wait_until(lambda: all_final(world.engine, case_ids), RUN_DEADLINE_S,
+               "for every case to end after the store was lost")
+    sampler.join(30)
+    elapsed = time.monotonic() - started
+    summary = check_the_run(world, case_ids, chaos=True)
+    assert summary["statuses"] == {CaseStatus.CLOSED: world.cases}, summary
+    assert not [process.name for process in world.processes if process.kills], "restarted"
+    # /readyz's bus check never says ok while it lists a missing durable consumer, and the
+    # gap shows: not ready at least once while cases waited.
+    assert not [check for check in samples.bus if check["ok"] and any(
+        "missing" in state for state in check.get("consumers", {}).values())], samples.bus
+    assert "not_ready" in samples.ready, samples.ready
+    # Reconcile named what had waited past the bound until recorded, then nothing.
+    assert Reconciler(world.engine, outbox_bound_s=60, delivery_bound_s=3).undelivered(
+        datetime.now(UTC), repair=False) == []
+    stop_cleanly(world)
+    healed = sum(process.output().count("creating it again") for process in world.consumers)
+    print(f"\nNATS lost its store mid-run: {world.cases} cases CLOSED in {elapsed:.1f}s, "
+          f"{healed} durable consumers created again by the readers; /readyz sampled "
+          f"{Counter(samples.ready)}, reconcile named up to {samples.most_undelivered} "
+          f"undelivered message(s); {summary}")
+
+
+class Samples:
+    """``/readyz`` (in-process, the test's app) and reconcile's undelivered messages, every
+    half second from the loss until every case ended."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.ready: list[str] = []
+        self.bus: list[dict[str, Any]] = []
+        self.most_undelivered = 0
+
+    def take_until_done(self, case_ids: list[UUID]) -> None:
+        reconciler = Reconciler(self.world.engine, outbox_bound_s=60, delivery_bound_s=3)
+        while not all_final(self.world.engine, case_ids) and not self.world.stop.is_set():
+            answer = readiness(self.world.app)
+            self.ready.append(answer["status"])
+            self.bus.append(answer["checks"]["bus"])
+            named = reconciler.undelivered(datetime.now(UTC), repair=False)
+            self.most_undelivered = max(self.most_undelivered, len(named))
+            time.sleep(0.5)
+
+
+# -- a three-node JetStream cluster ------------------------------------------------------------
+
+
+def stream_leader(world: World, topic: str) -> str:
+    assert world.jetstream is not None
+    info = world.jetstream._call(world.jetstream.js.stream_info(
+        world.jetstream.config.stream(topic)), 5)
+    assert info.config.num_replicas == 3 and info.cluster is not None
+    return str(info.cluster.leader)
+
+
+def check_no_duplicates(world: World, case_ids: list[UUID]) -> dict[str, Any]:
+    summary = check_the_run(world, case_ids, chaos=True)
+    assert summary["statuses"] == {CaseStatus.CLOSED: len(case_ids)}, summary
+    keys, _by_case = requests_by_case(world.server)
+    assert sum(keys.values()) == len(case_ids) and max(keys.values()) == 1
+    return summary
+
+
+@pytest.mark.chaos
+@pytest.mark.parametrize("nats_server", ["cluster"], indirect=True)
+def test_a_three_node_cluster_loses_a_stream_leader_mid_run_and_every_case_closes_once(
+        world: World, nats_server: NatsCluster):
+    """OPSGATE_BUS_URL names three nats-servers (one per node, comma-separated) and every
+    stream has three replicas. The leader of the executor's stream is killed -9 mid-run and
+    stays down: the others elect a new leader, the clients reconnect to them, and every case
+    ends CLOSED with each step's request sent once."""
+    assert "(3 replica(s)) at " + nats_server.url in world.relay.output()
+    started = time.monotonic()
+    case_ids = world.open_cases(world.cases)
+    wait_until(lambda: moving(world.engine, case_ids), RUN_DEADLINE_S, "for the loop to move")
+    leader = stream_leader(world, Topic.EXEC_RUN)
+    nats_server.node(leader).kill9()
+    wait_until(lambda: all_final(world.engine, case_ids), RUN_DEADLINE_S,
+               f"for every case to end with stream leader {leader} killed")
+    elapsed = time.monotonic() - started
+    summary = check_no_duplicates(world, case_ids)
+    new_leader = stream_leader(world, Topic.EXEC_RUN)
+    assert new_leader != leader
+    stop_cleanly(world)
+    print(f"\ncluster, leader {leader} of {Topic.EXEC_RUN} killed mid-run (now {new_leader}): "
+          f"{len(case_ids)} cases CLOSED in {elapsed:.1f}s, 0 duplicates; {summary}")
+
+
+@pytest.mark.chaos
+@pytest.mark.parametrize("nats_server", ["cluster"], indirect=True)
+def test_a_cluster_without_quorum_holds_the_outbox_and_resumes_when_quorum_returns(
+        world: World, nats_server: NatsCluster):
+    """Two of three nodes killed -9: no stream can store a message, so the relay publishes
+    nothing and its rows wait in the outbox (no case leaves NEW). The two come back on their
+    stores: the relay publishes what waited and every case closes, each step once."""
+    down = nats_server.nodes[1:]
+    for node in down:
+        node.kill9()
+    case_ids = world.open_cases(8)
+    time.sleep(8)  # long enough for a relay to have published, had it a quorum
+    assert set(statuses(world.engine, case_ids).values()) == {CaseStatus.NEW}
+    held = unpublished(world.engine)
+    assert held >= len(case_ids)
+    for node in down:
+        node.start()
+    started = time.monotonic()
+    wait_until(lambda: all_final(world.engine, case_ids), RUN_DEADLINE_S,
+               "for every case to end once quorum returned")
+    elapsed = time.monotonic() - started
+    summary = check_no_duplicates(world, case_ids)
+    stop_cleanly(world)
+    print(f"\ncluster without quorum: {held} outbox rows held; quorum back, "
+          f"{len(case_ids)} cases CLOSED in {elapsed:.1f}s, 0 duplicates; {summary}")

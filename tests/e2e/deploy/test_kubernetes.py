@@ -6,7 +6,8 @@ issue asks of them: serve, relay and consume Deployments with probes (relay and 
 k8s.rollout needs, per listed namespace; Secret and ConfigMap placeholders that every process
 refuses in one line each; the catalog and policies mounted as a kubelet mounts a ConfigMap, which
 ``opsgate catalog check`` and ``opsgate policy check`` read; a NetworkPolicy; and no database,
-bus or cache run by these manifests (the operator's own, by URL).
+bus or cache run by these manifests (the operator's own, by URL). Beside them, the optional
+three-node NATS JetStream cluster of deploy/kubernetes/nats.
 
 Bounded: two renders by the real kubectl (/usr/bin/kubectl, ``make peers`` checks it), offline
 schema checks, two short opsgate commands."""
@@ -226,3 +227,47 @@ def test_the_documented_render(tmp_path):
     documented = next(line for line in (ROOT / "docs/deploy.md").read_text().splitlines()
                       if line.startswith("grep -c '^kind:' opsgate.yaml"))
     assert documented.endswith(f"# {len(rendered)} objects")
+
+
+def test_the_nats_cluster_is_three_nodes_on_their_own_volumes_with_fsync_always(tmp_path):
+    """deploy/kubernetes/nats: valid objects; a StatefulSet of three behind its headless
+    Service, a volume each; the configuration fsyncs before acknowledging and routes to the
+    three pods, which are the servers the production overlay's OPSGATE_BUS_URL names with three
+    replicas per stream. The configuration is read by the nats-server here, which predates
+    ``sync_interval`` (Debian's 2.9): without that line it is valid; with it, the option is
+    the one this server does not know yet."""
+    objects = render(ROOT / "deploy/kubernetes/nats")
+    for version in VERSIONS:
+        for obj in objects:
+            kubernetes_validate.validate(obj, version, strict=True)
+    nats = the(objects, "StatefulSet", "nats")
+    service = the(objects, "Service", "nats")
+    assert nats["spec"]["replicas"] == 3 and nats["spec"]["serviceName"] == "nats"
+    assert service["spec"]["clusterIP"] == "None"
+    assert [claim["metadata"]["name"] for claim in nats["spec"]["volumeClaimTemplates"]] == [
+        "data"]
+    conf = the(objects, "ConfigMap", "nats-config")["data"]["nats.conf"]
+    jetstream = conf[conf.index("jetstream {"):conf.index("}", conf.index("jetstream {"))]
+    assert "sync_interval: always" in jetstream
+    pods = [f"nats-{n}.nats.nats.svc" for n in range(3)]
+    assert all(f"nats-route://{pod}:6222" in conf for pod in pods)
+
+    production = environment(render(KUSTOMIZATIONS["production"]))
+    servers = [url.removeprefix("nats://CHANGE-ME-").removesuffix(":4222")
+               for url in production["OPSGATE_BUS_URL"].split(",")]
+    assert servers == pods
+    assert production["OPSGATE_JETSTREAM_REPLICAS"] == "3"
+
+    (tmp_path / "without-sync.conf").write_text(
+        "\n".join(line for line in conf.splitlines() if "sync_interval" not in line))
+    (tmp_path / "shipped.conf").write_text(conf)
+    env = {"POD_NAME": "nats-0", "PATH": "/usr/bin:/usr/sbin:/bin"}
+    from tests.support.nats_server import NATS_SERVER
+
+    valid = subprocess.run([NATS_SERVER, "-c", str(tmp_path / "without-sync.conf"), "-t"],
+                           capture_output=True, text=True, timeout=30, env=env, check=False)
+    assert valid.returncode == 0, valid.stderr
+    shipped = subprocess.run([NATS_SERVER, "-c", str(tmp_path / "shipped.conf"), "-t"],
+                             capture_output=True, text=True, timeout=30, env=env, check=False)
+    assert shipped.returncode == 0 or 'unknown field "sync_interval"' in shipped.stderr, (
+        shipped.stderr)

@@ -22,12 +22,17 @@ TOPICS = subscribers({"executor": ("cmd.exec.run",), "notifier": ("cmd.exec.run"
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
 
-def published(engine: Engine, topic: str, ago_s: float, attempts: int = 1,
-              now: datetime = NOW) -> int:
+def published(engine: Engine, topic: str, ago_s: float | None, attempts: int = 1,
+              now: datetime = NOW, written_ago_s: float | None = None) -> int:
+    """A row published ``ago_s`` before ``now`` (None: handed back to the relay), written
+    ``written_ago_s`` before (default: when published)."""
+    written = ago_s if written_ago_s is None else written_ago_s
     with engine.begin() as conn:
         return int(conn.execute(insert(outbox).values(
             topic=topic, key="case-1", payload={}, attempts=attempts,
-            published_at=now - timedelta(seconds=ago_s)).returning(outbox.c.id)).scalar_one())
+            created_at=now - timedelta(seconds=written or 0),
+            published_at=None if ago_s is None else now - timedelta(seconds=ago_s))
+            .returning(outbox.c.id)).scalar_one())
 
 
 def row(engine: Engine, message_id: int) -> tuple[bool, bool, int]:
@@ -71,6 +76,43 @@ def test_a_row_sent_again_waits_twice_as_long_before_the_next_time(engine):
     once = published(engine, "evt.opened", ago_s=15, attempts=3)  # sent again once already
     assert watchdog(engine).sweep() == []  # 15 s < 2 x 10 s
     assert [m.message_id for m in watchdog(engine, NOW + timedelta(seconds=6)).sweep()] == [once]
+
+
+def test_a_message_sent_again_stays_undelivered_from_when_it_was_due_until_recorded(engine):
+    """The watchdog's re-send does not reset how long a message has waited: sent again 2 s ago
+    (or handed back and not yet published again), written a minute ago, it is late for
+    ``/readyz`` and reconcile until every consumer's inbox holds it; the watchdog, counting
+    from the last publication, does not send it again yet."""
+    from core.consumers import subscriptions
+    from core.ops.readiness import check_delivery
+    from core.ops.reconcile import Reconciler
+
+    topic = "evt.case.opened.v1"
+    readers = sorted(subscribers(subscriptions())[topic])
+    resent = published(engine, topic, ago_s=2, attempts=3, written_ago_s=60)
+    handed_back = published(engine, topic, ago_s=None, attempts=2, written_ago_s=50)
+    real = DeliveryWatchdog(engine, subscribers(subscriptions()), bound_s=10,
+                            clock=lambda: NOW)
+    late = look(engine, real.topics, NOW, 10).late
+    assert [(m.message_id, m.waited_s(NOW)) for m in late] == [(resent, 60.0),
+                                                                (handed_back, 50.0)]
+    assert real.sweep() == []
+    assert row(engine, handed_back) == (False, False, 2)
+    check = check_delivery(engine, 10, NOW)
+    assert (check["ok"], check["undelivered"], check["oldest_s"]) == (False, 2, 60.0)
+    report = Reconciler(engine, outbox_bound_s=300, delivery_bound_s=10,
+                        clock=lambda: NOW).run()
+    assert [f.kind for f in report.findings] == ["undelivered", "undelivered"]
+    assert report.findings[0].detail == (
+        f"{topic} for case case-1 due 60 s ago, sent again 1 time, not recorded by "
+        f"{', '.join(readers)} (bound 10 s)")
+    with engine.begin() as conn:
+        for consumer in readers:
+            inbox.mark(conn, consumer, resent)
+            inbox.mark(conn, consumer, handed_back)
+    assert check_delivery(engine, 10, NOW)["ok"] is True
+    real.sweep()
+    assert row(engine, resent) == (True, True, 3)
 
 
 class Recorder:

@@ -184,6 +184,58 @@ def test_a_reader_acknowledges_after_the_inbox_and_a_restart_keeps_the_consumer(
         bus.close()
 
 
+def test_a_reader_whose_server_lost_its_store_creates_its_consumer_again_and_reads_on(
+        sqlite_engine: Engine, nats_server: NatsServer):
+    """The server comes back on an empty store: the relay (a bus of its own, as in its own
+    process) creates the stream again before publishing; the reader, whose pull requests now go
+    to a consumer nobody has, finds it gone and creates it again with the same settings."""
+    relay_bus, reader_bus = connected(nats_server), connected(nats_server)
+    consumer = Recorder()
+    reader = JetStreamReader(reader_bus, ConsumerRunner(sqlite_engine, consumer), TOPIC,
+                             wait_s=0.2, check_every_s=0.5)
+    stop = threading.Event()
+    thread = threading.Thread(target=reader.run, args=(stop,), daemon=True)
+    try:
+        write_rows(sqlite_engine, 3)
+        OutboxRelay(sqlite_engine, relay_bus).drain()
+        thread.start()
+        poll(lambda: len(consumer.handled) == 3, 15, "three messages handled")
+
+        nats_server.restart_empty()
+        poll(lambda: reader_bus.connected and relay_bus.connected, 15, "both to reconnect")
+        write_rows(sqlite_engine, 2)
+        poll(lambda: _drained(sqlite_engine, relay_bus), 20, "the relay to publish again")
+        poll(lambda: len(consumer.handled) == 5, 20, "the reader to read after the wipe")
+        assert sorted(consumer.handled) == [1, 2, 3, 4, 5]
+        config = reader_bus.js.consumer_info(reader_bus.config.stream(TOPIC), "planner")
+        info = reader_bus._call(config, 5)
+        assert info.config.ack_wait == reader_bus.config.ack_wait_s  # the same settings
+        assert info.config.max_deliver == reader_bus.config.max_deliver
+    finally:
+        stop.set()
+        thread.join(5)
+        relay_bus.close()
+        reader_bus.close()
+
+
+def test_the_relay_creates_a_lost_stream_with_its_consumers_before_publishing(
+        sqlite_engine: Engine, nats_server: NatsServer):
+    """On interest retention a message published to a stream with no consumer is dropped at
+    once: the relay's bus creates a lost stream again with the durable consumers it made sure
+    of at start, and only then publishes, so the message waits for its reader."""
+    relay_bus = connected(nats_server, retention="interest")
+    try:
+        relay_bus.ensure_consumers({"planner": [TOPIC]})  # what `opsgate relay` does at start
+        nats_server.restart_empty()
+        poll(lambda: relay_bus.connected, 15, "the relay's bus to reconnect")
+        write_rows(sqlite_engine, 2)
+        poll(lambda: _drained(sqlite_engine, relay_bus), 20, "the relay to publish again")
+        assert stream_messages(relay_bus) == 2
+        assert relay_bus.consumer_states({"planner": [TOPIC]})["planner"]["pending"] == 2
+    finally:
+        relay_bus.close()
+
+
 def decode_id(msg) -> int:
     return decode(msg.data).message_id
 
@@ -287,9 +339,31 @@ def test_no_jetstream_and_a_stream_that_disagrees_are_one_line_each(tmp_path: Pa
     assert "has 1 replica(s) (OPSGATE_JETSTREAM_REPLICAS is 3)" in str(wrong.value)
 
 
+def test_a_cluster_without_its_leader_is_unavailable_not_a_server_without_jetstream(
+        tmp_path: Path):
+    """One node of three up: NATS answers, JetStream does not (no quorum to elect its leader).
+    That passes, so it is ``Unavailable`` (retried, or a process restarted), never the setup
+    error that tells the operator to enable JetStream."""
+    from tests.support.nats_server import NatsCluster
+
+    cluster = NatsCluster(tmp_path)
+    alone = cluster.nodes[0].start()
+    try:
+        with pytest.raises(Unavailable) as down:
+            connected(alone, timeout_s=1.0)
+    finally:
+        alone.stop()
+    assert not isinstance(down.value, JetStreamSetupError)
+    assert str(down.value).startswith(f"NATS at {alone.url} answers, but its JetStream did "
+                                      "not within 1s: a cluster without a leader")
+
+
 def test_readyz_reports_the_connection_and_each_consumers_counts(nats_server: NatsServer):
+    """Every consumer's counts; not ok while a durable consumer is missing (before the relay
+    created them, after the server lost its store), nor while the server is down."""
     from datetime import UTC, datetime
 
+    from core.consumers import subscriptions
     from core.ops.readiness import check_jetstream
     from core.settings import Settings
 
@@ -297,6 +371,11 @@ def test_readyz_reports_the_connection_and_each_consumers_counts(nats_server: Na
     bus = connected(nats_server)
     try:
         bus.ensure_consumers({"planner": [TOPIC]})
+        only_planner = check_jetstream(settings, datetime.now(UTC))
+        assert only_planner["ok"] is False
+        assert only_planner["error"].startswith("durable consumers missing on the server")
+        assert "opsgate_evt_case_opened_v1 (intake)" in only_planner["error"]
+        bus.ensure_consumers(subscriptions())  # what the relay does at start
         bus.publish([Envelope(7, TOPIC, "case-7", {}, 1)])
         held = bus.fetch(bus.subscribe("planner", TOPIC), 1, 2.0)
         assert len(held) == 1
@@ -307,6 +386,10 @@ def test_readyz_reports_the_connection_and_each_consumers_counts(nats_server: Na
         assert planner["oldest_unacked_s"] >= 0
     finally:
         bus.close()
+    nats_server.restart_empty()
+    wiped = check_jetstream(settings, datetime.now(UTC))
+    assert wiped["ok"] is False and "(planner)" in wiped["error"]
+    assert wiped["consumers"]["planner"]["missing"] == ["opsgate_cmd_plan_generate"]
     nats_server.kill9()
     down = check_jetstream(settings, datetime.now(UTC))
     assert down["ok"] is False

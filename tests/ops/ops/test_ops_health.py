@@ -149,6 +149,7 @@ def test_a_message_its_consumers_never_recorded_makes_the_process_not_ready(clie
     with engine.begin() as conn:
         message_id = conn.execute(insert(outbox).values(
             topic=topic, key="k", payload={},
+            created_at=datetime.now(UTC) - timedelta(seconds=200),
             published_at=datetime.now(UTC) - timedelta(seconds=200)).returning(outbox.c.id)
         ).scalar_one()
     status, report = _ready(client)

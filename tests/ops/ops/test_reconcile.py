@@ -140,6 +140,10 @@ def test_an_outbox_row_unpublished_past_its_bound_is_found_and_republished(engin
     entries = redis_client.xrange(bus.stream("cmd.exec.run"))
     assert [Envelope.from_fields({k.decode(): v.decode() for k, v in fields.items()}).message_id
             for _, fields in entries] == [row_id, fresh]
+    # Published is not delivered: written an hour ago, it is named until its consumer has it.
+    assert kinds(engine) == ["undelivered"]
+    with engine.begin() as conn:
+        inbox.mark(conn, "executor", row_id)
     assert reconciler(engine).run().clean
 
 
