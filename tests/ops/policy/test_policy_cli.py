@@ -153,7 +153,7 @@ def test_every_example_policy_has_an_id_and_a_reason():
     rules = load_rules(POLICIES)
     assert {rule.source for rule in rules.rules.values()} >= {
         str(POLICIES / f"{name}.cedar")
-        for name in ("owners", "freeze", "no-scripts-in-production", "staging-noop")}
+        for name in ("owners", "freeze", "no-scripts-in-production", "staging-low-risk")}
     for rule in rules.rules.values():
         assert "#" not in rule.name and rule.reason, rule
 
@@ -178,7 +178,7 @@ def test_default_prints_the_rendered_default_and_the_always_on_rule_commented(tm
     assert '// @id("never-the-requester")' in text
     rules = read_rules([("copy.cedar", text)])  # valid against the schema, no name twice
     assert set(rules.rules) == {"approvers", "two-approvers-from-risk", "auto-approve-noop-only",
-                                "auto-approve-low-risk", "never-the-requester"}
+                                "auto-approve-low-risk", "never-the-requester", "unowned-target"}
 
 
 @ACTIONS_FLAGGED
