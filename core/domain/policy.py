@@ -209,7 +209,7 @@ class ApprovalPolicy:
             return f"{person} may not approve this plan: {self._forbidden(judged.forbids)}"
         if self.cedar.default:
             return f"{person} is not an approver ({self.describe_approvers()} may approve)"
-        if judged.refused_on and len(subject.targets) > 1:
+        if judged.refused_on:  # the step that refused them, in words
             target = judged.refused_on[0]
             return (f"{person} may not approve this plan: {target.step.label} changes "
                     f"{target.what}: {self.describe_who(subject.on(target))}")

@@ -148,7 +148,8 @@ def test_a_search_engineer_cannot_approve_a_payments_deployment_by_slack(world, 
         case_id, shown, refused = slack_refusal(bot, "40.000100", CAROL)
         assert bot.app.cases.get_case(case_id)["components"] == ["search-api"]  # the claim
         assert "*Touches* payments-api (@payments-oncall, production)" in shown
-        assert "only payments-oncall may approve changes to payments-api" in refused
+        assert (f"step 1 (k8s.rollout) changes {LEDGER_STEP}: only payments-oncall may "
+                "approve changes to payments-api") in refused
         assert bot.app.cases.get_case(case_id)["status"] == "WAIT_GATE"
     assert decisions(engine, case_id) == []
 
@@ -157,7 +158,9 @@ def test_a_search_engineer_cannot_approve_a_payments_deployment_over_rest(world,
     engine: Engine = world["engine"]
     with serving(world, tmp_path, planner_of(LEDGER)) as bot:
         case_id, refused = rest_refusal(bot, CAROL, components=["search-api"])
-        assert "only payments-oncall may approve changes to payments-api" in refused
+        assert refused == (f"{CAROL} may not approve this plan: step 1 (k8s.rollout) changes "
+                           f"{LEDGER_STEP}: only payments-oncall may approve changes to "
+                           "payments-api")
         assert bot.app.cases.get_case(case_id)["status"] == "WAIT_GATE"
     assert decisions(engine, case_id) == []
 

@@ -211,7 +211,8 @@ def test_explain_refuses_someone_outside_the_owners_and_exits_1(tmp_path):
     assert "payments-api is owned by payments-oncall: Alice Example (U0ALICE), Bob Example " \
            "(U0BOB)." in lines
     assert "Carol Example (U0CAROL) may not approve it: no policy admits them." in lines
-    assert "The gate would answer their click: U0CAROL may not approve this plan: only " \
+    assert "The gate would answer their click: U0CAROL may not approve this plan: step 1 " \
+           "(k8s.rollout) changes deployment payments-api in namespace payments: only " \
            "payments-oncall may approve changes to payments-api." in lines
     assert "May approve it now: Alice Example (U0ALICE), Bob Example (U0BOB)." in lines
 
