@@ -31,7 +31,7 @@ from typing import IO, Any
 import httpx
 import yaml  # type: ignore[import-untyped]
 
-from agent.eval.scenarios import Scenario, Service, within
+from agent.eval.scenarios import Scenario, Service, resolve_plan, within
 from agent.eval.series import RECORDED_FROM_S, RECORDED_TO_S, STEP_S, value_at
 from agent.world.kube_api import KubeWorldServer, World
 from agent.world.kube_objects import (
@@ -390,7 +390,31 @@ def world_settings(world: EvalWorld, scenario: Scenario, work: Path) -> dict[str
     catalog.write_text(catalog_text(scenario))
     world.serve(scenario)
     return {"prometheus_url": world.prometheus_url, "alertmanager_url": world.alertmanager_url,
-            "kubeconfig": str(world.kubeconfig), "catalog": catalog}
+            "kubeconfig": str(world.kubeconfig), "catalog": catalog,
+            "traffic_routes": [f"{scenario.service.name}={route}"
+                               for route in sorted(routes_of(scenario))]}
+
+
+def routes_of(scenario: Scenario) -> set[str]:
+    """The traffic-gateway routes the scenario's past plans flip: the scenario's service's
+    traffic (``OPSGATE_TRAFFIC_ROUTES``), so its owners approved them."""
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            params = node.get("params")
+            if node.get("action") == "gateway.flip" and isinstance(params, dict) \
+                    and isinstance(params.get("route"), str):
+                found.add(params["route"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for past in scenario.past_cases:
+        walk(resolve_plan(past.plan))
+    return found
 
 
 def record_changes(intake: Any, scenario: Scenario, origin: datetime) -> None:
