@@ -391,21 +391,26 @@ def world_settings(world: EvalWorld, scenario: Scenario, work: Path) -> dict[str
     world.serve(scenario)
     return {"prometheus_url": world.prometheus_url, "alertmanager_url": world.alertmanager_url,
             "kubeconfig": str(world.kubeconfig), "catalog": catalog,
-            "traffic_routes": [f"{scenario.service.name}={route}"
-                               for route in sorted(routes_of(scenario))]}
+            **past_entries(scenario)}
 
 
-def routes_of(scenario: Scenario) -> set[str]:
-    """The traffic-gateway routes the scenario's past plans flip: the scenario's service's
-    traffic (``OPSGATE_TRAFFIC_ROUTES``), so its owners approved them."""
-    found: set[str] = set()
+def past_entries(scenario: Scenario) -> dict[str, list[str]]:
+    """The traffic-gateway routes and scripts the scenario's past plans used, as the scenario's
+    service's (``OPSGATE_TRAFFIC_ROUTES``, ``OPSGATE_SCRIPT_ALLOWLIST``): its owners approved
+    them, and the targets rule judges them as theirs."""
+    assert scenario.service is not None
+    routes: set[str] = set()
+    scripts: set[str] = set()
 
     def walk(node: Any) -> None:
         if isinstance(node, dict):
-            params = node.get("params")
-            if node.get("action") == "gateway.flip" and isinstance(params, dict) \
-                    and isinstance(params.get("route"), str):
-                found.add(params["route"])
+            given = node.get("params")
+            params: dict[str, Any] = given if isinstance(given, dict) else {}
+            if node.get("action") == "gateway.flip" and isinstance(params.get("route"), str):
+                routes.add(params["route"])
+            argv = params.get("argv")
+            if node.get("action") == "script.exec" and isinstance(argv, list) and argv:
+                scripts.add(str(argv[0]))
             for value in node.values():
                 walk(value)
         elif isinstance(node, list):
@@ -414,6 +419,10 @@ def routes_of(scenario: Scenario) -> set[str]:
 
     for past in scenario.past_cases:
         walk(resolve_plan(past.plan))
+    name = scenario.service.name
+    found = {"traffic_routes": [f"{name}={route}" for route in sorted(routes)]}
+    if scripts:
+        found["script_allowlist"] = [f"{name}={script}" for script in sorted(scripts)]
     return found
 
 
