@@ -193,10 +193,11 @@ def _plan_sections(case: CaseView, parsed: ParsedPlan, plan_hash: str, requester
 
 def rule_sections(rule: GateRule, policy: ApprovalPolicy) -> list[Block]:
     """Whose system the plan changes and the rule it waits on, in words: the components and
-    their owners, who may approve and how many by which policy, and any forbid that refuses
-    everyone it does not exempt (a freeze). Nothing more while the default policy decides a
-    case that names no component: the sections above say it."""
-    if rule.default and not rule.touched:
+    their owners, each step nobody owns (nobody may approve then), who may approve and how
+    many by which policy, and any forbid that refuses everyone it does not exempt (a freeze).
+    Nothing more while the default policy decides a plan that touches no component: the
+    sections above say it."""
+    if rule.default and not rule.touched and not rule.unowned:
         return []
     lines = []
     if rule.touched:
@@ -208,6 +209,8 @@ def rule_sections(rule: GateRule, policy: ApprovalPolicy) -> list[Block]:
     named = f" · policy {escape(', '.join(rule.policies))}" if rule.policies else ""
     lines.append(f"*Who may approve* {count} of {whom}{named}")
     blocks = [section("\n".join(lines))]
+    for sentence in rule.unowned:
+        blocks.append(section(f"⛔ *Unowned*: {escape(sentence)}: nobody may approve this plan"))
     for refusing in rule.forbidden:
         why = escape(refusing.reason or "a policy refuses approvals of this plan")
         blocks.append(section(f"⛔ *{why}* (policy {escape(refusing.policy)}): only the people "

@@ -18,9 +18,11 @@ from core.db.database import make_engine
 from core.domain.policy import ApprovalPolicy
 from core.evidence.configured import has_metrics_source, promql_bounds
 from core.gateway import Gateway, build_gateway
+from core.mcp.remote import load_servers
 from core.policy.files import PolicySource, catalog_problems
 from core.policy.judge import GroupMembers
 from core.policy.rules import PolicyError
+from core.policy.targets import StepOwners
 from core.settings import OpsgateSettings, Settings, load_settings
 from core.steps.adapters import adapters_from_settings
 from core.steps.dry_run import PlanDryRun
@@ -116,7 +118,8 @@ def policy_from_settings(settings: Settings, members: GroupMembers | None = None
                             auto_approve_max_risk=settings.auto_approve_max_risk,
                             approval_ttl_s=settings.approval_ttl_s, rules=rules,
                             catalog=gate_catalog,
-                            policies=None if policies is None else policies.current)
+                            policies=None if policies is None else policies.current,
+                            step_owners=step_owners(settings))
     if members is None:
         return policy
     return replace(policy, members=members if directory.slack
@@ -130,6 +133,16 @@ def listed_only(members: GroupMembers, approvers: frozenset[str]) -> GroupMember
         return members(group) if group in approvers else ()
 
     return listed
+
+
+def step_owners(settings: Settings) -> StepOwners:
+    """The component each allow-list entry acts on (``component=entry`` in
+    ``OPSGATE_HTTP_ALLOWLIST``, ``OPSGATE_SCRIPT_ALLOWLIST``, ``OPSGATE_TRAFFIC_ROUTES``; a
+    server's ``component`` in ``OPSGATE_MCP_SERVERS``): whose steps through it are."""
+    servers = load_servers(settings.mcp_servers) if settings.mcp_servers else {}
+    return StepOwners.of(urls=settings.http_allowlist, scripts=settings.script_allowlist,
+                         routes=settings.traffic_routes,
+                         mcp_servers={name: s.component for name, s in servers.items()})
 
 
 def bootstrap(settings: Settings | None = None, *, engine: Engine | None = None,

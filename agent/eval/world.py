@@ -31,7 +31,7 @@ from typing import IO, Any
 import httpx
 import yaml  # type: ignore[import-untyped]
 
-from agent.eval.scenarios import Scenario, Service, within
+from agent.eval.scenarios import Scenario, Service, resolve_plan, within
 from agent.eval.series import RECORDED_FROM_S, RECORDED_TO_S, STEP_S, value_at
 from agent.world.kube_api import KubeWorldServer, World
 from agent.world.kube_objects import (
@@ -390,7 +390,40 @@ def world_settings(world: EvalWorld, scenario: Scenario, work: Path) -> dict[str
     catalog.write_text(catalog_text(scenario))
     world.serve(scenario)
     return {"prometheus_url": world.prometheus_url, "alertmanager_url": world.alertmanager_url,
-            "kubeconfig": str(world.kubeconfig), "catalog": catalog}
+            "kubeconfig": str(world.kubeconfig), "catalog": catalog,
+            **past_entries(scenario)}
+
+
+def past_entries(scenario: Scenario) -> dict[str, list[str]]:
+    """The traffic-gateway routes and scripts the scenario's past plans used, as the scenario's
+    service's (``OPSGATE_TRAFFIC_ROUTES``, ``OPSGATE_SCRIPT_ALLOWLIST``): its owners approved
+    them, and the targets rule judges them as theirs."""
+    assert scenario.service is not None
+    routes: set[str] = set()
+    scripts: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            given = node.get("params")
+            params: dict[str, Any] = given if isinstance(given, dict) else {}
+            if node.get("action") == "gateway.flip" and isinstance(params.get("route"), str):
+                routes.add(params["route"])
+            argv = params.get("argv")
+            if node.get("action") == "script.exec" and isinstance(argv, list) and argv:
+                scripts.add(str(argv[0]))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for past in scenario.past_cases:
+        walk(resolve_plan(past.plan))
+    name = scenario.service.name
+    found = {"traffic_routes": [f"{name}={route}" for route in sorted(routes)]}
+    if scripts:
+        found["script_allowlist"] = [f"{name}={script}" for script in sorted(scripts)]
+    return found
 
 
 def record_changes(intake: Any, scenario: Scenario, origin: datetime) -> None:

@@ -298,10 +298,13 @@ def _sandbox_update(args: argparse.Namespace, sandbox: Sandbox, base: Settings,
 
 
 def _world_update(base: Settings, world: StandInWorld | None) -> dict[str, object]:
-    """The demo's catalog and recorded Kubernetes world, where the user named none of theirs."""
+    """The demo's catalog and recorded Kubernetes world, where the user named none of theirs
+    (and the stand-in traffic gateway's route owned by its checkout)."""
     from bot.sandbox.demo_world import CATALOG, CONTEXT
 
     update: dict[str, object] = {"catalog": base.catalog or CATALOG}
+    if not base.catalog:  # the stand-in gateway's route is the stand-in checkout's traffic
+        update["traffic_routes"] = base.traffic_routes or ["checkout=default"]
     if world is not None and not base.kubeconfig:
         update.update(kubeconfig=str(world.kubeconfig), kube_context=CONTEXT)
     return update

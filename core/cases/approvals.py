@@ -70,7 +70,7 @@ def gate_status(conn: Connection, policy: ApprovalPolicy, case: Row, plan: Row) 
     decisions = store.plan_decisions(conn, plan["id"])
     requester = str(plan["proposed_by"])
     yeses = recorded_approvals(decisions, plan)
-    policy = policy.at(case_components(case), None)
+    policy = policy.at(case_components(case), None, requesters_of(conn, case, plan))
     verdict = policy.evaluate(plan["plan"], requester, yeses)
     standing = approval_state(verdict, recorded=False)
     state: GateState = standing["state"]
@@ -93,6 +93,20 @@ def gate_status(conn: Connection, policy: ApprovalPolicy, case: Row, plan: Row) 
         rejected_by=rejected_by, automatic=policy.refusal(AUTO_APPROVER, requester, plan["plan"]),
         expires_at=_expires_at(conn, policy, case, plan, state), decided_at=decided_at,
         last_yes_at=last_yes_at)
+
+
+def requesters_of(conn: Connection, case: Row, plan: Row) -> tuple[str, ...]:
+    """Everyone who asked for ``plan``, its proposer first: who opened the case, who moved it
+    to the gate, and whoever a token said it acted for (a stated actor) in either. The "never
+    the requester" rule refuses them all: a person who opened a case and had a service token
+    propose the plan still asked for it."""
+    asked = [str(plan["proposed_by"])]
+    for row in store.read_timeline(conn, case["id"]):
+        meta = row["meta"] if isinstance(row["meta"], Mapping) else {}
+        if row["event"] == "case_opened" or (
+                row["event"] == "plan_ready" and meta.get("plan_hash") == plan["plan_hash"]):
+            asked += [str(row["actor"]), *(str(meta[k]) for k in ("stated_actor",) if k in meta)]
+    return tuple(dict.fromkeys(asked))
 
 
 def _last_yes_at(decisions: Sequence[ApprovalDecision]) -> str | None:

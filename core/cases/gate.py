@@ -24,6 +24,7 @@ from core.cases.approvals import (
     approval_state,
     decision_row,
     recorded_approvals,
+    requesters_of,
     waited_plan,
     why_closed,
 )
@@ -224,7 +225,7 @@ class Gate:
             return self._admit_approval(conn, case, cmd, writes, ruling)
         if cmd.event is CaseEvent.GATE_REJECTED:
             plan = waited_plan(conn, cmd.case_id, cmd.plan_hash, hash_required=False)
-            writes.approval = self.rejection(case, plan, cmd.actor, cmd.reason)
+            writes.approval = self.rejection(conn, case, plan, cmd.actor, cmd.reason)
             return str(plan["plan_hash"])
         if cmd.event is CaseEvent.GATE_EXPIRED:
             plan = waited_plan(conn, cmd.case_id, cmd.plan_hash)
@@ -310,7 +311,7 @@ class Gate:
         fresh = approver not in {approval.approver for approval in approvals}
         if fresh:
             approvals.append(Approval(approver, str(plan["plan_hash"])))
-        policy = self.policy_at(case)
+        policy = self.policy_at(case, requesters_of(conn, case, plan))
         verdict = policy.evaluate(plan["plan"], str(plan["proposed_by"]), approvals)
         row = None
         if fresh and not isinstance(verdict, Refused):
@@ -319,24 +320,27 @@ class Gate:
                                policy_version=policy.version)
         return Ruling(plan, verdict, row)
 
-    def policy_at(self, case: Row) -> ApprovalPolicy:
-        """The policy as it judges a plan of ``case`` now: with the components it names."""
-        return self.policy.at(case_components(case), self.clock())
+    def policy_at(self, case: Row, requesters: Sequence[str] = ()) -> ApprovalPolicy:
+        """The policy as it judges a plan of ``case`` now: with the components it names and
+        everyone who asked for the plan (``requesters_of``)."""
+        return self.policy.at(case_components(case), self.clock(), requesters)
 
     @staticmethod
     def _moment(policy: ApprovalPolicy) -> datetime:
         assert policy.now is not None, "policy_at sets the moment"
         return policy.now
 
-    def refusal(self, case: Row, plan: Row, person: str) -> str | None:
-        """Why ``person`` may not decide ``plan`` at all (the requester, not an approver, an
+    def refusal(self, conn: Connection, case: Row, plan: Row, person: str) -> str | None:
+        """Why ``person`` may not decide ``plan`` at all (a requester, not an approver, an
         ineligible gatekeeper, a policy's forbid); None when they may."""
-        return self.policy_at(case).refusal(person, str(plan["proposed_by"]), plan["plan"])
+        policy = self.policy_at(case, requesters_of(conn, case, plan))
+        return policy.refusal(person, str(plan["proposed_by"]), plan["plan"])
 
-    def rejection(self, case: Row, plan: Row, approver: str, reason: str | None) -> DecisionRow:
+    def rejection(self, conn: Connection, case: Row, plan: Row, approver: str,
+                  reason: str | None) -> DecisionRow:
         """``approver``'s no to ``plan`` as its ``plan_approved`` row; ``ApprovalRefused`` when
         they may not decide it."""
-        policy = self.policy_at(case)
+        policy = self.policy_at(case, requesters_of(conn, case, plan))
         subject = policy.subject(plan["plan"], str(plan["proposed_by"]))
         judged = policy.judge(subject, approver)
         if not judged.allowed:
@@ -367,4 +371,4 @@ class Gate:
                                 event="gate_rejected")
         except OpsgateError:
             return False
-        return self.refusal(case, plan, person) is None
+        return self.refusal(conn, case, plan, person) is None

@@ -117,11 +117,11 @@ def _touched(plan: dict[str, Any], subject: Subject) -> str:
             else f"risk unstated, so {plan_risk(plan):g}")
     actions = ", ".join(sorted(str(action) for action in subject.plan.actions))
     what = f'The plan "{subject.plan.title}" ({risk}; {actions})'
+    unowned = "".join(f" Its {target.sentence}." for target in subject.unowned)
     if not subject.components:
-        return (f"{what} touches no component the catalog knows (name the case's with "
-                "--components).")
+        return f"{what} touches no component the catalog knows.{unowned}"
     touched = sequence_words([f"{c.name} ({c.lifecycle})" for c in subject.components])
-    return f"{what} touches {touched}."
+    return f"{what} touches {touched}.{unowned}"
 
 
 def _owners(catalog: Catalog, subject: Subject) -> list[str]:

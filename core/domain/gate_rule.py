@@ -1,6 +1,7 @@
-"""The rule a plan waits on, as people are told it before they click: the components the plan
-touches and their owners, who may approve and how many (the permits that apply), and the
-forbids that refuse everyone they do not exempt (a deploy freeze, "no scripts in production").
+"""The rule a plan waits on, as people are told it before they click: the components the plan's
+steps change and their owners, the steps nobody owns (then nobody may approve), who may
+approve and how many (the permits that apply), and the forbids that refuse everyone they do
+not exempt (a deploy freeze, "no scripts in production").
 
 Pure: the approval policy (Cedar) answers; the Slack plan message, the card and
 ``opsgate policy explain`` say it in words.
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 from core.domain.policy import ApprovalPolicy, PlanLike
 from core.policy.judge import quorum_for
-from core.policy.rules import REQUESTER_RULE
+from core.policy.rules import REQUESTER_RULE, UNOWNED_RULE
 
 NOBODY = "opsgate:nobody"
 """The probe of "whom does a forbid refuse": a person in no group, so a forbid that refuses
@@ -48,6 +49,7 @@ class GateRule:
     touched: tuple[Touched, ...]
     forbidden: tuple[Forbidden, ...]
     default: bool
+    unowned: tuple[str, ...] = ()  # a sentence per step nobody owns: nobody may approve
 
 
 def gate_rule(policy: ApprovalPolicy, plan: PlanLike, requester: str) -> GateRule:
@@ -58,7 +60,8 @@ def gate_rule(policy: ApprovalPolicy, plan: PlanLike, requester: str) -> GateRul
     who = tuple(sorted(policy.approvers)) if policy.cedar.default else standing.who
     refused = policy.judge(subject, NOBODY).forbids
     forbidden = tuple(Forbidden(rule.name, rule.reason) for rule in policy.cedar.named(refused)
-                      if rule.name != REQUESTER_RULE)
+                      if rule.name not in (REQUESTER_RULE, UNOWNED_RULE))
     touched = tuple(Touched(c.name, c.owner, c.lifecycle) for c in subject.components)
-    return GateRule(standing.needed, who, standing.permits, touched, forbidden,
-                    policy.cedar.default)
+    unowned = tuple(target.sentence for target in subject.unowned)
+    return GateRule(standing.needed, () if unowned else who, standing.permits, touched,
+                    forbidden, policy.cedar.default, unowned)

@@ -31,7 +31,6 @@ from core.policy.judge import (
     People,
     Subject,
     judge,
-    plan_components,
     quorum_for,
     sequence_words,
 )
@@ -42,6 +41,7 @@ from core.policy.rules import (
     cedar_decimal,
     default_rules,
 )
+from core.policy.targets import NO_STEP_OWNERS, StepOwners, Target, plan_targets
 
 AutoApprove = Literal["off", "noop_only", "low_risk"]
 AUTO_APPROVE_MODES: tuple[AutoApprove, ...] = ("off", "noop_only", "low_risk")
@@ -120,10 +120,16 @@ class ApprovalPolicy:
     policies: Callable[[], Rules] | None = field(default=None, compare=False, repr=False)
     components: tuple[str, ...] = field(default=(), compare=False)  # the case's (``at``)
     now: datetime | None = field(default=None, compare=False)  # None: the clock's time
+    step_owners: StepOwners = field(default=NO_STEP_OWNERS, compare=False, repr=False)
+    requesters: tuple[str, ...] = field(default=(), compare=False)  # who else asked (``at``)
 
-    def at(self, components: Iterable[str], now: datetime | None) -> Self:
-        """The policy as it judges a plan of a case naming ``components``, at ``now``."""
-        return replace(self, components=tuple(components), now=now)
+    def at(self, components: Iterable[str], now: datetime | None,
+           requesters: Iterable[str] = ()) -> Self:
+        """The policy as it judges a plan of a case naming ``components`` (context only: a
+        plan's steps decide whose it is), at ``now``, asked for by ``requesters`` besides its
+        proposer (the case's opener, whoever an agent or token acted for)."""
+        return replace(self, components=tuple(components), now=now,
+                       requesters=tuple(requesters))
 
     def __post_init__(self) -> None:
         if self.auto_approve not in AUTO_APPROVE_MODES:
@@ -168,11 +174,12 @@ class ApprovalPolicy:
 
     def subject(self, plan: PlanLike, requester: str) -> Subject:
         """What Cedar judges: the plan (a plan that does not meet the contract: as the riskiest
-        plan), its requester, the components it touches and the moment."""
+        plan), everyone who asked for it, what each step changes, and the moment."""
         parsed = parsed_or_none(plan) or _riskiest(plan)
         catalog = self.catalog()
-        return Subject(parsed, requester, plan_components(parsed, self.components, catalog),
-                       self.now or datetime.now(UTC))
+        return Subject(parsed, requester, plan_targets(parsed, catalog, self.step_owners),
+                       self.now or datetime.now(UTC), self.requesters,
+                       catalog_decides=bool(catalog.components))
 
     def judge(self, subject: Subject, person: str) -> Judgement:
         return judge(self.cedar, self.people(), subject, person)
@@ -200,10 +207,16 @@ class ApprovalPolicy:
             return f"{NO_APPROVERS}: nobody may decide this plan until someone is named"
         if REQUESTER_RULE in judged.forbids:
             return f"{person} requested this plan and cannot approve it"
+        if subject.unowned:
+            return f"{person} may not approve this plan: {unowned_words(subject.unowned)}"
         if judged.forbids:
             return f"{person} may not approve this plan: {self._forbidden(judged.forbids)}"
         if self.cedar.default:
             return f"{person} is not an approver ({self.describe_approvers()} may approve)"
+        if judged.refused_on:  # the step that refused them, in words
+            target = judged.refused_on[0]
+            return (f"{person} may not approve this plan: {target.step.label} changes "
+                    f"{target.what}: {self.describe_who(subject.on(target))}")
         return f"{person} may not approve this plan: {self.describe_who(subject)}"
 
     def _forbidden(self, names: Iterable[str]) -> str:
@@ -227,6 +240,8 @@ class ApprovalPolicy:
     def describe_who(self, subject: Subject) -> str:
         """Who may approve ``subject``'s plan, as a sentence: "only payments-oncall may approve
         changes to payments-api"."""
+        if subject.unowned:
+            return unowned_words(subject.unowned)
         who = list(quorum_for(self.cedar, self.people(), subject).who)
         touched = sequence_words([c.name for c in subject.components])
         changes = f" changes to {touched}" if touched else " this plan"
@@ -327,6 +342,13 @@ class ApprovalPolicy:
             why = f"needs {count} (policy {', '.join(permits)})" if permits else f"needs {count}"
         have = f"; approved so far by {', '.join(approvers)}" if approvers else ""
         return f"{why}{have}"
+
+
+def unowned_words(unowned: Iterable[Target]) -> str:
+    """The steps nobody owns, as a sentence: "step 2 (http.request) changes the service behind
+    POST https://…, which no catalog component owns: nobody may approve it"."""
+    said = [target.sentence for target in unowned]
+    return f"{'; '.join(said)}: nobody may approve {'it' if len(said) == 1 else 'them'}"
 
 
 def number_words(count: int) -> str:

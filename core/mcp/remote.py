@@ -62,6 +62,7 @@ class RemoteServer(BaseModel):
     cwd: str | None = None
     agent_tools: list[str] = Field(default_factory=list)
     plan_tools: list[str] = Field(default_factory=list)
+    component: str | None = Field(default=None, min_length=1, max_length=63)  # plan_tools act on
     timeout_s: float = Field(default=30.0, gt=0, le=600)
 
     @model_validator(mode="after")

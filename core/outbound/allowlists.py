@@ -1,7 +1,8 @@
 """The allow-lists every adapter checks before anything runs: which executables script.exec may
 start, which environment variables reach it, and which URLs http.request and verify probes may
 call. All fail closed: empty allows nothing, and an entry that cannot be understood allows
-nothing."""
+nothing. An entry may name the component it acts on, ``payments-api=https://pay.example/admin/``:
+the approval policy reads it (``core.policy.targets``), the allow-list the entry."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 import httpx
+
+from core.policy.targets import owned_entry
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +41,8 @@ class ExecutableAllowList:
         self._by_name: dict[str, str] = {}
         self._by_real: dict[str, str] = {}
         self._entries: dict[str, str] = {}  # a resolved path → the entry that named it
-        for entry in entries:
+        for written in entries:
+            entry = owned_entry(written)[1]  # ``component=entry``: the policy reads the component
             path = resolve_executable(entry)
             if path is None:
                 log.warning("script allow-list entry %r is not an executable; ignored", entry)
@@ -126,7 +130,8 @@ class UrlAllowList:
 
     def __init__(self, prefixes: Iterable[str]) -> None:
         self._prefixes: list[_Prefix] = []
-        for prefix in prefixes:
+        for written in prefixes:
+            prefix = owned_entry(written)[1]  # ``component=prefix``: the policy reads the component
             parsed = _parse_prefix(prefix)
             if parsed is None:
                 log.warning("http allow-list entry %r is not a URL prefix; ignored", prefix)

@@ -1,8 +1,9 @@
-"""One question to Cedar: may this person (or the gatekeeper) approve this plan now? The plan
-becomes a ``Plan`` entity (risk, actions, the components its steps touch, their owners and
-lifecycles, its requester), the person a ``User`` whose parents are every group they are in
-(catalog groups and their ancestors, Slack user groups, ``opsgate-approvers``), and Cedar's
-answer names the permits that admitted them or the forbids that refused them.
+"""One question to Cedar: may this person (or the gatekeeper) approve this plan now? Each step's
+target becomes a ``Plan`` entity (the plan's risk, actions and requesters; the components that
+target is, their owners and lifecycles, whether nobody owns it), the person a ``User`` whose
+parents are every group they are in (catalog groups and their ancestors, Slack user groups,
+``opsgate-approvers``); a person may approve only when Cedar admits them for every target, and
+its answers name the permits that admitted them or the forbids that refused them.
 
 Pure: the catalog and the Slack group members are read from memory.
 """
@@ -13,7 +14,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
@@ -21,8 +22,9 @@ from typing import Any
 import cedarpy
 
 from core.catalog.model import Catalog, Component
-from core.domain.plans import UNSTATED_RISK, ParsedPlan, StepAction
+from core.domain.plans import UNSTATED_RISK, ParsedPlan
 from core.policy.rules import APPROVERS_GROUP, Rules, cedar_decimal
+from core.policy.targets import Target
 
 GATEKEEPER = "gatekeeper"  # core.domain.policy.AUTO_APPROVER: it only ever asks auto_approve
 ANYONE = "opsgate:anyone"
@@ -51,6 +53,7 @@ class Judgement:
     forbids: tuple[str, ...]
     quorum: int
     errors: tuple[str, ...] = ()
+    refused_on: tuple[Target, ...] = ()  # the steps' targets they were not admitted for
 
 
 @dataclass(frozen=True)
@@ -123,12 +126,28 @@ def _slack_index(catalog: Catalog, approvers: frozenset[str], named: frozenset[s
 
 @dataclass(frozen=True)
 class Subject:
-    """What a decision is about: the plan, who proposed it, the components it touches, when."""
+    """What a decision is about: the plan, who proposed it (``requester``) and everyone else
+    who asked for it (``requesters``: the case's opener, whoever an agent or token acted for),
+    what each of its steps changes, and when. ``catalog_decides`` when a catalog is
+    configured: a step it cannot place is then unowned, and nobody approves the plan."""
 
     plan: ParsedPlan
     requester: str
-    components: tuple[Component, ...]
+    targets: tuple[Target, ...]
     now: datetime
+    requesters: tuple[str, ...] = ()
+    catalog_decides: bool = True
+
+    @property
+    def asked(self) -> tuple[str, ...]:
+        """Everyone the "never the requester" rule refuses, each once."""
+        return tuple(dict.fromkeys(r for r in (self.requester, *self.requesters) if r))
+
+    @property
+    def components(self) -> tuple[Component, ...]:
+        """Every component the plan's steps change, each once."""
+        found = {c.name: c for target in self.targets for c in target.components}
+        return tuple(found.values())
 
     @property
     def owners(self) -> tuple[str, ...]:
@@ -138,51 +157,53 @@ class Subject:
     def lifecycles(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(c.lifecycle for c in self.components))
 
+    @property
+    def unowned(self) -> tuple[Target, ...]:
+        """The steps nobody owns, while a catalog decides (without one nothing is owned, and
+        the approver list decides as it always did)."""
+        return tuple(t for t in self.targets if t.unowned) if self.catalog_decides else ()
 
-def plan_components(plan: ParsedPlan, case_components: Iterable[str],
-                    catalog: Catalog) -> tuple[Component, ...]:
-    """The components ``plan`` touches: a ``k8s.rollout`` step's namespace/deployment through the
-    catalog's Kubernetes annotations; a step without a target, or one the catalog does not
-    know, counts for the case's components."""
-    found: dict[str, Component] = {}
-    case = [c for c in (catalog.component(name) for name in case_components) if c is not None]
-    for step in (*plan.steps, *plan.rollback):
-        touched = _targets(step.action, step.params, catalog)
-        for component in (touched if touched else case):
-            found.setdefault(component.name, component)
-    return tuple(found.values())
+    def judged(self) -> tuple[Target | None, ...]:
+        """What Cedar is asked about, one request each: every target (a person must be admitted
+        for all of them), or the plan as a whole when no step changes anything."""
+        return self.targets or (None,)
 
-
-def _targets(action: StepAction, params: Mapping[str, Any],
-             catalog: Catalog) -> tuple[Component, ...]:
-    if action is StepAction.NOOP:
-        return ()
-    if action is StepAction.K8S_ROLLOUT and isinstance(params.get("deployment"), str):
-        namespace = params.get("namespace")
-        return catalog.by_kubernetes(namespace if isinstance(namespace, str) else None,
-                                     params["deployment"])
-    return ()
+    def on(self, target: Target) -> Subject:
+        """This subject narrowed to one of its targets."""
+        return replace(self, targets=(target,))
 
 
 def judge(rules: Rules, people: People, subject: Subject, person: str) -> Judgement:
     """Whether ``person`` may approve ``subject``'s plan (the gatekeeper: approve it
-    automatically), and which rules said so."""
+    automatically) — admitted for every step's target —, which rules said so, and the targets
+    they were refused on."""
     action = "auto_approve" if person == GATEKEEPER else "approve"
     parents = people.groups_of(person) if person != GATEKEEPER else frozenset()
-    answer = _ask(rules.handle, subject, person, parents, action)
-    named = set(answer.diagnostics.reasons)  # in the policy set's order, not Cedar's
+    answers = _ask(rules.handle, subject, person, parents, action)
+    named: set[str] = set()
+    refused_on: list[Target] = []
+    quorum = 1
+    for target, answer in zip(subject.judged(), answers, strict=True):
+        named |= set(answer.diagnostics.reasons)
+        if answer.allowed:
+            quorum = max(quorum, max((rules.rules[n].quorum for n in answer.diagnostics.reasons
+                                      if rules.rules[n].effect == "permit"), default=1))
+        elif target is not None:
+            refused_on.append(target)
+    allowed = all(answer.allowed for answer in answers)
     permits = tuple(n for n, rule in rules.rules.items() if n in named and rule.effect == "permit")
     forbids = tuple(n for n, rule in rules.rules.items() if n in named and rule.effect == "forbid")
-    quorum = max((rules.rules[n].quorum for n in permits), default=1)
-    return Judgement(answer.allowed, permits if answer.allowed else (), forbids, quorum,
-                     tuple(str(e) for e in answer.diagnostics.errors))
+    errors = tuple(str(e) for answer in answers for e in answer.diagnostics.errors)
+    return Judgement(allowed, permits if allowed else (), forbids, quorum if allowed else 1,
+                     errors, tuple(refused_on))
 
 
 @dataclass(frozen=True)
 class Quorum:
     """Who may approve a plan before anyone said yes: ``needed`` distinct people (the highest
     quorum among the permits that admit someone now, 1 when none does), ``who`` (the groups
-    and people named whose members the policies admit now) and those ``permits``."""
+    and people named whose members the policies admit now, for every target) and those
+    ``permits``."""
 
     needed: int
     permits: tuple[str, ...]
@@ -191,16 +212,19 @@ class Quorum:
 
 def quorum_for(rules: Rules, people: People, subject: Subject) -> Quorum:
     """Ask Cedar, for each group the policies name or that owns what the plan touches (and each
-    person a policy names), whether a member may approve the plan now: forbids included, so a
-    freeze leaves only those it exempts."""
+    person a policy names), whether a member may approve the plan now, for every target:
+    forbids included, so a freeze leaves only those it exempts."""
     admitted: dict[str, None] = {}
     who: list[str] = []
     probes = list(_probes(rules, people, subject))
-    for (name, _probe, _parents), answer in zip(probes, _ask_all(rules, subject, probes),
-                                                 strict=True):
-        if answer.allowed:
+    answers = _ask_all(rules, subject, probes)
+    per_probe = len(subject.judged())
+    for n, (name, _probe, _parents) in enumerate(probes):
+        mine = answers[n * per_probe:(n + 1) * per_probe]
+        if all(answer.allowed for answer in mine):
             who.append(name)
-            admitted.update(dict.fromkeys(answer.diagnostics.reasons))
+            for answer in mine:
+                admitted.update(dict.fromkeys(answer.diagnostics.reasons))
     permits = tuple(n for n, rule in rules.rules.items()
                     if n in admitted and rule.effect == "permit")
     return Quorum(max((rules.rules[n].quorum for n in permits), default=1), permits,
@@ -219,50 +243,71 @@ def _probes(rules: Rules, people: People, subject: Subject
     named = sorted({name for rule in rules.rules.values() for kind, name in rule.names
                     if kind == "User" and name != GATEKEEPER})
     for person in named:
-        if person != subject.requester:
+        if person not in subject.asked:
             yield person, person, people.groups_of(person)
 
 
 def who_may(rules: Rules, people: People, subject: Subject) -> tuple[str, ...]:
-    """The people the directory knows who may approve the plan now (never the requester)."""
-    candidates = sorted(people.everyone() - {subject.requester})
+    """The people the directory knows who may approve the plan now (never a requester)."""
+    candidates = sorted(people.everyone() - set(subject.asked))
     return tuple(p for p in candidates if judge(rules, people, subject, p).allowed)
 
 
 def _ask(policies: cedarpy.PolicySet, subject: Subject, person: str,
-         parents: Iterable[str], action: str) -> cedarpy.AuthzResult:
-    request = {"principal": _uid("User", person), "action": _uid("Action", action),
-               "resource": _uid("Plan", subject.plan.digest),
-               "context": {"now": {"__extn": {"fn": "datetime", "arg": _instant(subject.now)}}}}
-    entities = [_user(person, parents), _plan(subject), *map(_component, subject.components)]
-    return cedarpy.is_authorized(request, policies, json.dumps(entities))  # text: read faster
+         parents: Iterable[str], action: str) -> list[cedarpy.AuthzResult]:
+    """Cedar's answer for ``person`` on each target of the plan, in one batch."""
+    context = {"now": {"__extn": {"fn": "datetime", "arg": _instant(subject.now)}}}
+    requests = [{"principal": _uid("User", person), "action": _uid("Action", action),
+                 "resource": _uid("Plan", _plan_id(subject, n)), "context": context}
+                for n, _target in enumerate(subject.judged())]
+    entities = [_user(person, parents), *_plans(subject)]
+    return cedarpy.is_authorized_batch(requests, policies, json.dumps(entities))
 
 
 def _ask_all(rules: Rules, subject: Subject,
              probes: Sequence[tuple[str, str, frozenset[str]]]) -> list[cedarpy.AuthzResult]:
-    """Cedar's answers for every probe at once: one batch over one set of entities."""
+    """Cedar's answers for every probe on every target at once (probe by probe, target by
+    target): one batch over one set of entities."""
     if not probes:
         return []
     now = {"now": {"__extn": {"fn": "datetime", "arg": _instant(subject.now)}}}
     requests = [{"principal": _uid("User", probe), "action": _uid("Action", "approve"),
-                 "resource": _uid("Plan", subject.plan.digest), "context": now}
-                for _name, probe, _parents in probes]
+                 "resource": _uid("Plan", _plan_id(subject, n)), "context": now}
+                for _name, probe, _parents in probes
+                for n, _target in enumerate(subject.judged())]
     users = {probe: _user(probe, parents) for _name, probe, parents in probes}
-    entities = [*users.values(), _plan(subject), *map(_component, subject.components)]
+    entities = [*users.values(), *_plans(subject)]
     return cedarpy.is_authorized_batch(requests, rules.handle, json.dumps(entities))
 
 
-def _plan(subject: Subject) -> dict[str, Any]:
+def _plan_id(subject: Subject, n: int) -> str:
+    """The id of the ``Plan`` entity judged for target ``n``: the plan hash, then ``#n``."""
+    return subject.plan.digest if n == 0 else f"{subject.plan.digest}#{n}"
+
+
+def _plans(subject: Subject) -> list[dict[str, Any]]:
+    """One ``Plan`` entity per target (the whole plan's risk, actions and requesters; that
+    target's components, owners and lifecycles), and the components they name."""
     plan = subject.plan
-    attrs = {
+    common = {
         "risk": {"__extn": {"fn": "decimal", "arg": cedar_decimal(_risk(plan))}},
         "actions": sorted(str(action) for action in plan.actions),
-        "components": [_ref("Component", c.name) for c in subject.components],
-        "owners": [_ref("Group", owner) for owner in subject.owners],
-        "lifecycles": list(subject.lifecycles),
         "requester": _ref("User", subject.requester),
+        "requesters": [_ref("User", person) for person in subject.asked],
     }
-    return {"uid": {"type": "Plan", "id": plan.digest}, "attrs": attrs, "parents": []}
+    found: list[dict[str, Any]] = []
+    components: dict[str, Component] = {}
+    for n, target in enumerate(subject.judged()):
+        touched = target.components if target is not None else ()
+        components.update((c.name, c) for c in touched)
+        attrs = {**common,
+                 "components": [_ref("Component", c.name) for c in touched],
+                 "owners": [_ref("Group", o) for o in dict.fromkeys(c.owner for c in touched)],
+                 "lifecycles": list(dict.fromkeys(c.lifecycle for c in touched)),
+                 "unowned": bool(target is not None and target in subject.unowned)}
+        found.append({"uid": {"type": "Plan", "id": _plan_id(subject, n)}, "attrs": attrs,
+                      "parents": []})
+    return [*found, *map(_component, components.values())]
 
 
 def _risk(plan: ParsedPlan) -> float:

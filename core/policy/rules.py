@@ -25,6 +25,8 @@ from core.errors import OpsgateError
 APPROVERS_GROUP = "opsgate-approvers"
 """The group the default policy admits: the people and Slack user groups of OPSGATE_APPROVERS."""
 REQUESTER_RULE = "never-the-requester"
+UNOWNED_RULE = "unowned-target"
+"""The always-on forbid of a plan with a step no catalog component owns (``always.cedar``)."""
 RISK_PLACES = Decimal("0.0001")  # Cedar's decimals carry four places
 
 Effect = Literal["permit", "forbid"]

@@ -85,7 +85,8 @@ class ExecutorSettings(BaseModel):
     script_allowlist: Names = Field(
         default_factory=list,
         description="Executables script.exec may run: absolute paths or names found on PATH "
-        "at start. Empty: nothing may run.",
+        "at start, each optionally as component=executable (the catalog component it changes: "
+        "who approves it). Empty: nothing may run.",
     )
     script_env_allow: EnvNames = Field(
         default_factory=list,
@@ -95,7 +96,13 @@ class ExecutorSettings(BaseModel):
     http_allowlist: Names = Field(
         default_factory=list,
         description="URL prefixes http.request and verify probes may call, e.g. "
-        "'http://127.0.0.1:8081/'. Empty: nothing may be called.",
+        "'http://127.0.0.1:8081/', each optionally as component=prefix (the catalog component "
+        "its steps change: who approves them). Empty: nothing may be called.",
+    )
+    traffic_routes: Names = Field(
+        default_factory=list,
+        description="The component each gateway.flip route moves traffic for, as "
+        "component=route, e.g. 'checkout-api=checkout'. A route not named: nobody owns it.",
     )
     kubectl: str = Field(default="kubectl", description="kubectl for k8s.rollout: path or name.")
     traffic_gateway_url: HttpUrl | None = Field(

@@ -1,5 +1,5 @@
 """The agent may name the catalog components a case concerns (issue 27): once, before a plan
-reaches the gate, only names the catalog has; the policy then reads their owners."""
+reaches the gate, only names the catalog has; they are context, never a step's owner."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ from core.domain.plan_templates import load_template
 from tests.support.agents import agent_app, ai, call, case_at, events, make_agent
 
 CATALOG = Path(__file__).parents[2] / "docs" / "examples" / "catalog"
-RESTART = load_template("script.restart")  # script.exec: no target, so the case's components
+RESTART = load_template("script.restart")  # script.exec on an entry naming no component
 
 
 def answers(model: ScriptedChatModel) -> list[dict[str, object]]:
     return [json.loads(str(m.content)) for m in model.seen[-1] if isinstance(m, ToolMessage)]
 
 
-def test_the_agent_names_the_components_once_and_the_policy_reads_their_owners(
+def test_the_agent_names_the_components_once_and_they_own_no_step(
         engine: Engine) -> None:
     app = agent_app(engine, catalog=CATALOG, approvers=[])
     case_id = case_at(app, CaseStatus.PLANNING)
@@ -48,7 +48,10 @@ def test_the_agent_names_the_components_once_and_the_policy_reads_their_owners(
     gate = app.cases.gate_status(case_id)
     assert gate is not None and gate.state == "pending"
     subject = app.policy.at(["payments-api"], None).subject(RESTART, "U0ERIN")
-    assert [c.name for c in subject.components] == ["payments-api"]  # the owners decide
+    # The case's components are context, never the script's owner: its allow-list entry names
+    # no component, so nobody owns the step (issue 40).
+    assert subject.components == () and [t.step.label for t in subject.unowned] == [
+        "step 1 (script.exec)"]
 
 
 def test_components_are_not_named_once_a_plan_waits_at_the_gate(engine: Engine) -> None:

@@ -68,7 +68,7 @@ def test_the_files_it_quotes_are_quoted_exactly(doc_blocks):
         "core/policy/opsgate.cedarschema", "core/policy/always.cedar",
         "docs/examples/policies/owners.cedar", "docs/examples/policies/freeze.cedar",
         "docs/examples/policies/no-scripts-in-production.cedar",
-        "docs/examples/policies/staging-noop.cedar", "docs/examples/catalog/payments.yaml",
+        "docs/examples/policies/staging-low-risk.cedar", "docs/examples/catalog/payments.yaml",
         "docs/examples/catalog/people.yaml", "docs/examples/catalog/search.yaml"}
     for block in quoted:
         actual = (ROOT / block.tags["file"]).read_text(encoding="utf-8")

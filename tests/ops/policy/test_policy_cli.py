@@ -153,7 +153,7 @@ def test_every_example_policy_has_an_id_and_a_reason():
     rules = load_rules(POLICIES)
     assert {rule.source for rule in rules.rules.values()} >= {
         str(POLICIES / f"{name}.cedar")
-        for name in ("owners", "freeze", "no-scripts-in-production", "staging-noop")}
+        for name in ("owners", "freeze", "no-scripts-in-production", "staging-low-risk")}
     for rule in rules.rules.values():
         assert "#" not in rule.name and rule.reason, rule
 
@@ -178,7 +178,7 @@ def test_default_prints_the_rendered_default_and_the_always_on_rule_commented(tm
     assert '// @id("never-the-requester")' in text
     rules = read_rules([("copy.cedar", text)])  # valid against the schema, no name twice
     assert set(rules.rules) == {"approvers", "two-approvers-from-risk", "auto-approve-noop-only",
-                                "auto-approve-low-risk", "never-the-requester"}
+                                "auto-approve-low-risk", "never-the-requester", "unowned-target"}
 
 
 @ACTIONS_FLAGGED
@@ -212,7 +212,8 @@ def test_explain_refuses_someone_outside_the_owners_and_exits_1(tmp_path):
     assert "payments-api is owned by payments-oncall: Alice Example (U0ALICE), Bob Example " \
            "(U0BOB)." in lines
     assert "Carol Example (U0CAROL) may not approve it: no policy admits them." in lines
-    assert "The gate would answer their click: U0CAROL may not approve this plan: only " \
+    assert "The gate would answer their click: U0CAROL may not approve this plan: step 1 " \
+           "(k8s.rollout) changes deployment payments-api in namespace payments: only " \
            "payments-oncall may approve changes to payments-api." in lines
     assert "May approve it now: Alice Example (U0ALICE), Bob Example (U0BOB)." in lines
 
