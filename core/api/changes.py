@@ -27,7 +27,6 @@ from core.api.schemas import ErrorReply
 from core.changes.formats import NotRecorded
 from core.changes.intake import ChangeIntake
 from core.changes.store import MAX_LIMIT, ChangeStore
-from core.clock import utcnow
 from core.db.case_store import as_utc
 from core.errors import Forbidden, InvalidRequest, Unauthorized
 
@@ -88,7 +87,7 @@ def receive_change(request: Request, body: Body) -> Response:
     """One delivery: recorded once by its change id (201), a retry answered with the same (200),
     a body that is no change answered 202 with the reason."""
     app = opsgate(request)
-    intake = ChangeIntake(ChangeStore(app.engine), app.catalog.current)
+    intake = ChangeIntake(ChangeStore(app.engine), app.catalog.current, app.cases.clock)
     outcome = intake.receive(body, github_event=request.headers.get("X-GitHub-Event"),
                              declared=request.headers.get("X-Opsgate-Source"))
     if isinstance(outcome, NotRecorded):
@@ -117,8 +116,9 @@ def recent_changes(request: Request, reader: Reader,
                         principal=reader.name)
     if not component and not service:
         raise InvalidRequest("name a component or a service: GET /changes?component=NAME")
-    end = utcnow() if until is None else as_utc(until)
+    app = opsgate(request)
+    end = app.cases.clock() if until is None else as_utc(until)  # the app's one clock
     start = end - DEFAULT_WINDOW if since is None else as_utc(since)
-    changes = ChangeStore(opsgate(request).engine).recent(component or [], service or [], start,
-                                                          end, limit)
+    changes = ChangeStore(app.engine).recent(component or [], service or [], start,
+                                            end, limit)
     return send_data({"changes": [change.as_dict() for change in changes]})
