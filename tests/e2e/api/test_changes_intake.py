@@ -243,6 +243,27 @@ def test_text_injected_in_a_description_is_stored_as_cut_data_and_does_nothing(s
     assert {c["summary"] for c in listed.json()["data"]["changes"]} == set(summaries)
 
 
+@pytest.mark.parametrize(("window", "field"), [
+    ({"until": "0001-01-01T00:02:00Z"}, "until"),  # its 24 hours before begin before year 1
+    ({"until": "9999-12-31T23:59:00-01:00"}, "until"),  # in UTC, after 9999
+    ({"since": "0001-01-01T00:30:00+01:00"}, "since"),  # in UTC, before year 1
+    ({"since": "2026-11-27T15:00:00Z", "until": "2026-11-27T14:00:00Z"}, "since"),
+], ids=["until-near-year-1", "until-after-9999", "since-before-year-1", "since-after-until"])
+def test_a_window_that_cannot_be_read_is_a_400_naming_its_field(sqlite_engine, window, field):
+    """In process: schemathesis found ``until=0001-01-01T00:02:00Z`` answered 500."""
+    app = make_app(sqlite_engine, api_token=API_TOKEN)
+    app.cases.clock = Clock(AFTER_THE_CHANGES)
+    try:
+        with TestClient(create_api(app), base_url="http://localhost") as http:
+            reply = http.get("/changes", params={"service": "payments-api", **window},
+                             headers={"Authorization": f"Bearer {API_TOKEN}"})
+    finally:
+        app.close()
+    error = error_of(reply, 400, "bad_request")
+    assert error["details"] == {"field": field}
+    assert error["message"].startswith(f"{field}="), error["message"]
+
+
 @pytest.mark.parametrize("token", [None, ""], ids=["unset", "empty"])
 def test_with_no_token_every_delivery_is_refused(sqlite_engine, token):
     """In process (the same FastAPI app ``serve`` runs): a server start per setting buys
