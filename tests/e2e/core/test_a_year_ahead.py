@@ -1,6 +1,7 @@
 """No test depends on today's date: the tests that hold fixed dates beside "now" pass with the
-clock a year ahead. Debian's ``faketime`` moves the clock of the pytest it starts and of every
-process that pytest starts (``opsgate serve`` included); ``make test`` installs it."""
+clock a year ahead, and those judging with the example policies pass inside their deploy
+freeze. Debian's ``faketime`` moves the clock of the pytest it starts and of every process that
+pytest starts (``opsgate serve`` included); ``make test`` installs it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+import pytest
 
 from tests.support.servers import missing
 
@@ -21,6 +24,10 @@ DATED = (
     "tests/integration/changes/test_change_store.py",
 )
 """The modules whose tests name fixed dates near a "now" (their own clock or the server's)."""
+IN_THE_FREEZE = "@2026-12-25 12:00:00"
+FROZEN = ("tests/integration/policy/test_case_components.py",)
+"""Modules that judge with docs/examples/policies, whose deploy freeze runs from 2026-12-20 to
+2027-01-04: their tests must hold inside it too."""
 DEADLINE_S = 600.0  # about 30 s on an idle machine; generous for a loaded one
 
 
@@ -40,9 +47,11 @@ def test_the_clock_of_a_process_under_faketime_is_a_year_ahead():
     assert timedelta(days=364) < ahead < timedelta(days=366), shown
 
 
-def test_the_dated_tests_pass_a_year_from_now():
+@pytest.mark.parametrize(("clock", "modules"), [(AHEAD, DATED), (IN_THE_FREEZE, FROZEN)],
+                         ids=["a-year-ahead", "in-the-example-freeze"])
+def test_the_dated_tests_pass_on_another_day(clock, modules):
     result = subprocess.run(
-        [faketime(), "-f", AHEAD, sys.executable, "-m", "pytest", "-q", "-p", "no:xdist",
-         "-p", "no:cacheprovider", *DATED],
+        [faketime(), "-f", clock, sys.executable, "-m", "pytest", "-q", "-p", "no:xdist",
+         "-p", "no:cacheprovider", *modules],
         cwd=ROOT, capture_output=True, text=True, timeout=DEADLINE_S, check=False)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
