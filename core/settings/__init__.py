@@ -38,8 +38,17 @@ from core.settings.loop import LoopSettings
 from core.settings.serving import McpSettings, OperationsSettings, ServingSettings
 from core.settings_errors import InvalidSettings, invalid_settings
 
-__all__ = ["PLACEHOLDER", "InvalidSettings", "OpsgateSettings", "Settings", "load_settings",
-           "placeholders", "read_settings", "unknown_settings"]
+__all__ = [
+    "PLACEHOLDER",
+    "TEST_PREFIX",
+    "InvalidSettings",
+    "OpsgateSettings",
+    "Settings",
+    "load_settings",
+    "placeholders",
+    "read_settings",
+    "unknown_settings",
+]
 
 PLACEHOLDER = "CHANGE-ME"
 """What the deploy files (compose.yaml, deploy/kubernetes) put where a first deploy must name its
@@ -56,7 +65,7 @@ begins so, opsgate never reads them, and they are never refused."""
 class OpsgateSettings(BaseSettings):
     """What every opsgate settings class reads, core's and the outer layers' alike."""
 
-    model_config = SettingsConfigDict(env_prefix="OPSGATE_", env_file=".env", extra="ignore",
+    model_config = SettingsConfigDict(env_prefix=PREFIX, env_file=".env", extra="ignore",
                                       allow_inf_nan=False)
 
 
@@ -114,7 +123,7 @@ def load_settings(*layers: type[OpsgateSettings], **overrides: Any) -> Settings:
                                 if name not in theirs}, problems)
     read = [_read(kind, {name: value for name, value in overrides.items()
                          if name in kind.model_fields}, problems) for kind in layers]
-    if settings is not None and "approvers" not in overrides:  # people's list, not the tests'
+    if settings is not None and "approvers" not in overrides:  # as the environment names them
         problems.extend(approver_problems(settings.approvers))
     if problems or settings is None:
         raise InvalidSettings(problems)
