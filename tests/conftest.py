@@ -40,6 +40,7 @@ from core.bootstrap import App
 from core.cases.service import CaseService
 from core.db.database import make_engine
 from core.migrate import scratch_schema, upgrade_engine
+from core.settings import TEST_PREFIX
 from tests.support.apps import make_app
 from tests.support.cases import case_service
 from tests.support.peers import alertmanager_server, metric_service, prometheus_server  # noqa: F401
@@ -59,7 +60,7 @@ settings.load_profile("opsgate")
 # child pytest runs of tests/e2e/support/test_missing_servers.py and the MCP conformance test
 # inherit.
 CLEARED = ("OPSGATE_", "OPENAI_", "SLACK_")
-SUITE_KNOBS = "OPSGATE_TEST_"
+SUITE_KNOBS = TEST_PREFIX  # the suite's own variables, which no opsgate process refuses
 
 # Under pytest-xdist (`make test`: two workers) the tests of one lane run on one worker, in turn:
 # "heavy" ones start many processes, threads or PostgreSQL connections at once (two together

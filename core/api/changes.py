@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -27,9 +27,8 @@ from core.api.schemas import ErrorReply
 from core.changes.formats import NotRecorded
 from core.changes.intake import ChangeIntake
 from core.changes.store import MAX_LIMIT, ChangeStore
-from core.clock import utcnow
 from core.db.case_store import as_utc
-from core.errors import Forbidden, InvalidRequest, Unauthorized
+from core.errors import BadRequest, Forbidden, InvalidRequest, Unauthorized
 
 PATH = "/changes"
 SIGNATURE = "X-Hub-Signature-256"
@@ -88,7 +87,7 @@ def receive_change(request: Request, body: Body) -> Response:
     """One delivery: recorded once by its change id (201), a retry answered with the same (200),
     a body that is no change answered 202 with the reason."""
     app = opsgate(request)
-    intake = ChangeIntake(ChangeStore(app.engine), app.catalog.current)
+    intake = ChangeIntake(ChangeStore(app.engine), app.catalog.current, app.cases.clock)
     outcome = intake.receive(body, github_event=request.headers.get("X-GitHub-Event"),
                              declared=request.headers.get("X-Opsgate-Source"))
     if isinstance(outcome, NotRecorded):
@@ -100,7 +99,10 @@ def receive_change(request: Request, body: Body) -> Response:
     return response
 
 
-@router.get(PATH, responses={401: {"model": ErrorReply, "description": _ERRORS[401]},
+@router.get(PATH, responses={400: {"model": ErrorReply,
+                                   "description": "A window outside UTC's years 1 to 9999, or "
+                                   "since after until (the field named)"},
+                             401: {"model": ErrorReply, "description": _ERRORS[401]},
                              403: {"model": ErrorReply,
                                    "description": "A token scoped to channels"},
                              422: {"model": ErrorReply,
@@ -117,8 +119,35 @@ def recent_changes(request: Request, reader: Reader,
                         principal=reader.name)
     if not component and not service:
         raise InvalidRequest("name a component or a service: GET /changes?component=NAME")
-    end = utcnow() if until is None else as_utc(until)
-    start = end - DEFAULT_WINDOW if since is None else as_utc(since)
-    changes = ChangeStore(opsgate(request).engine).recent(component or [], service or [], start,
-                                                          end, limit)
+    app = opsgate(request)
+    start, end = window(since, until, app.cases.clock())
+    changes = ChangeStore(app.engine).recent(component or [], service or [], start,
+                                            end, limit)
     return send_data({"changes": [change.as_dict() for change in changes]})
+
+
+def window(since: datetime | None, until: datetime | None,
+           now: datetime) -> tuple[datetime, datetime]:
+    """``[since, until]`` in UTC, ``until`` now and ``since`` 24 hours before it by default;
+    ``BadRequest`` naming the field when a moment has no UTC date (before year 1 or after
+    9999 once moved to UTC, or 24 hours before year 1) or ``since`` is after ``until``."""
+    end = now if until is None else _in_utc(until, "until")
+    if since is not None:
+        start = _in_utc(since, "since")
+    elif end - datetime.min.replace(tzinfo=UTC) < DEFAULT_WINDOW:
+        raise BadRequest(f"until={end.isoformat()}: the 24 hours before it begin before year 1; "
+                         "name since too", field="until")
+    else:
+        start = end - DEFAULT_WINDOW
+    if start > end:
+        raise BadRequest(f"since={start.isoformat()} is after until={end.isoformat()}",
+                         field="since")
+    return start, end
+
+
+def _in_utc(moment: datetime, field: str) -> datetime:
+    try:
+        return as_utc(moment).astimezone(UTC)
+    except OverflowError:
+        raise BadRequest(f"{field}={moment.isoformat()}: not a moment in UTC's years 1 to 9999",
+                         field=field) from None

@@ -1,5 +1,6 @@
 """``GET /healthz``: the process is up (liveness; no dependency contacted). ``GET /readyz``:
-database, Redis (when configured) and bus reachable and the relay keeping up; 503 otherwise."""
+database, Redis (when configured) and bus reachable and the relay keeping up; 503 otherwise;
+``degraded`` when the configuration leaves a capability out (each such check has a warning)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def healthz(request: Request) -> Response:
 
 
 @router.get("/readyz", responses={
-    200: {"description": "Ready: every check is ok"},
+    200: {"description": "Ready: every check is ok (degraded: some carry a warning, a "
+                         "capability the configuration leaves out)"},
     503: {"description": "Not ready: a dependency is unreachable or the relay lags"}})
 def readyz(request: Request) -> Response:
     """Whether this process should get traffic, with each check's finding."""

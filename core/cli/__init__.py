@@ -4,7 +4,8 @@ Each command group is a module listing its ``Command``s in ``COMMANDS``; pyproje
 each group once as an ``opsgate.commands`` entry point (the core's groups, and the bot's demo,
 which the core never imports), and ``main`` builds one parser from them. Expected failures
 (database unreachable, schema behind, bad URL) print one line on stderr and exit non-zero; a
-settings mistake prints one line per problem and exits 2.
+settings mistake — an ``OPSGATE_*`` variable no setting reads included — prints one line per
+problem and exits 2.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ def _run(args: argparse.Namespace) -> int:
     from core.settings import InvalidSettings
 
     try:
+        refuse_unknown_settings()
         return int(args.run(args))
     except CliError as failed:
         return _fail(str(failed), failed.exit_code)
@@ -103,6 +105,17 @@ def _run(args: argparse.Namespace) -> int:
         # flush at exit from failing on the closed pipe too.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAILED
+
+
+def refuse_unknown_settings() -> None:
+    """Before any command runs: an ``OPSGATE_*`` variable that neither core's settings nor a
+    plugged-in layer's read is a mistake (``InvalidSettings``, one line each, exit 2)."""
+    from core.cli.app import plugged_in
+    from core.settings import InvalidSettings, unknown_settings
+
+    unknown = unknown_settings(os.environ, *plugged_in().settings)
+    if unknown:
+        raise InvalidSettings(unknown)
 
 
 def _configure_logging() -> None:

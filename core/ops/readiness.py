@@ -4,8 +4,9 @@ than ``OPSGATE_READY_MAX_RELAY_LAG_S`` ago: a row scheduled for later is not lat
 and published messages reach their consumers (none unrecorded in a consumer's inbox longer than
 ``OPSGATE_DELIVERY_BOUND_S`` after its publication). It also says where metric checks are read
 (``metrics``), how the librarian recalls (``library``: by meaning too, or by words only and
-why) and what the configuration leaves out (no approvers, no Slack) without withholding
-traffic: those checks carry a ``warning``."""
+why) and what the configuration leaves out (no metrics source, no approvers, no Slack, nothing
+for the agent's looks) without withholding traffic: those checks carry a ``warning``, and the
+report is ``degraded``."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from core.chat import HeldChat
 from core.domain.policy import NO_APPROVERS
+from core.domain.verify import NO_METRICS_SOURCE
 from core.evidence.configured import has_metrics_source, metrics_source_line
 from core.messaging.delivery import look, subscribers
 from core.messaging.outbox import oldest_unpublished
@@ -32,7 +34,8 @@ Check = dict[str, Any]
 
 
 def readiness(app: App, now: datetime | None = None) -> dict[str, Any]:
-    """``{"status": "ready" | "not_ready", "checks": {name: {"ok": bool, …}}}``."""
+    """``{"status": "ready" | "not_ready", "degraded": bool, "checks": {name: {"ok": bool,
+    …}}}``: ``degraded`` when a check carries a ``warning`` (something the process cannot do)."""
     database = check_database(app.engine)
     checks: dict[str, Check] = {"database": database}
     checks["redis"] = check_redis(app.settings.redis_url)
@@ -58,7 +61,8 @@ def readiness(app: App, now: datetime | None = None) -> dict[str, Any]:
     checks["directory"] = check_directory(app)
     checks["slack"] = check_slack(app)
     ready = all(check["ok"] for check in checks.values())
-    return {"status": "ready" if ready else "not_ready", "checks": checks}
+    return {"status": "ready" if ready else "not_ready",
+            "degraded": any("warning" in check for check in checks.values()), "checks": checks}
 
 
 def check_database(engine: Engine) -> Check:
@@ -145,10 +149,13 @@ def check_delivery(engine: Engine, bound_s: float, now: datetime) -> Check:
 
 
 def check_metrics(app: App) -> Check:
-    """Where metric checks are read; ``configured`` False when nowhere (still ok: a plan with
-    a metric check is refused at the guard, probes verify)."""
-    return {"ok": True, "configured": has_metrics_source(app.settings),
-            "source": metrics_source_line(app.settings)}
+    """Where metric checks are read; ``configured`` False when nowhere, with a ``warning``
+    (still ok: probes verify, but a plan with a metric check is refused at the guard)."""
+    check: Check = {"ok": True, "configured": has_metrics_source(app.settings),
+                    "source": metrics_source_line(app.settings)}
+    if check["configured"]:
+        return check
+    return {**check, "warning": f"{NO_METRICS_SOURCE}: plans with a metric check are refused"}
 
 
 def check_investigation(app: App) -> Check:

@@ -6,19 +6,27 @@ them through ``Extensions.settings`` and read them with ``Settings.layer``. Secr
 the environment and are ``SecretStr`` so they never print. A list is JSON or comma-separated
 (``U1,U2``); an object is JSON. A mistake is an ``InvalidSettings`` whose problems each fit on one
 line: the variable, what is wrong, and what was expected (``core.settings_errors``);
-``load_settings`` is the one place that reads.
+``load_settings`` is the one place that reads. An ``OPSGATE_*`` variable no settings class reads
+is a mistake too (``unknown_settings``: a typo must not leave its setting at the default), except
+the test suite's own ``OPSGATE_TEST_*``.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal, TypeVar
 
-from pydantic import PrivateAttr, ValidationError
+from pydantic import AliasChoices, BaseModel, PrivateAttr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
-from core.settings.changes import ExecutorSettings, GateSettings, GatewaySettings
+from core.settings.changes import (
+    ExecutorSettings,
+    GateSettings,
+    GatewaySettings,
+    approver_problems,
+)
 from core.settings.evidence import (
     AnalysisSettings,
     EmbeddingSettings,
@@ -30,20 +38,34 @@ from core.settings.loop import LoopSettings
 from core.settings.serving import McpSettings, OperationsSettings, ServingSettings
 from core.settings_errors import InvalidSettings, invalid_settings
 
-__all__ = ["PLACEHOLDER", "InvalidSettings", "OpsgateSettings", "Settings", "load_settings",
-           "placeholders", "read_settings"]
+__all__ = [
+    "PLACEHOLDER",
+    "TEST_PREFIX",
+    "InvalidSettings",
+    "OpsgateSettings",
+    "Settings",
+    "load_settings",
+    "placeholders",
+    "read_settings",
+    "unknown_settings",
+]
 
 PLACEHOLDER = "CHANGE-ME"
 """What the deploy files (compose.yaml, deploy/kubernetes) put where a first deploy must name its
 own value: a process refuses to start while any setting still holds it."""
 READ_PREFIXES = ("OPSGATE_", "SLACK_", "OPENAI_")
 """The environment variables opsgate's settings read."""
+PREFIX = "OPSGATE_"
+"""What every variable of opsgate's own settings begins with: one that no class reads is a typo."""
+TEST_PREFIX = "OPSGATE_TEST_"
+"""The test suite's own variables (its peers' binaries, its servers, its shuffle seed): no setting
+begins so, opsgate never reads them, and they are never refused."""
 
 
 class OpsgateSettings(BaseSettings):
     """What every opsgate settings class reads, core's and the outer layers' alike."""
 
-    model_config = SettingsConfigDict(env_prefix="OPSGATE_", env_file=".env", extra="ignore",
+    model_config = SettingsConfigDict(env_prefix=PREFIX, env_file=".env", extra="ignore",
                                       allow_inf_nan=False)
 
 
@@ -101,6 +123,8 @@ def load_settings(*layers: type[OpsgateSettings], **overrides: Any) -> Settings:
                                 if name not in theirs}, problems)
     read = [_read(kind, {name: value for name, value in overrides.items()
                          if name in kind.model_fields}, problems) for kind in layers]
+    if settings is not None and "approvers" not in overrides:  # as the environment names them
+        problems.extend(approver_problems(settings.approvers))
     if problems or settings is None:
         raise InvalidSettings(problems)
     return settings.with_layers(*(layer for layer in read if layer is not None))
@@ -113,6 +137,39 @@ def placeholders(environ: Mapping[str, str]) -> list[str]:
             "own value (docs/deploy.md)"
             for name, value in sorted(environ.items())
             if name.startswith(READ_PREFIXES) and PLACEHOLDER in value]
+
+
+def unknown_settings(environ: Iterable[str], *layers: type[OpsgateSettings]) -> list[str]:
+    """One line for each ``OPSGATE_*`` name of ``environ`` that neither core's settings nor the
+    outer ``layers`` read, naming the closest one that is (``OPSGATE_APROVERS: no such setting;
+    did you mean OPSGATE_APPROVERS?``); the tests' ``OPSGATE_TEST_*`` are not settings."""
+    kinds: tuple[type[OpsgateSettings], ...] = (Settings, *layers)
+    known = {name for kind in kinds for name in variable_names(kind)}
+    by_stem = {name.removeprefix(PREFIX): name for name in known}  # SLACK_BOT_TOKEN has none
+    lines = []
+    for name in sorted(environ):
+        upper = name.upper()  # the settings read the environment case-insensitively
+        if not upper.startswith(PREFIX) or upper.startswith(TEST_PREFIX) or upper in known:
+            continue
+        closest = difflib.get_close_matches(upper[len(PREFIX):], sorted(by_stem), n=1,
+                                            cutoff=0.7)
+        hint = (f"did you mean {by_stem[closest[0]]}?" if closest
+                else "docs/operations.md lists every setting")
+        lines.append(f"{name}: no such setting; {hint}")
+    return lines
+
+
+def variable_names(kind: type[BaseModel]) -> set[str]:
+    """The environment variables ``kind``'s fields are read from, in upper case."""
+    prefix = str(kind.model_config.get("env_prefix", ""))
+    names: set[str] = set()
+    for field, info in kind.model_fields.items():
+        alias = info.validation_alias  # an alias is read as named, without the prefix
+        if isinstance(alias, AliasChoices):
+            names.update(str(choice).upper() for choice in alias.choices)
+        else:
+            names.add(str(alias).upper() if alias else f"{prefix}{field}".upper())
+    return names
 
 
 def _read(kind: type[Layer], overrides: Mapping[str, Any], problems: list[str]) -> Layer | None:

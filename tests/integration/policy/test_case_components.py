@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,9 @@ from tests.support.apps import make_app
 
 EXAMPLES = Path(__file__).parents[3] / "docs" / "examples"
 CAROL = "U0CAROL"  # search-team in docs/examples/catalog
+SUMMER = datetime(2026, 6, 1, 12, tzinfo=UTC)
+"""When the owners' policies judge: outside the example deploy freeze (2026-12-20 to 2027-01-04),
+which would refuse carol whatever the catalog says."""
 SEARCH_ROLLOUT = {
     "title": "Roll search-api back", "risk_score": 0.3,
     "steps": [{"action": "k8s.rollout", "params": {
@@ -96,7 +100,7 @@ def test_an_alerts_labels_name_its_cases_components(client, engine):
 
 def test_the_running_service_reads_a_catalog_edit_and_leaves_a_broken_file_out(app, catalog):
     def refusal() -> str | None:
-        return app.policy.at((), None).refusal(CAROL, "agent", SEARCH_ROLLOUT)
+        return app.policy.at((), SUMMER).refusal(CAROL, "agent", SEARCH_ROLLOUT)
 
     assert refusal() is None  # carol's search-team owns search-api
     search = catalog / "search.yaml"

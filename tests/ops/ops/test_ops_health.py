@@ -21,6 +21,8 @@ from core.messaging import inbox
 from core.messaging.delivery import subscribers
 from core.ops.readiness import NO_SLACK
 from core.settings import Settings
+from core.settings.evidence import NO_EMBEDDINGS
+from tests.support.kube_world import kube_world  # noqa: F401 (a fixture)
 from tests.support.servers import REDIS_URL
 
 
@@ -77,13 +79,14 @@ def test_a_fresh_process_is_ready(client, engine):
     status, report = _ready(client)
     assert status == 200, report
     assert re.fullmatch(r"[0-9a-f]{12}", report["checks"]["policy"]["version"])
-    assert report == {"status": "ready", "checks": {
+    assert report == {"status": "ready", "degraded": True, "checks": {
         "database": {"ok": True, "dialect": engine.dialect.name},
         "redis": {"ok": True, "configured": False},
         "bus": {"ok": True, "kind": "in-process"},
         "relay_lag": {"ok": True, "lag_s": 0.0, "bound_s": 60.0, "unpublished": 0},
         "delivery": {"ok": True, "undelivered": 0, "bound_s": 120.0},
-        "metrics": {"ok": True, "configured": False, "source": NO_SOURCE},
+        "metrics": {"ok": True, "configured": False, "source": NO_SOURCE,
+                    "warning": NO_METRICS_WARNING},
         "investigation": {"ok": True, "sources": NO_LOOKS, "warning": NO_LOOKS},
         "approvers": {"ok": True, "configured": False, "warning": (
             "no approvers are configured (OPSGATE_APPROVERS): nobody approves, plans wait at "
@@ -114,6 +117,11 @@ NO_SOURCE = ("none: plans with a metric check are refused; no metrics source is 
              "table: JSON, metric name → number)")
 
 
+NO_METRICS_WARNING = ("no metrics source is configured (set OPSGATE_PROMETHEUS_URL to your "
+                      "Prometheus, or OPSGATE_STATIC_METRICS to a stand-in table: JSON, metric "
+                      "name → number): plans with a metric check are refused")
+
+
 def test_readyz_says_where_metric_checks_are_read(engine):
     for settings, configured, source in (
             ({}, False, NO_SOURCE),
@@ -126,8 +134,55 @@ def test_readyz_says_where_metric_checks_are_read(engine):
         status, report = _ready(next(gen))
         gen.close()
         assert status == 200, report  # still ready: probes verify without a metrics source
-        assert report["checks"]["metrics"] == {"ok": True, "configured": configured,
-                                               "source": source}
+        assert report["checks"]["metrics"] == {
+            "ok": True, "configured": configured, "source": source,
+            **({} if configured else {"warning": NO_METRICS_WARNING})}
+
+
+# -- degraded: ready, with a capability the configuration leaves out -------------------------
+
+SLACK = Extensions(chat=lambda app: RecordingSink())  # an outer layer's chat that posts
+MISSING = {  # each capability, and the setting (or extension) that leaves it out
+    "metrics": {"prometheus_url": None},
+    "investigation": {"changes_token": None},
+    "approvers": {"approvers": []},
+    "slack": {"extensions": None},
+    "library": {"embeddings_model": NO_EMBEDDINGS},
+    "policy": {"policy": "a policy of its own", "catalog": None},
+}
+A_POLICY = ('@id("lead-approves")\npermit (principal == User::"U0LEAD", action, resource);\n')
+
+
+@pytest.fixture
+def everything(sqlite_engine: Engine, kube_world) -> dict[str, object]:  # noqa: F811
+    """Settings and extensions that leave nothing out (SQLite: the librarian recalls by
+    meaning there; no dependency the checks contact is down)."""
+    return {"engine": sqlite_engine, "extensions": SLACK, "approvers": ["U0LEAD"],
+            "prometheus_url": "http://127.0.0.1:9", "alertmanager_url": "http://127.0.0.1:9",
+            "kubeconfig": str(kube_world().config), "changes_token": "intake"}
+
+
+def test_a_process_with_every_capability_is_ready_and_not_degraded(everything):
+    gen = _client(**everything)  # type: ignore[arg-type]
+    status, report = _ready(next(gen))
+    gen.close()
+    assert status == 200, report
+    assert report["degraded"] is False, report
+    assert [name for name, check in report["checks"].items() if "warning" in check] == []
+
+
+@pytest.mark.parametrize("capability", sorted(MISSING))
+def test_each_missing_capability_is_a_warning_and_the_process_degraded(everything, capability,
+                                                                      tmp_path):
+    (tmp_path / "own.cedar").write_text(A_POLICY)  # policies without a catalog: no owners
+    left_out = {name: tmp_path / "own.cedar" if name == "policy" else value
+                for name, value in MISSING[capability].items()}
+    gen = _client(**{**everything, **left_out})  # type: ignore[arg-type]
+    status, report = _ready(next(gen))
+    gen.close()
+    assert status == 200, report  # still serves: degraded is not unready
+    assert report["status"] == "ready" and report["degraded"] is True
+    assert report["checks"][capability]["warning"], report["checks"][capability]
 
 
 def test_a_relay_that_lags_past_its_bound_makes_the_process_not_ready(client, engine):
