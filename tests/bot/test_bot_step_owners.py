@@ -89,7 +89,7 @@ def world(request: pytest.FixtureRequest) -> dict[str, Any]:
 def serving(world: dict[str, Any], tmp_path: Path, planner: type[Planner],
             **settings: Any) -> Iterator[Stack]:
     options = {"catalog": EXAMPLES / "catalog", "policy": policies(tmp_path, freeze=False),
-               "approvers": [], **settings}
+               "approvers": [], "directory": ["catalog"], **settings}
     engine = world.pop("engine")
     with running_bot(engine, consumers={"planner": planner}, **world, **options) as bot:
         yield bot
