@@ -7,13 +7,16 @@ oversized value is refused naming the field and records nothing; the investigato
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
 from sqlalchemy import Engine, select
 
+from core.api import changes as changes_api
 from core.catalog.files import load_catalog
 from core.changes import ChangeIntake, ChangeStore, InvalidChange, Recorded
 from core.db.tables import change_record
@@ -150,3 +153,16 @@ def test_text_in_the_values_is_made_storable(intake):
     assert said["after"] == ["\ufffd", 3, None]
     assert ChangeStore(intake.store.engine).last_before(
         ["payments-api"], [], T0 + timedelta(days=1)).before == said["before"]
+
+
+def test_openapi_documents_the_target_and_values_sent_and_answered():
+    api = FastAPI()
+    api.include_router(changes_api.router)
+    spec = api.openapi()
+    sent = spec["paths"]["/changes"]["post"]["requestBody"]["content"]["application/json"]
+    target = sent["schema"]["properties"]["target"]
+    assert re.fullmatch(target["pattern"], "configmap/payments-config")
+    assert not re.fullmatch(target["pattern"], "deploy/payments-api")
+    answered = spec["components"]["schemas"]["ChangeView"]["properties"]
+    assert {"target", "before", "after"} <= answered.keys()
+    assert "201" in spec["paths"]["/changes"]["post"]["responses"]
