@@ -220,6 +220,8 @@ def fingerprint(change: Change, names: tuple[str, ...] = ()) -> str:
     said = change.as_dict()
     for local in ("component", "received_at", "fingerprint"):
         del said[local]
+    if said["after"] == said["version"]:  # Argo CD's, GitHub's: the version said it already
+        said["after"] = None
     for unsaid in ("target", "before", "after"):  # absent: as fingerprinted before they existed
         if said[unsaid] is None:
             del said[unsaid]

@@ -35,7 +35,11 @@ from tests.support.change_deliveries import (
 
 CATALOG = Path(__file__).parents[3] / "docs" / "examples" / "catalog"
 T0 = datetime(2026, 11, 27, 14, 10, tzinfo=UTC)
+# What the intake fingerprinted generic(), the Argo CD sync and the GitHub deploy of these tests
+# as before target, before and after existed: a redelivery after the upgrade is still a retry.
 FINGERPRINT_BEFORE_TARGETS = "5cc3cc9ec4f31532f1d6976af6afd6169c8a63f9d843609dde9ca23155d9a2f5"
+ARGO_FINGERPRINT_BEFORE = "96ee15b546ded5aa7f7a2146eb9a90964c75ea514a6a0960d79ad5b27a9da929"
+GITHUB_FINGERPRINT_BEFORE = "0150eaa4c1d9891ad0be2a97e6d20e6e922e3aa80bd760613fc5be1ea5c96d5d"
 CONFIG = {"payout.timeout": "3s", "payout.retries": "2"}
 
 
@@ -113,6 +117,7 @@ def test_argo_cd_s_notification_fills_the_synced_revision_and_what_the_template_
     assert isinstance(plain, Recorded)
     assert (plain.change.target, plain.change.before, plain.change.after) \
         == (None, None, REVISION)
+    assert plain.change.fingerprint == ARGO_FINGERPRINT_BEFORE
     extended = {**json.loads(body), "finishedAt": "2026-11-27T14:06:00Z",
                 "target": "deployment/payments-api", "previousRevision": "1" * 40}
     said = received(intake, extended, declared="argocd")
@@ -129,6 +134,7 @@ def test_argo_cd_s_notification_fills_the_synced_revision_and_what_the_template_
 def test_github_s_deployment_fills_the_ref_and_its_payload_s_target_and_before(intake):
     plain = received(intake, github_event(), github_event="deployment_status")
     assert (plain["target"], plain["before"], plain["after"]) == (None, None, "v2.4.1")
+    assert plain["fingerprint"] == GITHUB_FINGERPRINT_BEFORE
     event = github_event(status_id=3, deployment_id=146)
     event["deployment"]["payload"] = json.dumps(  # GitHub keeps a string payload as sent
         {"target": "deployment/payments-api", "before": "v2.4.0"})
