@@ -23,8 +23,8 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from core.api.deps import Credentials, Reader, opsgate
 from core.api.replies import send_data
-from core.api.schemas import ErrorReply
-from core.changes.formats import NotRecorded
+from core.api.schemas import ChangeListReply, ChangeReply, ErrorReply
+from core.changes.formats import TARGET_PATTERN, VALUE_MAX, NotRecorded
 from core.changes.intake import ChangeIntake
 from core.changes.store import MAX_LIMIT, ChangeStore
 from core.db.case_store import as_utc
@@ -73,13 +73,23 @@ _ERRORS = {401: "Missing or wrong bearer token or GitHub signature, or intake of
            503: "The database is unavailable: send it again"}
 _BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
     "type": "object", "description": "The generic change {id, service, kind: deploy|config, "
-    "version, summary, actor, at, namespace?, url?}, Argo CD's notification (docs/"
-    "operations.md) or GitHub's deployment_status event"}}}}}
+    "version, summary, actor, at, namespace?, url?, target?, before?, after?}, Argo CD's "
+    "notification (docs/operations.md; target? and previousRevision? too) or GitHub's "
+    "deployment_status event (its deployment's payload may carry target, before and after)",
+    "properties": {
+        "target": {"type": "string", "pattern": TARGET_PATTERN,
+                   "description": "The object the change changed: deployment/NAME, "
+                                  "configmap/NAME, flag/KEY, hpa/NAME or route/NAME"},
+        "before": {"description": f"Its value before: any JSON value, at most {VALUE_MAX} "
+                                  "characters as compact JSON"},
+        "after": {"description": "Its value after, likewise"}}}}}}}
 
 
 @router.post(PATH, dependencies=[Depends(admit_change)], status_code=201,
              openapi_extra=_BODY,
-             responses={200: {"description": "A retry: the change as first recorded"},
+             responses={201: {"model": ChangeReply, "description": "Recorded"},
+                        200: {"model": ChangeReply,
+                              "description": "A retry: the change as first recorded"},
                         202: {"description": "Not a change to record, and why"},
                         **{status: {"model": ErrorReply, "description": meaning}
                            for status, meaning in _ERRORS.items()}})
@@ -99,7 +109,9 @@ def receive_change(request: Request, body: Body) -> Response:
     return response
 
 
-@router.get(PATH, responses={400: {"model": ErrorReply,
+@router.get(PATH, responses={200: {"model": ChangeListReply,
+                                   "description": "The changes, newest first"},
+                             400: {"model": ErrorReply,
                                    "description": "A window outside UTC's years 1 to 9999, or "
                                    "since after until (the field named)"},
                              401: {"model": ErrorReply, "description": _ERRORS[401]},

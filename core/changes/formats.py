@@ -18,7 +18,14 @@ from typing import Any, Literal, cast, overload
 
 from core.alerts.model import without_credentials
 from core.alerts.text import cut, shortened, storable
-from core.changes.model import KINDS, SOURCES, Change, InvalidChange, Kind, Source
+from core.changes.model import (
+    KINDS,
+    SOURCES,
+    Change,
+    InvalidChange,
+    Kind,
+    Source,
+)
 from core.strict_json import loads
 
 ID_MAX = 200
@@ -27,6 +34,15 @@ VERSION_MAX = 200
 SUMMARY_MAX = 500
 ACTOR_MAX = 200
 NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+VALUE_MAX = 8192  # characters of a before or after value as compact JSON
+KUBERNETES_NAME = r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"  # a DNS-1123 subdomain
+KEY = r"[A-Za-z0-9]([-A-Za-z0-9._:]{0,251}[A-Za-z0-9])?"  # a flag's key, a route's name
+TARGET_PATTERN = (f"^(deployment|configmap|hpa)/{KUBERNETES_NAME}$"
+                  f"|^(flag|route)/{KEY}$")
+TARGET = re.compile(TARGET_PATTERN)
+TARGET_FORM = ("deployment/NAME, configmap/NAME, flag/KEY, hpa/NAME or route/NAME (NAME a "
+               "Kubernetes name: lower-case letters, digits, '-' and '.'; KEY letters, digits, "
+               "'-', '_', '.' and ':')")
 ABSENT = "<no value>"  # what a Go template (Argo CD's) renders for a field the app lacks
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 WHAT: dict[Source, str] = {"generic": "this change", "argocd": "this Argo CD notification",
@@ -102,10 +118,11 @@ def _generic(fields: _Fields, received_at: datetime) -> Read:
     happened_at = fields.moment("at")
     namespace = fields.namespace("namespace")
     url = fields.link("url")
+    target, before, after = fields.target("target"), fields.data("before"), fields.data("after")
     fields.check("generic")
     return _received(Change(change_id, "generic", cast(Kind, kind), service, None, namespace,
-                            version, summary, actor, url, happened_at, received_at, ""),
-                     (service,))
+                            version, summary, actor, url, happened_at, received_at, "", target,
+                            before, after), (service,))
 
 
 def _argocd(fields: _Fields, received_at: datetime) -> Read:
@@ -119,12 +136,15 @@ def _argocd(fields: _Fields, received_at: datetime) -> Read:
     namespace = fields.namespace("namespace")
     actor = fields.words("initiatedBy", ACTOR_MAX, required=False) or "argocd (automated sync)"
     url = fields.link("url")
+    target = fields.target("target")
+    before = fields.name("previousRevision", VERSION_MAX, required=False)
     fields.check("argocd")
     where = f" in {namespace}" if namespace else ""
     summary = cut(f"Argo CD synced {app} to {revision}{where}", SUMMARY_MAX)
     change_id = _derived("argocd", f"{app}:{revision}:{finished.isoformat()}")
     return _received(Change(change_id, "argocd", "deploy", app, None, namespace, revision,
-                            summary, actor, url, finished, received_at, ""), (app,))
+                            summary, actor, url, finished, received_at, "", target, before,
+                            revision), (app,))
 
 
 def _github(event: str | None, fields: _Fields, received_at: datetime) -> Read:
@@ -142,6 +162,9 @@ def _github(event: str | None, fields: _Fields, received_at: datetime) -> Read:
     namespace = payload.namespace("deployment.payload.namespace")
     version, sha = _github_version(fields)
     happened_at = fields.moment("deployment_status.created_at")
+    target = payload.target("deployment.payload.target")
+    before = payload.data("deployment.payload.before")
+    after = payload.data("deployment.payload.after")
     fields.check("github")
     actor = (fields.words("deployment.creator.login", ACTOR_MAX, required=False)
              or fields.words("sender.login", ACTOR_MAX, required=False) or "github")
@@ -150,7 +173,8 @@ def _github(event: str | None, fields: _Fields, received_at: datetime) -> Read:
     return _received(Change(_derived("github", f"{deployment_id}/{status_id}"), "github",
                             "deploy", service, None, namespace, version,
                             _github_summary(fields, version, sha, environment), actor, url,
-                            happened_at, received_at, ""), names)
+                            happened_at, received_at, "", target, before,
+                            version if after is None else after), names)
 
 
 def _github_service(fields: _Fields, payload: _Fields) -> tuple[str, tuple[str, ...], str | None]:
@@ -196,6 +220,11 @@ def fingerprint(change: Change, names: tuple[str, ...] = ()) -> str:
     said = change.as_dict()
     for local in ("component", "received_at", "fingerprint"):
         del said[local]
+    if said["after"] == said["version"]:  # Argo CD's, GitHub's: the version said it already
+        said["after"] = None
+    for unsaid in ("target", "before", "after"):  # absent: as fingerprinted before they existed
+        if said[unsaid] is None:
+            del said[unsaid]
     said["names"] = list(names)
     text = json.dumps(said, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
@@ -207,6 +236,17 @@ def _derived(source: Source, identity: str) -> str:
     if len(change_id) <= ID_MAX:
         return change_id
     return f"{source}:sha256:{hashlib.sha256(identity.encode()).hexdigest()}"
+
+
+def _storable_json(value: Any) -> Any:
+    """``value`` with every text in it, keys included, made storable."""
+    if isinstance(value, str):
+        return storable(value)
+    if isinstance(value, Mapping):
+        return {storable(str(key)): _storable_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_storable_json(item) for item in value]
+    return value
 
 
 def _quoted(text: str) -> str:
@@ -321,6 +361,29 @@ class _Fields:
         found = self.value(path)
         kept = without_credentials(storable(found)) if isinstance(found, str) else ""
         return kept or None
+
+    def target(self, path: str) -> str | None:
+        """The object a change changed, ``KIND/NAME`` (``TARGET_FORM``), or None when none is
+        given."""
+        found = self.name(path, 300, required=False)
+        if not found:
+            return None
+        if not TARGET.fullmatch(found):
+            self.problems.append(f"{path} must be {TARGET_FORM}, not {_quoted(found)}")
+            return None
+        return found
+
+    def data(self, path: str) -> Any:
+        """A JSON value a sender wrote (a version, a ConfigMap's data, a flag's rollout), its
+        text made storable, at most ``VALUE_MAX`` characters as compact JSON; None when none."""
+        found = _storable_json(self.value(path))
+        if found is None:
+            return None
+        size = len(json.dumps(found, separators=(",", ":"), ensure_ascii=False))
+        if size > VALUE_MAX:
+            self.problems.append(f"{path} is over {VALUE_MAX} characters as JSON ({size})")
+            return None
+        return found
 
     def check(self, source: Source) -> None:
         if self.problems:

@@ -33,6 +33,9 @@ class Change:
     happened_at: datetime  # UTC
     received_at: datetime  # UTC
     fingerprint: str  # of the content (not the component, not when it arrived)
+    target: str | None = None  # the object it changed: deployment/NAME, configmap/NAME, flag/KEY…
+    before: Any = None  # its value before (a version, a ConfigMap's data…), as the sender said
+    after: Any = None  # …and after: JSON values a sender wrote, data never followed
 
     def as_dict(self) -> dict[str, Any]:
         """The change as the API answers it: times in ISO 8601."""
@@ -41,7 +44,8 @@ class Change:
                 "namespace": self.namespace, "version": self.version, "summary": self.summary,
                 "actor": self.actor, "url": self.url,
                 "happened_at": self.happened_at.isoformat(),
-                "received_at": self.received_at.isoformat(), "fingerprint": self.fingerprint}
+                "received_at": self.received_at.isoformat(), "fingerprint": self.fingerprint,
+                "target": self.target, "before": self.before, "after": self.after}
 
 
 class InvalidChange(InvalidRequest):

@@ -88,7 +88,8 @@ def _row(change: Change) -> dict[str, Any]:
             "namespace": change.namespace, "version": change.version,
             "summary": change.summary, "actor": change.actor, "url": change.url,
             "happened_at": _utc(change.happened_at), "received_at": _utc(change.received_at),
-            "fingerprint": change.fingerprint}
+            "fingerprint": change.fingerprint, "target": change.target,
+            "before": change.before, "after": change.after}
 
 
 def _change(row: Mapping[Any, Any]) -> Change:

@@ -34,6 +34,8 @@ metadata = MetaData(
 )
 
 Json = JSON().with_variant(JSONB(), "postgresql")
+OptionalJson = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+"""A JSON value or SQL NULL (Python's None is NULL, not JSON's null)."""
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 
@@ -269,6 +271,11 @@ change_record = Table(  # migration 0016: a deploy or configuration change POSTe
     Column("happened_at", DateTime(timezone=True), nullable=False),  # UTC
     Column("received_at", DateTime(timezone=True), nullable=False),  # UTC
     Column("fingerprint", String(64), nullable=False),  # of the content: a retry matches it
+    # migration 0020: the object it changed (KIND/NAME) and its values before and after, as
+    # the sender said them (JSON; NULL: not said)
+    Column("target", String(300)),
+    Column("before", OptionalJson),
+    Column("after", OptionalJson),
     Index("ix_change_record_component_happened_at", "component", "happened_at"),
     Index("ix_change_record_service_happened_at", "service", "happened_at"),
 )

@@ -220,7 +220,7 @@ def _as_dict(answer: Any, key: str) -> dict[str, Any]:
 
 def _change(change: Any) -> dict[str, Any]:
     fields = ("change_id", "kind", "service", "component", "version", "summary", "actor",
-              "happened_at", "source", "url")
+              "happened_at", "source", "url", "target", "before", "after")
     return {name: _plain(getattr(change, name, None)) for name in fields
             if getattr(change, name, None) is not None}
 

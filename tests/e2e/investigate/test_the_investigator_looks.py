@@ -106,7 +106,8 @@ def post_changes(app: Any, now: datetime) -> None:
     minutes ago (its description carries injected text), each delivered twice."""
     deliveries = [
         (json.dumps(generic(id="ci-payments-api-1", version="v2.3.9",
-                            at=iso(now - timedelta(hours=1)))).encode(),
+                            at=iso(now - timedelta(hours=1)), target="deployment/payments-api",
+                            before="v2.3.8", after="v2.3.9")).encode(),
          {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"}),
         argocd_delivery(argo_app("3c1f0e2", iso(now - timedelta(minutes=41)),
                                  {"username": "dana"})),
@@ -183,6 +184,11 @@ def test_the_model_s_looks_are_answered_by_the_real_servers_within_scope_and_bud
     changes = said["changes"]["changes"]
     assert [c["source"] for c in changes] == ["github", "argocd", "generic"], changes
     assert CHANGE_INJECTED[:60] in changes[0]["summary"]
+    # Each says what it changed where its sender knew: the ref GitHub deployed, the revision
+    # Argo CD synced, CI's deployment and its versions before and after.
+    assert [(c.get("target"), c.get("before"), c.get("after")) for c in changes] == [
+        (None, None, "v2.4.1"), (None, None, "3c1f0e2"),
+        ("deployment/payments-api", "v2.3.8", "v2.3.9")]
     assert said["changes"]["rollout_history"]
     # The rollback is made for payments/payments-api, back to the revision before its deploy.
     made = said["rollback"]["plan"]
