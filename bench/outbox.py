@@ -369,6 +369,10 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
+SHORT: dict[str, Any] = {"messages": 500, "rounds": 1, "seconds": 1.0, "rate": 200.0}
+"""``--short``: seconds and small sizes, what the bench test (tests/e2e/bench) runs."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--messages", type=int, default=20_000,
@@ -391,7 +395,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="a nats-server -js for --bus jetstream/both (default: %(default)s)")
     parser.add_argument("--bus", choices=("redis", "jetstream", "both"), default="both",
                         help="which bus to measure (default: %(default)s, in one run)")
+    parser.add_argument("--short", action="store_true",
+                        help=f"seconds and small sizes: {SHORT}")
     args = parser.parse_args(argv)
+    if args.short:
+        vars(args).update(SHORT)
     if not (1 <= args.messages <= 1_000_000 and 1 <= args.rounds <= 100
             and 0 < args.seconds <= 300 and 0 < args.rate <= 20_000):
         parser.error("keep it bounded: 1..1,000,000 messages, 1..100 rounds, at most 300 s "
