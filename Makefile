@@ -107,6 +107,7 @@ bench: install services ## run the benchmarks (PostgreSQL, Redis; the library be
 	$(BIN)/python bench/transitions.py
 	$(BIN)/python bench/gateway.py
 	$(BIN)/python bench/outbox.py
+	$(BIN)/python bench/alerts.py
 	$(BIN)/python bench/slack_ack.py
 	$(BIN)/python bench/librarian.py
 	$(BIN)/python bench/library.py

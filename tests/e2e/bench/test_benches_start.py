@@ -22,6 +22,9 @@ ROOT = Path(__file__).resolve().parents[3]
 BENCH = ROOT / "bench"
 
 SHORT: dict[str, tuple[list[str], tuple[str, ...]]] = {
+    "alerts": (["--postgres-url", POSTGRES_URL],
+               ("accepted_per_s", "intake_p50_ms", "intake_p99_ms", "due_p99_ms", "cases_opened",
+                "gate_us_largest", "gate_us_quiet", "gate_ratio")),
     "agent": ([], ("scenarios", "baseline_prompt_tokens", "scripted.model_calls_per_case",
                    "offline.tokens_in_ratio")),
     "demo_start": ([], ("baseline_start_s", "demo_start_s", "ratio")),
@@ -91,6 +94,8 @@ def test_the_bench_runs_short_and_prints_its_figures_last(bench: str, tmp_path: 
         assert found > 0, (name, found)
     if bench == "slack_ack":  # every mention's agent run happened, after its ack
         assert figures["agent_runs"] == figures["mentions"], figures
+    if bench == "alerts":  # one case per alert group, whatever the storm
+        assert figures["cases_opened"] == figures["groups"] > 0, figures
 
 
 POLICY_FIGURES = ("evaluate_p50_ms", "evaluate_p99_ms", "slack_click_p50_ms",
