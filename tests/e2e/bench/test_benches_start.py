@@ -33,7 +33,7 @@ SHORT: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "librarian": (["--postgres-url", POSTGRES_URL],
                   ("postgres.query_p50_ms", "sqlite.query_p50_ms", "postgres.speedup_p50")),
     "outbox": (["--redis-url", REDIS_URL, "--postgres-url", POSTGRES_URL],
-               ("throughput_ratio", "p99_ms", "jetstream.throughput_ratio",
+               ("throughput_ratio", "p99_ms", "ratio_ceiling", "jetstream.throughput_ratio",
                 "jetstream.p99_ms")),
     "slack_ack": (["--postgres-url", POSTGRES_URL],
                   ("ack_p50_ms", "ack_p99_ms", "baseline_p99_ms", "agent_runs")),
