@@ -112,7 +112,8 @@ def test_the_policy_bench_runs_and_prints_the_policy_share_of_a_click_last() -> 
     assert set(POLICY_FIGURES) <= set(figures)
     assert (figures["policies"], figures["entities"]) == (50, 1000)
     for share in ("share_p50", "share_p99", "core_click_share_p50"):
-        assert isinstance(figures[share], float | int) and 0 < figures[share] <= 1
+        # a share, but of two percentiles measured apart: above 1 on a loaded machine at p99
+        assert isinstance(figures[share], float | int) and figures[share] > 0
     assert figures["share_p50"] == pytest.approx(
         figures["evaluate_p50_ms"] / figures["slack_click_p50_ms"], abs=0.002)
     assert figures["core_click_share_p50"] == pytest.approx(
