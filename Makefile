@@ -112,9 +112,13 @@ bench: install services ## run the benchmarks (PostgreSQL, Redis; the library be
 	$(BIN)/python bench/transitions.py
 	$(BIN)/python bench/gateway.py
 	$(BIN)/python bench/outbox.py
+	$(BIN)/python bench/alerts.py
 	$(BIN)/python bench/slack_ack.py
 	$(BIN)/python bench/librarian.py
 	$(BIN)/python bench/library.py
+	$(BIN)/python bench/policy.py
+	$(BIN)/python bench/agent.py
+	$(BIN)/python bench/demo_start.py
 
 clean: ## remove the venv and caches
 	rm -rf $(VENV) .cache .mypy_cache .ruff_cache .pytest_cache .hypothesis .import_linter_cache opsgate.db*

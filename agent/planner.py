@@ -11,7 +11,6 @@ from uuid import UUID
 
 from agent.prompts import plan_request
 from agent.runner import Agent
-from core.cases.timeline import entries_of
 from core.consumers.planner import case_opener
 from core.consumers.runs import current_run
 from core.domain.attempts import replan_of
@@ -69,7 +68,7 @@ class AgentPlanner:
     def _request(self, case_id: UUID, case: CaseView) -> str:
         """The turn's request: the case, and after a person's resume their words, why it parked
         and the plan that failed."""
-        replan = replan_of(entries_of(self.app.cases.timeline(case_id)))
+        replan = replan_of(self.app.cases.moves(case_id))
         failed = None if replan is None or replan.failed is None else \
             self.app.cases.proposed_plan(case_id, replan.failed.plan_hash)
         title = None if failed is None else str(failed["plan"].get("title") or "")

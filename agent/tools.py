@@ -196,7 +196,8 @@ class CaseTools:
         return ToolReply.of(True, {"cases": self.cases.list_cases(args.status, limit=limit)})
 
     def _case_timeline(self, args: TimelineArgs) -> ToolReply:
-        rows = self.cases.timeline(case_id_of(args.case_id))[-min(args.limit, TIMELINE_LIMIT):]
+        rows, _ = self.cases.timeline_tail(case_id_of(args.case_id),
+                                           min(args.limit, TIMELINE_LIMIT))
         slim = [{"event": e.event, "actor": e.actor, "reason": e.reason, "to": e.target,
                  "at": e.at} for e in entries_of(rows)]
         return ToolReply.of(True, {"timeline": slim})

@@ -19,6 +19,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 # Run as ``python bench/agent.py``, this file's folder comes first on sys.path and its name
 # would hide the ``agent`` package: put the repository there instead.
@@ -33,13 +34,17 @@ from agent.usage import estimate_usage  # noqa: E402
 from bench.scenarios import Outcome, load_scenarios, run_scenario  # noqa: E402
 from bot.sandbox.demo import STAND_INS  # noqa: E402
 from core.db.database import make_engine  # noqa: E402
+from core.domain.views import CaseView  # noqa: E402
 from core.migrate import upgrade_engine  # noqa: E402
+
+NOW = "2026-01-01T00:00:00+00:00"
 
 
 def baseline_prompt_tokens() -> int:
     """Tokens in of one model call with an empty thread: the fixed cost of every call."""
-    case = {"case_id": "00000000-0000-0000-0000-000000000000", "severity": "SEV2",
-            "title": "p95 latency 4x on checkout right after deploy"}
+    case = CaseView(case_id="00000000-0000-0000-0000-000000000000", tenant="default",
+                    title="p95 latency 4x on checkout right after deploy", severity="SEV2",
+                    status="PLANNING", version=3, created_at=NOW, updated_at=NOW)
     prompt = [SystemMessage(system_prompt(str(case["case_id"]))),
               HumanMessage(plan_request(case))]
     return int(estimate_usage(prompt, AIMessage(content=""), tool_specs())["input_tokens"])
@@ -70,10 +75,18 @@ def summary(outcomes: list[Outcome], baseline: int) -> dict[str, float]:
             "tokens_in_ratio": round(per_call / baseline, 2)}
 
 
+SHORT: dict[str, Any] = {"rounds": 1}
+"""``--short``: seconds and small sizes, what the bench test (tests/e2e/bench) runs."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--rounds", type=int, default=1, help="runs of every scenario (1..20)")
+    parser.add_argument("--short", action="store_true",
+                        help=f"seconds and small sizes: {SHORT}")
     args = parser.parse_args(argv)
+    if args.short:
+        vars(args).update(SHORT)
     rounds = max(1, min(20, args.rounds))
     baseline = baseline_prompt_tokens()
     scripted, offline = run("scripted", rounds), run("offline", rounds)

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -102,11 +103,22 @@ def one_round() -> tuple[float, float, float]:
     return baseline, page, demo
 
 
+SHORT: dict[str, Any] = {"rounds": 1, "warm": False}
+"""``--short``: seconds and small sizes, what the bench test (tests/e2e/bench) runs."""
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5, help="spawns of each (default 5)")
+    parser.add_argument("--no-warm", dest="warm", action="store_false",
+                        help="no untimed round first (the page cache and bytecode as found)")
+    parser.add_argument("--short", action="store_true",
+                        help=f"seconds and small sizes: {SHORT}")
     args = parser.parse_args()
-    one_round()  # warm the OS page cache and the bytecode: "once installed"
+    if args.short:
+        vars(args).update(SHORT)
+    if args.warm:
+        one_round()  # warm the OS page cache and the bytecode: "once installed"
     baselines, pages, demos = [], [], []
     for n in range(1, args.rounds + 1):
         baseline, page, demo = one_round()

@@ -289,6 +289,10 @@ def print_table(result: dict[str, Any]) -> None:
         print(f"{label:<36} {result[f'{key}_p50_us']:>9} {p99!s:>9} {result[f'{key}_per_s']:>9}")
 
 
+SHORT: dict[str, Any] = {"requests": 200, "full_requests": 50, "rounds": 1, "threads": 2}
+"""``--short``: seconds and small sizes, what the bench test (tests/e2e/bench) runs."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -307,7 +311,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="stop measuring when this much time has passed")
     parser.add_argument("--redis-url", default=REDIS_URL)
     parser.add_argument("--postgres-url", default=POSTGRES_URL)
+    parser.add_argument("--short", action="store_true",
+                        help=f"seconds and small sizes: {SHORT}")
     args = parser.parse_args(argv)
+    if args.short:
+        vars(args).update(SHORT)
     for url in (args.redis_url, args.postgres_url):
         if "127.0.0.1" not in url and "localhost" not in url:
             parser.error(f"benchmarks only target this machine: {url}")

@@ -142,6 +142,10 @@ def table(results: dict[str, dict[str, Any]]) -> None:
               f"{r['like_p50_ms']:>9} {r['like_p99_ms']:>9} {r['speedup_p50']:>6}")
 
 
+SHORT: dict[str, Any] = {"chunks": 500, "queries": 20}
+"""``--short``: seconds and small sizes, what the bench test (tests/e2e/bench) runs."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chunks", type=int, default=10_000)
@@ -150,7 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--databases", default="postgres,sqlite",
                         help="comma-separated: postgres, sqlite")
     parser.add_argument("--postgres-url", default=POSTGRES_URL)
+    parser.add_argument("--short", action="store_true",
+                        help=f"seconds and small sizes: {SHORT}")
     args = parser.parse_args(argv)
+    if args.short:
+        vars(args).update(SHORT)
     if not 100 <= args.chunks <= 200_000 or not 10 <= args.queries <= 10_000:
         parser.error("--chunks must be 100..200000 and --queries 10..10000")
     results: dict[str, dict[str, Any]] = {}

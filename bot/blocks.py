@@ -336,14 +336,15 @@ def case_status(case: CaseView) -> Message:
         section(text), context(f"id `{case['case_id']}` · updated {case['updated_at']}")]
 
 
-def case_timeline(case: CaseView, rows: Sequence[TimelineEntry],
-                  names: Names = as_is) -> Message:
+def case_timeline(case: CaseView, rows: Sequence[TimelineEntry], names: Names = as_is, *,
+                  total: int | None = None) -> Message:
+    """The last ``TIMELINE_ROWS`` of ``rows`` (the timeline, or its tail of ``total`` rows)."""
     recent = rows[-TIMELINE_ROWS:]
     lines = []
     for entry in entries_of(recent):
         lines.append(timeline_line(entry, names=names))
-    more = [] if len(rows) <= len(recent) else \
-        [context(f"{len(rows) - len(recent)} earlier row(s) not shown")]
+    earlier = (len(rows) if total is None else total) - len(recent)
+    more = [context(f"{earlier} earlier row(s) not shown")] if earlier > 0 else []
     return (f"Timeline of case {short_id(case['case_id'])}",
             [section(f"*Timeline of case* `{short_id(case['case_id'])}` "
                      f"{escape(case['title'])}"),

@@ -9,13 +9,18 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bot.people import Names, as_is
-from core.cases.progress import CaseProgress, Reading, StepAttempt
+from core.cases.progress import (
+    ALERT_EVENTS,
+    FINDINGS_EVENTS,
+    LATEST,
+    CaseProgress,
+    Reading,
+    StepAttempt,
+)
 from core.cases.timeline import Entry
 from core.domain.views import CaseView
 
-FINDINGS_EVENTS = ("analysis_findings", "findings")
-ALERT_EVENTS = ("alert_firing", "alert_new", "alert_resolved", "alert_recurrence")
-LISTED = 3  # findings, alerts and pins shown at most
+LISTED = LATEST  # findings, alerts and pins shown at most
 
 StepMark = Literal["done", "failed", "retried", "running", "waiting"]
 

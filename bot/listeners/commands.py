@@ -11,6 +11,7 @@ from slack_bolt import Ack
 from slack_bolt import App as Bolt
 
 from bot.blocks import (
+    TIMELINE_ROWS,
     Message,
     case_list,
     case_similar,
@@ -69,7 +70,8 @@ def answer_for(cases: SlackCases, subcommand: str, rest: str, asker: Asker) -> M
         case = cases.find_case(rest.split()[0], asker)
         if subcommand == Subcommand.STATUS:
             return case_status(case)
-        return case_timeline(case, cases.cases.timeline(UUID(case["case_id"])), cases.people)
+        tail, total = cases.cases.timeline_tail(UUID(case["case_id"]), TIMELINE_ROWS)
+        return case_timeline(case, tail, cases.people, total=total)
     if subcommand == Subcommand.SIMILAR:
         if not rest:
             return help_message(f"`{COMMAND} similar` needs a case id (or its start).")

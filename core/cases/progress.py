@@ -1,7 +1,8 @@
 """``CaseProgress``: one case as its readers show it — the case, its current plan parsed once,
 where the gate stands, the plan's steps and their attempts, verification readings, the outcome
 and the pins — built once from the case's timeline and latest plan (``progress_of``);
-``CaseService.progress`` reads it in one go. A typed read model: no reader keys into meta."""
+``CaseService.progress`` reads it in one go, from the rows ``progress_rows`` picks: a bounded
+read whatever the timeline's length. A typed read model: no reader keys into meta."""
 
 from __future__ import annotations
 
@@ -9,16 +10,26 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
+from uuid import UUID
+
+from sqlalchemy import Connection, RowMapping
 
 from core.cases.approvals import GateStatus
-from core.cases.timeline import Entry, entries_of
+from core.cases.timeline import MOVE_EVENTS, MOVED, Entry, entries_of
 from core.chat import PINNED_EVENT
+from core.db import case_store as store
 from core.domain.messages import ChatPinnedFacts, StepResultFacts, VerifyWaitingFacts
 from core.domain.plans import ParsedPlan, parsed_or_none
 from core.domain.views import CaseView, ProposedPlan, TimelineEntry
 
 STEP_EVENTS = ("step_result", "rollback_result")
 ENDS = ("CLOSED", "PARKED")
+PLAN_EVENTS = (*STEP_EVENTS, "verify_reading", "verify_result", "plan_approval")
+"""The rows about the current plan: its steps' attempts, its readings, its yeses and refusals."""
+FINDINGS_EVENTS = ("analysis_findings", "findings")
+ALERT_EVENTS = ("alert_firing", "alert_new", "alert_resolved", "alert_recurrence")
+LATEST = 3  # findings and alert notes a reader lists at most: the latest
+TAIL = 20  # the case's last rows, whatever they are: the latest events a reader lists
 
 
 @dataclass(frozen=True)
@@ -157,7 +168,7 @@ class CaseProgress:
     plan by its approval rows (None without a plan, or when built from rows alone)."""
 
     case: CaseView
-    entries: tuple[Entry, ...]  # the timeline, oldest first
+    entries: tuple[Entry, ...]  # the timeline's rows it was built from, oldest first
     plan: CurrentPlan | None = None
     gate: GateStatus | None = None
 
@@ -230,6 +241,22 @@ def progress_of(case: CaseView, rows: Iterable[TimelineEntry | Mapping[str, Any]
     """The progress of ``case`` from its timeline ``rows`` and its latest proposed ``plan``."""
     return CaseProgress(case, entries_of(rows), None if plan is None else current_plan(plan),
                         gate)
+
+
+def progress_rows(conn: Connection, case_id: UUID) -> list[RowMapping]:
+    """The timeline rows a case's progress is built from, oldest first: its opening and its
+    moves, the current plan's rows since its ``plan_ready``, its pins, the latest findings and
+    alert notes, and its last ``TAIL`` rows. Each read by event through an index: the same
+    few rows beside ten notes or ten thousand (an alert group's)."""
+    moves = store.timeline_events(conn, case_id, (*MOVE_EVENTS, "case_opened"), outcomes=MOVED)
+    proposed = [row["id"] for row in moves if row["event"] == "plan_ready"]
+    picked = [*moves, *store.timeline_events(conn, case_id, (PINNED_EVENT,)),
+              *store.timeline_events(conn, case_id, FINDINGS_EVENTS, latest=LATEST),
+              *store.timeline_events(conn, case_id, ALERT_EVENTS, latest=LATEST),
+              *store.timeline_tail(conn, case_id, TAIL)[0]]
+    if proposed:
+        picked += store.timeline_events(conn, case_id, PLAN_EVENTS, since_id=proposed[-1])
+    return sorted({row["id"]: row for row in picked}.values(), key=lambda row: row["id"])
 
 
 def latest_plan_hash(entries: Sequence[Entry]) -> str | None:

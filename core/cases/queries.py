@@ -1,5 +1,7 @@
 """The case service's reads: a case, the case a short id names, its timeline, its plans, the
-cases a reader may see. Each reads on its own connection; none writes."""
+cases a reader may see. Each reads on its own connection; none writes. Only ``timeline`` reads
+the whole timeline (a person asked for it); the reads a command or an event makes take the rows
+of the events they judge (``moves``, ``timeline_of``, ``timeline_tail``), whatever it holds."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from collections.abc import Collection
 from uuid import UUID
 
 from core.cases.rows import case_view, timeline_view
-from core.cases.timeline import entries_of
+from core.cases.timeline import Entry, accepted_moves, entries_of
 from core.cases.uow import UnitOfWork
 from core.db import case_store as store
 from core.domain.dry_run import DryRunReport
@@ -77,19 +79,40 @@ class CaseReads:
                 raise NotFound(f"no case {case_id}", case_id=str(case_id))
             return [timeline_view(row) for row in store.read_timeline(conn, case_id)]
 
+    def moves(self, case_id: UUID) -> tuple[Entry, ...]:
+        """The case's accepted moves, oldest first (``timeline.accepted_moves``)."""
+        with self.uow.connection() as conn:
+            if store.read_case(conn, case_id) is None:
+                raise NotFound(f"no case {case_id}", case_id=str(case_id))
+            return accepted_moves(conn, case_id)
+
+    def timeline_of(self, case_id: UUID, event: str) -> tuple[Entry, ...]:
+        """The case's timeline rows of ``event`` only, oldest first."""
+        with self.uow.connection() as conn:
+            return entries_of(store.timeline_events(conn, case_id, (event,)))
+
+    def timeline_tail(self, case_id: UUID, rows: int, *,
+                      channels: Channels = None) -> tuple[list[TimelineEntry], int]:
+        """The case's last ``rows`` timeline rows, oldest first, and how many it holds."""
+        with self.uow.connection() as conn:
+            if store.read_case(conn, case_id, channels) is None:
+                raise NotFound(f"no case {case_id}", case_id=str(case_id))
+            tail, total = store.timeline_tail(conn, case_id, rows)
+            return [timeline_view(row) for row in tail], total
+
     def planning_round(self, case_id: UUID) -> int:
         """The version at which the case last entered PLANNING: stable while the plan waits at
         the gate, new after a park and resume, so a re-plan is a new intent."""
         round_ = 0
-        for entry in entries_of(self.timeline(case_id)):
-            if entry.accepted and entry.target == CaseStatus.PLANNING:
+        for entry in self.moves(case_id):
+            if entry.target == CaseStatus.PLANNING:
                 round_ = entry.version or 0
         return round_
 
     def plan_dry_run(self, case_id: UUID, digest: str, version: int) -> DryRunReport | None:
         """The dry run of the plan ``digest`` as it was proposed at case ``version`` (what its
         ``plan_ready`` row recorded); None when that proposal had none."""
-        for entry in entries_of(self.timeline(case_id)):
+        for entry in self.moves(case_id):
             if entry.event == "plan_ready" and entry.accepted and entry.version == version \
                     and entry.plan_hash == digest and entry.dry_run:
                 return DryRunReport.of_facts(digest, list(entry.dry_run))

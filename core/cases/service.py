@@ -18,7 +18,7 @@ from sqlalchemy import Connection, Engine
 from core.cases import handlers
 from core.cases.approvals import GateStatus, gate_status
 from core.cases.gate import Gate
-from core.cases.progress import CaseProgress, current_plan, latest_plan_hash
+from core.cases.progress import CaseProgress, current_plan, latest_plan_hash, progress_rows
 from core.cases.queries import CaseReads, Channels
 from core.cases.replies import Reply
 from core.cases.rows import case_view, timeline_view
@@ -243,14 +243,15 @@ class CaseService(CaseReads):
             return None if plan is None else gate_status(conn, self.policy, case, plan)
 
     def progress(self, case_id: UUID, *, channels: Channels = None) -> CaseProgress:
-        """The case's progress (``CaseProgress``), read on one connection: the case, its
-        timeline, the plan its latest proposal named and where the gate stands for it. A case
-        outside ``channels`` is ``NotFound`` as an unknown one."""
+        """The case's progress (``CaseProgress``), read on one connection: the case, the rows
+        of its timeline it shows (``progress_rows``), the plan its latest proposal named and
+        where the gate stands for it. A case outside ``channels`` is ``NotFound`` as an unknown
+        one."""
         with self.uow.connection() as conn:
             case = store.read_case(conn, case_id, channels)
             if case is None:
                 raise NotFound(f"no case {case_id}", case_id=str(case_id))
-            entries = entries_of(timeline_view(row) for row in store.read_timeline(conn, case_id))
+            entries = entries_of(timeline_view(row) for row in progress_rows(conn, case_id))
             digest = latest_plan_hash(entries)
             plan = None if digest is None else store.plan_by_hash(conn, case_id, digest)
             gate = None if plan is None else gate_status(conn, self.policy, case, plan)

@@ -66,10 +66,8 @@ def made_for_case(app: App, case: Mapping[str, Any], template: str) -> dict[str,
 
 def case_opener(cases: CaseService, case_id: UUID) -> str | None:
     """Who opened the case: the human every plan of the case is proposed for."""
-    for row in cases.timeline(case_id):
-        if row["event"] == "case_opened":
-            return str(row["actor"])
-    return None
+    opened = cases.timeline_of(case_id, "case_opened")
+    return opened[0].actor if opened else None
 
 
 @dataclass(frozen=True)

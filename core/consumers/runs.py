@@ -11,7 +11,6 @@ from typing import Any, TypeVar, cast
 from uuid import UUID
 
 from core.cases.service import CaseService
-from core.cases.timeline import entries_of
 from core.domain.commands import TransitionCase
 from core.domain.fsm import CaseStatus
 from core.domain.messages import CommandPayload
@@ -84,6 +83,6 @@ def move_case(cases: CaseService, run: CommandRun, cmd: TransitionCase,
 def noted(cases: CaseService, run: CommandRun, event: str, shape: type[F]) -> list[F]:
     """The facts the notes ``event`` of the run's case version and plan recorded (by any actor),
     oldest first, read as ``shape``: the TypedDict their writer noted them as."""
-    return [entry.facts_as(shape) for entry in entries_of(cases.timeline(run.case_id))
-            if entry.event == event and entry.version == run.version
+    return [entry.facts_as(shape) for entry in cases.timeline_of(run.case_id, event)
+            if entry.version == run.version
             and entry.noted_plan == run.plan_hash]

@@ -145,10 +145,42 @@ def case_ids_starting_with(conn: Connection, digits: str, limit: int) -> list[UU
 
 
 def read_timeline(conn: Connection, case_id: UUID) -> list[RowMapping]:
+    """The case's whole timeline, oldest first: for a person who asked for all of it (REST,
+    export), never for a command or a reader per event (see ``timeline_events``)."""
     query = (
         select(case_timeline).where(case_timeline.c.case_id == case_id).order_by(case_timeline.c.id)
     )
     return list(conn.execute(query).mappings())
+
+
+def timeline_events(conn: Connection, case_id: UUID, events: Collection[str], *,
+                    outcomes: Collection[str] = (), since_id: int | None = None,
+                    latest: int | None = None) -> list[RowMapping]:
+    """The case's timeline rows of ``events`` only, oldest first, read through the
+    ``(case_id, event, id)`` index: what a rule needs, however many other rows (an alert
+    group's notes) the case holds. ``outcomes``: only the rows with one of these outcomes
+    (``accepted`` moves...); ``since_id``: from that row on; ``latest``: the last so many."""
+    query = select(case_timeline).where(case_timeline.c.case_id == case_id,
+                                        case_timeline.c.event.in_(sorted(events)))
+    if outcomes:
+        query = query.where(case_timeline.c.meta["outcome"].as_string().in_(sorted(outcomes)))
+    if since_id is not None:
+        query = query.where(case_timeline.c.id >= since_id)
+    if latest is None:
+        return list(conn.execute(query.order_by(case_timeline.c.id)).mappings())
+    newest = list(conn.execute(query.order_by(case_timeline.c.id.desc()).limit(latest))
+                  .mappings())
+    return newest[::-1]
+
+
+def timeline_tail(conn: Connection, case_id: UUID, rows: int) -> tuple[list[RowMapping], int]:
+    """The case's last ``rows`` timeline rows, oldest first, and how many rows it holds (the
+    count an index answers: no row is read for it)."""
+    newest = list(conn.execute(select(case_timeline).where(case_timeline.c.case_id == case_id)
+                               .order_by(case_timeline.c.id.desc()).limit(rows)).mappings())
+    total = conn.execute(select(func.count()).select_from(case_timeline)
+                         .where(case_timeline.c.case_id == case_id)).scalar_one()
+    return newest[::-1], int(total)
 
 
 def recall_reply(conn: Connection, key: str) -> RowMapping | None:

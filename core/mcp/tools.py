@@ -107,8 +107,8 @@ class CaseTools:
 
     def _case_timeline(self, principal: Principal, args: TimelineArgs) -> dict[str, Any]:
         case_id = case_id_of(args.case_id)
-        timeline = self.cases.timeline(case_id, channels=principal.channels)
-        return {"case_id": str(case_id), "timeline": timeline[-args.limit:]}
+        timeline, _ = self.cases.timeline_tail(case_id, args.limit, channels=principal.channels)
+        return {"case_id": str(case_id), "timeline": timeline}
 
     def _list_cases(self, principal: Principal, args: ListArgs) -> dict[str, Any]:
         return {"cases": self.cases.list_cases(args.status, limit=args.limit,

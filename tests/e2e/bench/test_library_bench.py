@@ -37,7 +37,7 @@ def assert_scores(scores: dict[str, Any]) -> None:
 
 
 def test_the_library_bench_runs_small_and_hybrid_recalls_at_least_as_well_as_words() -> None:
-    figures = last_json_line("library", ["--cases", "300", "--latency-queries", "20"])
+    figures = last_json_line("library", ["--short"])
     assert figures["set"]["queries"] >= 60 and figures["set"]["chinese"] >= 10
     assert figures["model"] == "wordllama-l2-256"
     for database in ("sqlite", "postgres"):
