@@ -3,16 +3,16 @@ the rows of the events they judge (the moves that failed a plan, a step's result
 alerts), through ``(case_id, event, id)``, so their cost does not grow with an alert group's
 thousands of notes on the same case.
 
-Revision ID: 0018
-Revises: 0017
+Revision ID: 0019
+Revises: 0018
 """
 
 from __future__ import annotations
 
 from alembic import op
 
-revision = "0018"
-down_revision = "0017"
+revision = "0019"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 
