@@ -86,7 +86,9 @@ def closed_case(app, title: str, plan_title: str, finding: str | None,
         with transaction(app.engine) as conn:
             write_findings(conn, case_id, 2, [{"metric": finding.split()[0],
                                                "summary": finding}])
-    cases.note(NoteCase(case_id, "verify_result", "verifier", reason=verification), key()).data()
+    cases.note(NoteCase(case_id, "verify_result", "verifier", reason=verification,
+                        meta={"state": "held", "passed": True, "series_read": True}),
+               key()).data()
     assert cases.transition(command(case_id, E.VERIFY_PASS), key()).ok
     return case_id
 
