@@ -131,9 +131,10 @@ def check_component_query(query: str, bounds: QueryBounds, scope: str | None,
     """``check_query`` for a query that must read the series of one of ``components`` (each its
     metric labels): the verdict under the first whose series it selects, and those labels; else
     the verdict under the first component (what to add to select its series). Fail closed: no
-    component, no query."""
+    component, no query (its other problems said first)."""
     if not components:
-        return QueryVerdict(str(query), (NO_COMPONENT,)), ()
+        unscoped = check_query(query, bounds, scope)
+        return QueryVerdict(unscoped.query, (*unscoped.problems, NO_COMPONENT)), ()
     verdicts = [check_query(query, bounds, scope, labels) for labels in components]
     for verdict, labels in zip(verdicts, components, strict=True):
         if verdict.allowed:
