@@ -20,6 +20,7 @@ from agent.offline import OFFLINE_NAME, OfflinePlannerModel
 from agent.scripted import ScriptedChatModel
 from agent.settings import AgentSettings
 from core.domain.plan_templates import load_template
+from core.investigate.templates import measuring
 from core.settings import read_settings
 from core.settings_errors import InvalidSettings
 
@@ -73,6 +74,8 @@ def _calls(turn: int, calls: list[tuple[str, dict[str, Any]]]) -> AIMessage:
 
 def _good(scenario: Scenario, case: str) -> list[AIMessage]:
     plan = scenario.answer_plan()
+    if plan is not None and scenario.service is not None:  # its checks read the service's series
+        plan = measuring(plan, tuple(labels_of(scenario, scenario.service.name).items()))
     findings = scenario.answer.findings
     if plan is None:
         return [*_looks(scenario, case),

@@ -162,9 +162,14 @@ def _key() -> str:
 
 
 def _open(app: App, scenario: Scenario) -> UUID:
+    """The scenario's case, naming its service when the run's catalog has it (as an alert's
+    labels name it): the component whose series its plan's checks read."""
     report = scenario.report
+    service = None if scenario.service is None else scenario.service.name
+    components = (service,) if service in app.catalog.current().components else ()
     opened = app.cases.open_case(OpenCase(title=report.title, actor=REQUESTER,
-                                          severity=report.severity), _key())
+                                          severity=report.severity,
+                                          components=tuple(c for c in components if c)), _key())
     case_id = UUID(opened.data()["case_id"])
     for message in report.thread:
         app.cases.note(NoteCase(case_id, "thread_message", message.by, reason=message.text),
