@@ -647,7 +647,7 @@ def running_bot(engine: Engine, world: World, catalog: Path, policies: Path) -> 
         served.append(SlackEvents(build_bolt(app), SECRET))
         mount_slack_events(app, api, served[-1])
 
-    settings = Settings(policy=policies, catalog=catalog, approvers=[],
+    settings = Settings(policy=policies, catalog=catalog, approvers=[], directory=["catalog"],
                         static_metrics=STATIC_METRICS).with_layers(SlackSettings(
                             slack_bot_token=SecretStr(sandbox.bot_token),
                             slack_signing_secret=SecretStr(SECRET),

@@ -45,7 +45,7 @@ def _with_stand_ins(demo: Callable[[argparse.Namespace], int], args: argparse.Na
     ``kubectl`` from ``bot/sandbox/bin``, first on this process's PATH."""
     os.environ.update({
         "PATH": f"{STAND_INS}{os.pathsep}{os.environ.get('PATH', '')}",
-        "OPSGATE_SCRIPT_ALLOWLIST": '["restart-service"]',
+        "OPSGATE_SCRIPT_ALLOWLIST": '["checkout=restart-service"]',  # the demo's one service
         "OPSGATE_KUBECTL": str(STAND_INS / "kubectl"),
     })
     return demo(args)

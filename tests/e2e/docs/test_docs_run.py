@@ -86,6 +86,7 @@ def test_the_demo_port_the_readme_gives_is_the_one_make_passes() -> None:
     readme = (ROOT / "README.md").read_text()
     given = re.search(r'^make demo DEMO_ARGS="(--port \d+)"', readme, flags=re.MULTILINE)
     assert given, "README no longer shows how to give make demo a port"
-    planned = subprocess.run(["make", "-n", "demo", f'DEMO_ARGS={given[1]}'], cwd=ROOT,
-                             capture_output=True, text=True, timeout=60, check=True)
+    planned = subprocess.run(["make", "--no-print-directory", "-n", "demo",
+                              f'DEMO_ARGS={given[1]}'], cwd=ROOT, capture_output=True,
+                             text=True, timeout=60, check=True)
     assert planned.stdout.splitlines()[-1] == f".venv/bin/opsgate demo {given[1]}"
