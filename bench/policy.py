@@ -76,7 +76,7 @@ from core.domain.policy import Approval, ApprovalPolicy, Satisfied
 from core.domain.views import CaseView
 from core.migrate import upgrade_engine
 from core.policy.files import catalog_problems
-from core.policy.rules import PolicyError, Rules, read_rules
+from core.policy.rules import REQUESTER_RULE, UNOWNED_RULE, PolicyError, Rules, read_rules
 from core.settings import Settings
 
 TARGET_SHARE = 0.10
@@ -890,7 +890,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     share_p50, share_p99 = a.p50 / s.p50, a.p99 / s.p99
     ack, handed = figures["slack_ack"], figures["slack_handed"]
     return {
-        "clicks": n, "rounds": rounds, "policies": len(rules.rules) - 1,
+        "clicks": n, "rounds": rounds,
+        "policies": len(set(rules.rules) - {REQUESTER_RULE, UNOWNED_RULE}),  # the operator's
         "entities": len(catalog.components) + len(catalog.groups) + len(catalog.users),
         "components": len(catalog.components), "groups": len(catalog.groups),
         "users": len(catalog.users), "policies_read_s": round(read_s, 3),
