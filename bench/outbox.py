@@ -297,7 +297,11 @@ class JetStreamReaderBench(Running):
 
     def run(self) -> None:
         while not self.stop.is_set():
-            msgs = self.bus.fetch(self.subscription, 500, 0.1)
+            try:
+                msgs = self.bus.fetch(self.subscription, 500, 0.1)
+            except Unavailable as exc:  # a slow moment on a loaded machine: fetch again
+                say(f"JetStream reader: {exc}; fetching again")
+                continue
             now = time.perf_counter()
             for msg in msgs:
                 self.arrived[decode(msg.data).message_id] = now

@@ -43,10 +43,14 @@ CHECK_EVERY_S = 5.0
 
 async def fetch(subscription: JetStreamContext.PullSubscription, batch: int,
                 wait_s: float) -> list[Msg]:
-    """Up to ``batch`` messages, waiting up to ``wait_s`` for the first; [] when none came."""
+    """Up to ``batch`` messages, waiting up to ``wait_s`` for the first; [] when none came.
+
+    nats-py says "none came" two ways: its own ``TimeoutError`` and, when the deadline ran out
+    between its two pull requests (a loaded machine), a bare ``asyncio.TimeoutError``; both are
+    an empty fetch, not a lost connection."""
     try:
         return await subscription.fetch(batch, timeout=wait_s)
-    except nats.errors.TimeoutError:
+    except (nats.errors.TimeoutError, asyncio.TimeoutError):
         return []
 
 
