@@ -20,7 +20,7 @@ class Subscription:
         raise self.error
 
 
-@pytest.mark.parametrize("error", [nats.errors.TimeoutError(), asyncio.TimeoutError()])
+@pytest.mark.parametrize("error", [nats.errors.TimeoutError(), TimeoutError()])
 def test_a_fetch_that_ran_out_of_time_brought_nothing(error: BaseException) -> None:
     assert asyncio.run(fetch(Subscription(error), 10, 0.1)) == []  # type: ignore[arg-type]
 
