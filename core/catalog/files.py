@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from core.catalog.checks import claimed_twice, cross_problems, pruned
 from core.catalog.descriptors import Entity, read_descriptor
 from core.catalog.model import EMPTY_CATALOG, Catalog, Component, Group, User
 from core.catalog.problems import CatalogError, CatalogProblem
+from core.watched_files import Stamp, Throttle, stamp_of
 
 __all__ = ["CatalogError", "CatalogProblem", "CatalogSource", "catalog_files", "catalog_of",
            "error_files", "load_catalog", "load_sound_files"]
@@ -28,7 +28,6 @@ EXPECTED = ("expected a Backstage catalog-info.yaml file or a folder of *.yaml f
 
 log = logging.getLogger(__name__)
 
-Stamp = tuple[tuple[str, int, int, int], ...]
 
 
 def catalog_files(path: Path) -> tuple[Path, ...]:
@@ -138,25 +137,20 @@ class CatalogSource:
         self.path = path
         self.problem: str | None = None
         self.broken: tuple[str, ...] = ()
-        self._every, self._clock = check_every_s, clock
-        self._lock = threading.Lock()
         self._stamp = _stamp(path)
         self._catalog = catalog_of(path)
-        self._checked_at = clock()
+        self._throttle = Throttle(check_every_s, clock)
 
     def current(self) -> Catalog:
         """The catalog of the sound files, as they were at the last look."""
-        if self.path is None or self._clock() - self._checked_at < self._every:
-            return self._catalog
-        with self._lock:  # callers arriving during a reload wait for it and get its result
-            if self._clock() - self._checked_at >= self._every:
-                try:
-                    self._reload_if_changed(self.path)
-                finally:
-                    self._checked_at = self._clock()
-            return self._catalog
+        if self.path is not None:
+            self._throttle.look(self._reload_if_changed)
+        return self._catalog
 
-    def _reload_if_changed(self, path: Path) -> None:
+    def _reload_if_changed(self) -> None:
+        path = self.path
+        if path is None:
+            return
         stamp = _stamp(path)  # before reading: an edit during the read is seen next time
         if stamp == self._stamp:
             return
@@ -206,15 +200,6 @@ def _syntax(exc: yaml.YAMLError) -> str:
 def _stamp(path: Path | None) -> Stamp:
     """What changes when a catalog file is edited, added, removed or replaced."""
     try:
-        files = catalog_files(path) if path is not None else ()
+        return stamp_of(catalog_files(path) if path is not None else ())
     except CatalogError:
         return ()
-    return tuple(_file_stamp(file) for file in files)
-
-
-def _file_stamp(file: Path) -> tuple[str, int, int, int]:
-    try:
-        found = file.stat()
-    except OSError:
-        return (str(file), -1, -1, -1)
-    return (str(file), found.st_mtime_ns, found.st_size, found.st_ino)

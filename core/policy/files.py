@@ -6,7 +6,6 @@ are now, without a restart."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ from core.policy.rules import (
     read_rules,
     refusing_rules,
 )
+from core.watched_files import Stamp, Throttle, stamp_of
 
 EXPECTED = "expected a .cedar file or a folder of .cedar files"
 
@@ -90,23 +90,14 @@ class PolicySource:
         self.path = path
         self.problem: str | None = None
         self.broken: tuple[str, ...] = ()
-        self._every, self._clock = check_every_s, clock
-        self._lock = threading.Lock()
         self._stamp = _stamp(path)
         self._rules = load_rules(path)
-        self._checked_at = clock()
+        self._throttle = Throttle(check_every_s, clock)
 
     def current(self) -> Rules:
         """The policies as the files were at the last look."""
-        if self._clock() - self._checked_at < self._every:
-            return self._rules
-        with self._lock:
-            if self._clock() - self._checked_at >= self._every:
-                try:
-                    self._reload_if_changed()
-                finally:
-                    self._checked_at = self._clock()
-            return self._rules
+        self._throttle.look(self._reload_if_changed)
+        return self._rules
 
     def _reload_if_changed(self) -> None:
         stamp = _stamp(self.path)  # before reading: an edit during the read is seen next time
@@ -127,17 +118,9 @@ class PolicySource:
         self._rules, self.problem, self.broken = rules, None, ()
 
 
-def _stamp(path: Path) -> tuple[tuple[str, int, int, int], ...]:
+def _stamp(path: Path) -> Stamp:
     """What changes when a policy file is edited, added, removed or replaced."""
     try:
-        files = policy_files(path)
+        return stamp_of(policy_files(path))
     except PolicyError:
         return ()
-    found = []
-    for file in files:
-        try:
-            stat = file.stat()
-            found.append((str(file), stat.st_mtime_ns, stat.st_size, stat.st_ino))
-        except OSError:
-            found.append((str(file), -1, -1, -1))
-    return tuple(found)
