@@ -14,8 +14,6 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-import pytest
-
 from bot.ids import Action
 from core import principals
 from core.consumers.planner import Planner, Proposal
@@ -23,7 +21,6 @@ from core.consumers.runs import CommandRun
 from tests.bot.test_bot_gate import open_and_wait_for_plan, wait_ephemeral
 from tests.bot.test_bot_policy import ROLLOUT
 from tests.bot.test_bot_rest_approvals import rest_approve
-from tests.support.servers import REDIS_URL
 from tests.support.slack import Stack, running_bot
 
 EXAMPLES = Path(__file__).parents[2] / "docs" / "examples"
@@ -53,15 +50,6 @@ ATTACKS = {  # file name → what it claims
 class SmallRollback(Planner):
     def _proposal(self, run: CommandRun) -> Proposal:
         return Proposal("payments-rollback", dict(PLAN), "the test's plan", {})
-
-
-@pytest.fixture(params=["sqlite", "postgres+redis"])
-def world(request: pytest.FixtureRequest) -> dict[str, Any]:
-    if request.param == "sqlite":
-        return {"engine": request.getfixturevalue("sqlite_engine"), "redis_url": None}
-    prefix = request.getfixturevalue("redis_prefix")
-    return {"engine": request.getfixturevalue("pg_engine"), "redis_url": REDIS_URL,
-            "gateway_key_prefix": f"{prefix}gw:"}
 
 
 def folder_of(tmp_path: Path, name: str, examples: str, *files: str) -> Path:

@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
 from sqlalchemy import Engine, select
 
 from bot.ids import Action
@@ -20,7 +19,6 @@ from core.consumers.planner import Planner, Proposal
 from core.consumers.runs import CommandRun
 from core.db.tables import plan_approved
 from tests.bot.test_bot_gate import ephemerals_to, open_and_wait_for_plan, wait_ephemeral
-from tests.support.servers import REDIS_URL
 from tests.support.slack import card_of, running_bot, texts
 
 EXAMPLES = Path(__file__).parents[2] / "docs" / "examples"
@@ -62,16 +60,6 @@ def policies(tmp_path: Path, *, freeze: bool) -> Path:
         (folder / "freeze.cedar").write_text(
             text.replace("2026-12-20T00:00:00Z", start).replace("2027-01-04T00:00:00Z", end))
     return folder
-
-
-@pytest.fixture(params=["sqlite", "postgres+redis"])
-def world(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
-    """The engine and the settings of one database: PostgreSQL runs with the gateway's Redis."""
-    if request.param == "sqlite":
-        return {"engine": request.getfixturevalue("sqlite_engine"), "redis_url": None}
-    prefix = request.getfixturevalue("redis_prefix")
-    return {"engine": request.getfixturevalue("pg_engine"), "redis_url": REDIS_URL,
-            "gateway_key_prefix": f"{prefix}gw:"}
 
 
 def serving(world: dict[str, Any], tmp_path: Path, *, freeze: bool = False) -> Any:

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-import pytest
 from sqlalchemy import Engine, select
 
 from bot.ids import Action
@@ -25,7 +24,6 @@ from core.db.tables import plan_approved
 from tests.bot.test_bot_gate import open_and_wait_for_plan, wait_ephemeral
 from tests.bot.test_bot_policy import EXAMPLES, policies
 from tests.support.api import bearer, new_key
-from tests.support.servers import REDIS_URL
 from tests.support.slack import Stack, approval_of, running_bot
 
 REPORTER = "U0ERIN"  # opens the case, in no catalog group
@@ -74,15 +72,6 @@ class Idle(Planner):
 
     def _proposal(self, run: CommandRun) -> str:
         return "the test's token proposes the plan"
-
-
-@pytest.fixture(params=["sqlite", "postgres+redis"])
-def world(request: pytest.FixtureRequest) -> dict[str, Any]:
-    if request.param == "sqlite":
-        return {"engine": request.getfixturevalue("sqlite_engine"), "redis_url": None}
-    prefix = request.getfixturevalue("redis_prefix")
-    return {"engine": request.getfixturevalue("pg_engine"), "redis_url": REDIS_URL,
-            "gateway_key_prefix": f"{prefix}gw:"}
 
 
 @contextmanager
