@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+import httpx
+
 OPSGATE = Path(sys.executable).with_name("opsgate")
 
 
@@ -106,3 +108,17 @@ class Process:
             assert time.monotonic() < deadline, f"{self.name} never said {text!r}:\n" \
                                                 f"{self.output()[-3000:]}"
             time.sleep(0.05)
+
+    def wait_healthy(self, base: str, timeout_s: float = 60) -> None:
+        """Until the server at ``base`` answers 200 on /healthz; its log when it dies or never
+        does."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.alive, self.output()[-3000:]
+            try:
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"{self.name} did not answer in time:\n{self.output()[-3000:]}")

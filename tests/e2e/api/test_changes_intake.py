@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -73,25 +72,11 @@ def served(engine: Engine, tmp_path: Path, **env: str) -> Iterator[httpx.Client]
         serve.start()
         serve.wait_for_output("loop: off (--no-loop)")
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
-            _healthy(http, serve)
+            serve.wait_healthy(f"http://127.0.0.1:{port}", START_DEADLINE_S)
             yield http
         assert serve.terminate() == 0, serve.output()[-3000:]
     finally:
         serve.close()
-
-
-def _healthy(http: httpx.Client, serve: Process) -> None:
-    deadline = time.monotonic() + START_DEADLINE_S
-    while time.monotonic() < deadline:
-        assert serve.alive, serve.output()[-3000:]
-        try:
-            if http.get("/healthz").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"opsgate serve did not answer in time:\n{serve.output()[-3000:]}")
-
 
 # -- the stories -----------------------------------------------------------------------------
 

@@ -8,7 +8,6 @@ examples per operation, no deadline (the machine is shared)."""
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -57,7 +56,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     base = f"http://127.0.0.1:{port}"
     try:
         serve.start()
-        _healthy(base, serve)
+        serve.wait_healthy(base, START_DEADLINE_S)
         engine = make_engine(url)
         try:
             tokens = {role: principals.create(engine, name, role, slack)[1]  # type: ignore[arg-type]
@@ -67,20 +66,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         yield Served(base, tokens, serve)
     finally:
         serve.close()
-
-
-def _healthy(base: str, serve: Process) -> None:
-    deadline = time.monotonic() + START_DEADLINE_S
-    while time.monotonic() < deadline:
-        assert serve.alive, serve.output()[-3000:]
-        try:
-            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"opsgate serve did not answer in time:\n{serve.output()[-3000:]}")
-
 
 def test_no_request_of_any_role_is_a_server_error(served: Served) -> None:
     # schemathesis.pytest.from_fixture reads pytest's private Function._nodeid, gone in pytest 9:

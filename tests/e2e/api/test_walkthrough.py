@@ -16,20 +16,6 @@ from tests.support.processes import Process, clean_env
 TOKEN = "walkthrough-token"
 DEADLINE_S = 60.0
 
-
-def _healthy(base: str, serve: Process) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        assert serve.alive, serve.output()[-3000:]
-        try:
-            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"opsgate serve did not answer in time:\n{serve.output()[-3000:]}")
-
-
 class Api:
     """curl, in short: every write with its key and the operator's token."""
 
@@ -55,7 +41,7 @@ def test_the_seeds_curl_session_closes_a_case_over_http(tmp_path):
     try:
         serve.start()
         serve.wait_for_output("loop: off (--no-loop)")
-        _healthy(base, serve)
+        serve.wait_healthy(base, DEADLINE_S)
         api = Api(base)
 
         # 1) create the case
