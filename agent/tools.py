@@ -39,6 +39,7 @@ from core.gateway import (
     session_of,
 )
 from core.gateway.keys import short_digest, text_key
+from core.investigate.progress import Investigation, LookSeen
 from core.library.runbooks import runbooks_folder
 from core.mcp.remote import RemoteUnavailable
 from core.strict_json import non_finite_problems
@@ -99,6 +100,7 @@ class CaseTools:
         self._mcp_offered: dict[str, Offered] = {} if mcp is None else mcp.offered()
         self.looking = Looking(self)
         self.watch: Callable[[str], None] | None = None  # told each look as it starts
+        self.investigation: Investigation | None = None  # shown each look, the findings
 
     @property
     def session_id(self) -> str:
@@ -270,7 +272,10 @@ class CaseTools:
                             meta={"findings": args.summary}, correlation_id=self.correlation_id)
             return reply_data(self.cases.note(note, f"agent:{named.key}"))
 
-        return self._through_gateway("record_findings", named, run)
+        reply = self._through_gateway("record_findings", named, run)
+        if reply.ok:
+            self._found(args.summary)
+        return reply
 
     def _propose_plan(self, args: ProposePlanArgs) -> ToolReply:
         case_id = self._own_case(args.case_id)
@@ -348,6 +353,21 @@ class CaseTools:
                 self.watch(words)
             except Exception:  # a status line never stops the investigation
                 log.exception("agent: could not show what the run looks at")
+
+    def seen(self, look: LookSeen) -> None:
+        """A look as it starts and ends, shown to whoever shows the investigation."""
+        if self.investigation is not None:
+            try:
+                self.investigation.look(look)
+            except Exception:  # showing a look never stops the investigation
+                log.exception("agent: could not show look %d", look.number)
+
+    def _found(self, summary: str) -> None:
+        if self.investigation is not None:
+            try:
+                self.investigation.found(summary)
+            except Exception:  # nor does showing its findings
+                log.exception("agent: could not show the findings of case %s", self.case_id)
 
     # -- notes the agent itself writes ------------------------------------------------------
 
