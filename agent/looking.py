@@ -17,7 +17,7 @@ from core.gateway.keys import short_digest
 from core.investigate.budget import TurnBudget, fit
 from core.investigate.gists import gist, sources
 from core.investigate.looks import CaseLooks, Sources
-from core.investigate.progress import LookSeen
+from core.investigate.progress import LookSeen, Watched
 from core.investigate.sources import sources_of
 from core.investigate.templates import plan_for_case
 from core.investigate.tools import LOOKS, TemplateArgs
@@ -50,7 +50,8 @@ class Run(Protocol):
 
     def looking_at(self, words: str) -> None: ...
 
-    def seen(self, look: LookSeen) -> None: ...
+    @property
+    def investigation(self) -> Watched: ...
 
 
 class Looking:
@@ -85,11 +86,11 @@ class Looking:
         watches the investigation as it starts and as it ends (an error with its reason)."""
         self._count += 1
         number, title = self._count, self._title(name, args)
-        self.tools.seen(LookSeen(number, name, title, "in_progress"))
+        self.tools.investigation.look(LookSeen(number, name, title, "in_progress"))
         reply = self._answer(name, args)
         said = _body(reply)
         prometheus = self.tools.app.settings.prometheus_url
-        self.tools.seen(LookSeen(
+        self.tools.investigation.look(LookSeen(
             number, name, title, "complete" if reply.ok else "error",
             gist(name, args.model_dump(mode="json"), said),
             sources(name, args.model_dump(mode="json"), said,

@@ -30,6 +30,7 @@ from agent.tools import CaseTools
 from agent.usage import model_name
 from core.errors import NotFound, Unavailable
 from core.gateway import SessionLease, session_of
+from core.investigate.progress import Watched
 
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
@@ -119,14 +120,14 @@ class Agent:
             tools = self.tool_factory(self.app, case_id, lock, requester=requester,
                                       correlation_id=correlation_id, mcp=self.mcp)
             tools.watch = watch
-            tools.investigation = self._investigation(case_id)
+            tools.investigation = Watched(self._investigation(case_id))
             graph = build_graph(self.model, tools, self.checkpoints.saver,
                                 max_model_calls=self.max_model_calls,
                                 usage=usage, interrupt_before=self.interrupt_before)
             try:
                 result = self._guarded(graph, tools, text, usage, post_failures, still_wanted)
             finally:
-                self._ended(tools)
+                tools.investigation.ended()
             self._account(graph, tools, usage, trigger)
         finally:
             self._release(lock)
@@ -140,14 +141,6 @@ class Agent:
         except Exception:  # a thread that cannot be found never stops the run
             log.exception("agent: the investigation of case %s cannot be shown", case_id)
             return None
-
-    @staticmethod
-    def _ended(tools: CaseTools) -> None:
-        if tools.investigation is not None:
-            try:
-                tools.investigation.ended()
-            except Exception:  # the run's outcome stands whatever the thread shows
-                log.exception("agent: could not end the investigation of %s", tools.case_id)
 
     def _lock_case(self, case_id: UUID) -> SessionLease | TurnResult:
         """The case's session lock, or why the turn cannot run: no such case, the store is

@@ -39,7 +39,7 @@ from core.gateway import (
     session_of,
 )
 from core.gateway.keys import short_digest, text_key
-from core.investigate.progress import Investigation, LookSeen
+from core.investigate.progress import Watched
 from core.library.runbooks import runbooks_folder
 from core.mcp.remote import RemoteUnavailable
 from core.strict_json import non_finite_problems
@@ -100,7 +100,7 @@ class CaseTools:
         self._mcp_offered: dict[str, Offered] = {} if mcp is None else mcp.offered()
         self.looking = Looking(self)
         self.watch: Callable[[str], None] | None = None  # told each look as it starts
-        self.investigation: Investigation | None = None  # shown each look, the findings
+        self.investigation = Watched()  # shown each look and the findings
 
     @property
     def session_id(self) -> str:
@@ -274,7 +274,7 @@ class CaseTools:
 
         reply = self._through_gateway("record_findings", named, run)
         if reply.ok:
-            self._found(args.summary)
+            self.investigation.found(args.summary)
         return reply
 
     def _propose_plan(self, args: ProposePlanArgs) -> ToolReply:
@@ -353,21 +353,6 @@ class CaseTools:
                 self.watch(words)
             except Exception:  # a status line never stops the investigation
                 log.exception("agent: could not show what the run looks at")
-
-    def seen(self, look: LookSeen) -> None:
-        """A look as it starts and ends, shown to whoever shows the investigation."""
-        if self.investigation is not None:
-            try:
-                self.investigation.look(look)
-            except Exception:  # showing a look never stops the investigation
-                log.exception("agent: could not show look %d", look.number)
-
-    def _found(self, summary: str) -> None:
-        if self.investigation is not None:
-            try:
-                self.investigation.found(summary)
-            except Exception:  # nor does showing its findings
-                log.exception("agent: could not show the findings of case %s", self.case_id)
 
     # -- notes the agent itself writes ------------------------------------------------------
 

@@ -5,10 +5,13 @@ can be seen), the findings the run recorded, and its end. A front end plugs in a
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from core.chat import Link
+
+log = logging.getLogger(__name__)
 
 LookState = Literal["pending", "in_progress", "complete", "error"]
 
@@ -37,3 +40,32 @@ class Investigation(Protocol):
     def ended(self) -> None:
         """The run is over (whatever its outcome): nothing more will be told."""
         ...
+
+
+@dataclass(frozen=True)
+class Watched:
+    """An investigation as a run tells it: showing it never stops the run (a failure to show
+    is logged), and a run nobody watches tells nothing."""
+
+    shown: Investigation | None = None
+
+    def look(self, seen: LookSeen) -> None:
+        if self.shown is not None:
+            try:
+                self.shown.look(seen)
+            except Exception:
+                log.exception("investigation: could not show look %d", seen.number)
+
+    def found(self, summary: str) -> None:
+        if self.shown is not None:
+            try:
+                self.shown.found(summary)
+            except Exception:
+                log.exception("investigation: could not show the findings")
+
+    def ended(self) -> None:
+        if self.shown is not None:
+            try:
+                self.shown.ended()
+            except Exception:
+                log.exception("investigation: could not end it")

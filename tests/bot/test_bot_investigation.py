@@ -15,9 +15,14 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
+from bot.investigation import plan_block, rich_text, task_chunk
 from bot.sandbox.demo_world import CATALOG, StandInWorld, record_checkout_deploy
 from core.analysis.sources import RECORDED_DEMO
+from core.chat import Link
+from core.investigate.gists import gist, sources
+from core.investigate.progress import LookSeen
 from tests.support.slack import Stack, block_kit_problems, running_bot
+from tests.support.slack_streams import chunk_problems
 
 TS = "5.000100"
 NO_PROMETHEUS = "no Prometheus is configured"
@@ -125,3 +130,50 @@ def test_a_workspace_without_streaming_gets_the_same_plan_posted_and_updated(
         assert all(block_kit_problems(u["blocks"]) == [] for u in updates)
         assert content(plan_of(final)) == streamed
         assert "7.41%" in sections(findings(bot) or {})
+
+
+# -- the rules the fake holds the blocks to, and the blocks the bot builds -----------------------
+
+
+def test_the_fake_refuses_what_slack_refuses_in_a_plan_and_its_chunks() -> None:
+    good = {"task_id": "look_1", "title": "Reading the pods of checkout", "status": "complete",
+            "output": rich_text("2 pod(s), all ready")}
+    assert block_kit_problems([{"type": "plan", "title": "Looks", "tasks": [good]}]) == []
+    bad = [
+        {"type": "plan", "title": "", "tasks": [good]},
+        {"type": "plan", "title": "Looks", "tasks": [{**good, "status": "completed"}]},
+        {"type": "plan", "title": "Looks", "tasks": [good, good]},  # one task_id twice
+        {"type": "plan", "title": "Looks", "tasks": [{**good, "output": "a string"}]},
+        {"type": "plan", "title": "Looks", "tasks": [{**good, "sources": [
+            {"type": "url", "url": "file:///etc/passwd", "text": "x"}]}]},
+        {"type": "plan", "title": "Looks", "tasks": [{"title": "no id"}]},
+    ]
+    for block in bad:
+        assert block_kit_problems([block]), block
+    mixed = [{"type": "plan", "title": "Looks", "tasks": [good]}, {"type": "task_card", **good}]
+    assert block_kit_problems(mixed)
+    assert chunk_problems([{"type": "task_update", "id": "a", "title": "t",
+                            "status": "complete", "output": "x" * 257}])
+    assert chunk_problems([{"type": "task_update", "id": "a", "title": "t", "status": "done"}])
+    assert chunk_problems([{"type": "plan_update"}])
+
+
+def test_the_bot_s_plan_and_chunks_keep_within_the_rules_whatever_a_look_said() -> None:
+    looks = [LookSeen(n, "query_metrics", "Querying " + "m" * 400, state,
+                      "x " * 600, (Link("https://prometheus.example/graph?g0.expr=up", "up"),))
+             for n, state in enumerate(("pending", "in_progress", "complete", "error"), 1)]
+    assert block_kit_problems([plan_block("What opsgate looked at", looks, "b1")]) == []
+    assert chunk_problems([task_chunk(seen) for seen in looks]) == []
+
+
+def test_a_metric_look_reads_as_before_now_and_when() -> None:
+    answer = {"series": [{"first": 0.0019, "last": 0.0741,
+                          "change": {"at": "2026-11-27T14:04:00Z", "before": 0.0019,
+                                     "after": 0.0741}}]}
+    said = gist("query_metrics", {"query": 'http_5xx_ratio{service="checkout"}'}, answer)
+    assert said == "http_5xx_ratio 0.19% → 7.41% from 14:04"
+    assert gist("list_alerts", {}, {"error": "no Alertmanager is configured"}) == \
+        "not read: no Alertmanager is configured"
+    assert sources("query_metrics", {"query": "up"}, answer, "http://prom:9090/")[0].url == \
+        "http://prom:9090/graph?g0.expr=up&g0.tab=0&g0.range_input=2h"
+    assert sources("query_metrics", {"query": "up"}, answer, None) == ()
