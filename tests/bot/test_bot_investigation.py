@@ -21,6 +21,7 @@ from core.analysis.sources import RECORDED_DEMO
 from core.chat import Link
 from core.investigate.gists import gist, sources
 from core.investigate.progress import LookSeen
+from tests.support.servers import REDIS_URL
 from tests.support.slack import Stack, block_kit_problems, running_bot
 from tests.support.slack_streams import chunk_problems
 
@@ -35,6 +36,17 @@ def world() -> Iterator[StandInWorld]:
         yield served
     finally:
         served.stop()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres+redis", marks=[
+    pytest.mark.postgres, pytest.mark.redis])])
+def database(request: pytest.FixtureRequest) -> tuple[Engine, dict[str, Any]]:
+    """The engine and the settings of one database (PostgreSQL runs with the gateway's Redis)."""
+    if request.param == "sqlite":
+        return request.getfixturevalue("sqlite_engine"), {}
+    prefix = request.getfixturevalue("redis_prefix")
+    return request.getfixturevalue("pg_engine"), {"redis_url": REDIS_URL,
+                                                  "gateway_key_prefix": f"{prefix}gw:"}
 
 
 def investigate(engine: Engine, world: StandInWorld, *, streaming: bool, ts: str = TS,
@@ -79,9 +91,10 @@ def sections(post: dict[str, Any]) -> str:
     return "\n".join(block["text"]["text"] for block in blocks)
 
 
-def test_the_looks_stream_as_a_plan_then_the_findings_follow(sqlite_engine: Engine,
-                                                            world: StandInWorld) -> None:
-    for bot in investigate(sqlite_engine, world, streaming=True):
+def test_the_looks_stream_as_a_plan_then_the_findings_follow(
+        database: tuple[Engine, dict[str, Any]], world: StandInWorld) -> None:
+    engine, settings = database
+    for bot in investigate(engine, world, streaming=True, **settings):
         slack = bot.slack
         assert len(slack.streams) == 1
         stream = next(iter(slack.streams.values()))
