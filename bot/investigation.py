@@ -6,8 +6,10 @@ Where the workspace streams (``chat.startStream`` with ``task_display_mode`` pla
 ``chat.appendStream`` with one ``task_update`` chunk per change, ``chat.stopStream``), the
 message is streamed to the person who opened the case; elsewhere (no streaming, no person to
 stream to) it is posted (``chat.postMessage``) and replaced in place (``chat.update``) with the
-same plan. When the agent records its findings, the plan is finished and the findings message
-(``bot.findings``) follows it, once per findings.
+same plan. When the agent records its findings, the plan is finished (a look the run takes
+after that, such as filling in a plan template, is not added to it) and the findings message
+(``bot.findings``) follows it, once per findings: a run retried with the same findings replays
+the first post.
 
 Nothing here stops the investigation: a refused call is logged, and the run goes on."""
 
