@@ -198,6 +198,7 @@ def test_the_investigation_is_a_plan_of_looks_and_its_findings_follow(page):
     expect(findings).to_have_count(1)
     expect(findings).to_contain_text(re.compile(r"http_5xx_ratio 0\.19% before → 7\.41% now"))
     expect(findings).to_contain_text("Not readable")
+    plan.scroll_into_view_if_needed()
     shot(page, "sandbox-investigation")
 
 
