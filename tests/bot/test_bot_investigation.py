@@ -22,7 +22,7 @@ from core.chat import Link
 from core.investigate.gists import gist, sources
 from core.investigate.progress import LookSeen
 from tests.support.servers import REDIS_URL
-from tests.support.slack import Stack, block_kit_problems, running_bot
+from tests.support.slack import Stack, block_kit_problems, running_bot, texts
 from tests.support.slack_streams import chunk_problems
 
 TS = "5.000100"
@@ -120,6 +120,11 @@ def test_the_looks_stream_as_a_plan_then_the_findings_follow(
         assert "deploy v1.8.0 of checkout" in said
         assert "*Not readable*" in said and NO_PROMETHEUS in said
         assert block_kit_problems((findings(bot) or {})["blocks"]) == []
+        # The card's "What is happening" is the agent's sentence, whole.
+        card = next(p for p in slack.posts() if "case_card" in str(p.get("blocks")))
+        happening = texts(slack.updates_of(card["ts"])[-1])
+        assert "roll the change back." in happening and "…" not in happening.split(
+            "What is happening")[1].split("\n")[1], happening
         # Once: no second findings message, and no post carries the plan block besides.
         assert sum(str(p.get("text")).startswith("Findings") for p in slack.posts()) == 1
         assert not any("plan" in str(p.get("blocks")) and "task_id" in str(p.get("blocks"))
