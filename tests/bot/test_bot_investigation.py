@@ -19,6 +19,7 @@ from bot.investigation import plan_block, rich_text, task_chunk
 from bot.sandbox.demo_world import CATALOG, StandInWorld, record_checkout_deploy
 from core.analysis.sources import RECORDED_DEMO
 from core.chat import Link
+from core.domain.commands import OpenCase
 from core.investigate.gists import gist, sources
 from core.investigate.progress import LookSeen
 from tests.support.servers import REDIS_URL
@@ -148,6 +149,25 @@ def test_a_workspace_without_streaming_gets_the_same_plan_posted_and_updated(
         assert all(block_kit_problems(u["blocks"]) == [] for u in updates)
         assert content(plan_of(final)) == streamed
         assert "7.41%" in sections(findings(bot) or {})
+
+
+def test_a_case_no_person_opened_gets_the_plan_posted_even_where_slack_streams(
+        sqlite_engine: Engine, world: StandInWorld) -> None:
+    """A stream is addressed to one person: a case an alert opened has none, so its
+    investigation is posted in its thread (in the incident channel) and updated in place."""
+    with running_bot(sqlite_engine, real_agent=True, streaming=True, catalog=str(CATALOG),
+                     kubeconfig=str(world.kubeconfig), series_dir=str(RECORDED_DEMO)) as bot:
+        record_checkout_deploy(bot.app, world)
+        bot.app.cases.open_case(OpenCase("checkout 5xx errors since the deploy",
+                                         actor="alertmanager"), "alert-checkout").data()
+        bot.slack.wait_for(lambda: bool(bot.plan_messages()) and findings(bot) is not None,
+                           timeout_s=60, what="the plan message and the findings")
+        assert not bot.slack.calls("chat.startStream")
+        [posted] = [p for p in bot.slack.posts() if "task_id" in str(p.get("blocks"))]
+        final = bot.slack.final_blocks(posted["ts"])
+        assert block_kit_problems(final) == []
+        assert plan_of(final)["title"] == "What opsgate looked at"
+        assert {t["status"] for t in plan_of(final)["tasks"]} <= {"complete", "error"}
 
 
 # -- the rules the fake holds the blocks to, and the blocks the bot builds -----------------------
