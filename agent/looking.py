@@ -6,6 +6,7 @@ the model inside the answer's JSON, as data."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -14,7 +15,9 @@ from core.errors import OpsgateError, Unavailable
 from core.gateway import CallStatus, ToolCall, canonical_json
 from core.gateway.keys import short_digest
 from core.investigate.budget import TurnBudget, fit
+from core.investigate.gists import gist, sources
 from core.investigate.looks import CaseLooks, Sources
+from core.investigate.progress import LookSeen, Watched
 from core.investigate.sources import sources_of
 from core.investigate.templates import plan_for_case
 from core.investigate.tools import LOOKS, TemplateArgs
@@ -47,6 +50,9 @@ class Run(Protocol):
 
     def looking_at(self, words: str) -> None: ...
 
+    @property
+    def investigation(self) -> Watched: ...
+
 
 class Looking:
     """The looks of one run on one case (``CaseTools`` answers them through it)."""
@@ -60,6 +66,7 @@ class Looking:
         self._sources = sources
         self._looks: CaseLooks | None = None
         self._named: tuple[str, ...] = ()
+        self._count = 0  # looks asked in this run
 
     @property
     def looks(self) -> CaseLooks:
@@ -75,7 +82,29 @@ class Looking:
         return self._looks
 
     def answer(self, name: str, args: Args) -> ToolReply:
-        """One look's answer for the model (errors as sentences it can act on)."""
+        """One look's answer for the model (errors as sentences it can act on), told to whoever
+        watches the investigation as it starts and as it ends (an error with its reason)."""
+        self._count += 1
+        number, title = self._count, self._title(name, args)
+        self.tools.investigation.look(LookSeen(number, name, title, "in_progress"))
+        reply = self._answer(name, args)
+        said = _body(reply)
+        prometheus = self.tools.app.settings.prometheus_url
+        self.tools.investigation.look(LookSeen(
+            number, name, title, "complete" if reply.ok else "error",
+            gist(name, args.model_dump(mode="json"), said),
+            sources(name, args.model_dump(mode="json"), said,
+                    None if prometheus is None else str(prometheus))))
+        return reply
+
+    def _title(self, name: str, args: Args) -> str:
+        try:
+            words = look_words(name, args, self.looks)
+        except OpsgateError:  # the case cannot be read now: the look itself will say so
+            words = name.replace("_", " ")
+        return words[:1].upper() + words[1:]
+
+    def _answer(self, name: str, args: Args) -> ToolReply:
         if self.budget.left <= 0:
             self.tools.stats["looks_over_budget"] += 1
             return ToolReply.of(False, {"error": "the tool answers of this turn have used their "
@@ -114,3 +143,11 @@ class Looking:
             except OpsgateError as refused:  # out of scope, not configured, cannot be made
                 return {"error": refused.message}
         return read
+
+
+def _body(reply: ToolReply) -> Mapping[str, Any]:
+    try:
+        body = json.loads(reply.content)
+    except ValueError:
+        return {}
+    return body if isinstance(body, Mapping) else {}

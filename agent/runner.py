@@ -30,11 +30,13 @@ from agent.tools import CaseTools
 from agent.usage import model_name
 from core.errors import NotFound, Unavailable
 from core.gateway import SessionLease, session_of
+from core.investigate.progress import Watched
 
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
 
     from core.bootstrap import App
+    from core.investigate.progress import Investigation
 
 log = logging.getLogger(__name__)
 
@@ -118,14 +120,27 @@ class Agent:
             tools = self.tool_factory(self.app, case_id, lock, requester=requester,
                                       correlation_id=correlation_id, mcp=self.mcp)
             tools.watch = watch
+            tools.investigation = Watched(self._investigation(case_id))
             graph = build_graph(self.model, tools, self.checkpoints.saver,
                                 max_model_calls=self.max_model_calls,
                                 usage=usage, interrupt_before=self.interrupt_before)
-            result = self._guarded(graph, tools, text, usage, post_failures, still_wanted)
+            try:
+                result = self._guarded(graph, tools, text, usage, post_failures, still_wanted)
+            finally:
+                tools.investigation.ended()
             self._account(graph, tools, usage, trigger)
         finally:
             self._release(lock)
         return self._counted(trigger, TurnResult(result.reply, result.outcome, usage.as_dict()))
+
+    def _investigation(self, case_id: UUID) -> Investigation | None:
+        """Who shows this run's looks and findings (the case's thread), if anyone does."""
+        shows = self.app.extensions.investigation
+        try:
+            return None if shows is None else shows(self.app, case_id)
+        except Exception:  # a thread that cannot be found never stops the run
+            log.exception("agent: the investigation of case %s cannot be shown", case_id)
+            return None
 
     def _lock_case(self, case_id: UUID) -> SessionLease | TurnResult:
         """The case's session lock, or why the turn cannot run: no such case, the store is

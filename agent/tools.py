@@ -39,6 +39,7 @@ from core.gateway import (
     session_of,
 )
 from core.gateway.keys import short_digest, text_key
+from core.investigate.progress import Watched
 from core.library.runbooks import runbooks_folder
 from core.mcp.remote import RemoteUnavailable
 from core.strict_json import non_finite_problems
@@ -99,6 +100,7 @@ class CaseTools:
         self._mcp_offered: dict[str, Offered] = {} if mcp is None else mcp.offered()
         self.looking = Looking(self)
         self.watch: Callable[[str], None] | None = None  # told each look as it starts
+        self.investigation = Watched()  # shown each look and the findings
 
     @property
     def session_id(self) -> str:
@@ -270,7 +272,10 @@ class CaseTools:
                             meta={"findings": args.summary}, correlation_id=self.correlation_id)
             return reply_data(self.cases.note(note, f"agent:{named.key}"))
 
-        return self._through_gateway("record_findings", named, run)
+        reply = self._through_gateway("record_findings", named, run)
+        if reply.ok:
+            self.investigation.found(args.summary)
+        return reply
 
     def _propose_plan(self, args: ProposePlanArgs) -> ToolReply:
         case_id = self._own_case(args.case_id)

@@ -45,6 +45,7 @@ CARD_BLOCK = "case_card"
 SECTION_LIMIT = 3000  # Slack: a section's text
 HEADER_LIMIT = 150  # Slack: a header's plain text
 LINE_LIMIT = 220  # one line on the card, so that a phone shows it in two or three
+CAUSE_LIMIT = 1200  # the agent's findings: whole (the section holds 3000)
 STEP_LIMIT = 110  # one step's result: twenty steps fit in one section
 STEP_SAID = 150  # one step's sentence on the card
 CATCHUP_EVENTS = 5
@@ -122,7 +123,8 @@ def _findings(state: CaseState) -> list[str]:
     if isinstance(listed, list) and listed:
         return [_finding_line(f) for f in listed[:LISTED] if isinstance(f, Mapping)]
     text = str(listed or latest.reason or "no significant change")
-    return [f"• {shown(line, LINE_LIMIT)}" for line in text.splitlines()
+    # The agent's sentence, whole: a cause cut mid-sentence reads as another cause.
+    return [f"• {shown(line, CAUSE_LIMIT)}" for line in text.splitlines()
             if line.strip()][:LISTED]
 
 

@@ -13,10 +13,13 @@ from typing import TYPE_CHECKING
 from core.bootstrap import Extensions
 
 if TYPE_CHECKING:
+    from uuid import UUID
+
     from fastapi import FastAPI
 
     from core.bootstrap import App, Connection
     from core.chat import ChatSink
+    from core.investigate.progress import Investigation
     from core.messaging.consumer import Consumer
     from core.policy.judge import GroupMembers
     from core.settings import Settings
@@ -63,6 +66,12 @@ def approver_groups(settings: Settings) -> GroupMembers | None:
     return group_members(settings)
 
 
+def thread_investigation(app: App, case_id: UUID) -> Investigation | None:
+    from bot.investigation import shown_in_thread
+
+    return shown_in_thread(app, case_id)
+
+
 def product_extensions() -> Extensions:
     """What the agent and the bot plug into every opsgate process."""
     from agent import consumers as agent_consumers
@@ -72,6 +81,7 @@ def product_extensions() -> Extensions:
     return Extensions(consumers={**agent_consumers(), "notifier": slack_notifier},
                       routes=(slack_events,),
                       chat=slack_chat, socket_mode=socket_mode, members=approver_groups,
+                      investigation=thread_investigation,
                       settings=(SlackSettings, AgentSettings))
 
 

@@ -28,8 +28,11 @@ from core.steps.adapters import adapters_from_settings
 from core.steps.dry_run import PlanDryRun
 
 if TYPE_CHECKING:
+    from uuid import UUID
+
     from fastapi import FastAPI
 
+    from core.investigate.progress import Investigation
     from core.library import Library
     from core.messaging.consumer import Consumer
 
@@ -51,6 +54,8 @@ class Extensions:
     ``chat`` builds the sink the notifier posts through (Slack instead of memory);
     ``socket_mode`` connects to Slack over Socket Mode (``opsgate serve --socket-mode``);
     ``members`` resolves the user groups on the approver list (Slack's, from a cache);
+    ``investigation`` shows an agent run's looks and findings as they happen (the case's Slack
+    thread; None for a case it cannot show);
     ``settings`` are the outer layers' own settings classes (Slack's, the model's), read with
     core's and found with ``Settings.layer``."""
 
@@ -59,6 +64,7 @@ class Extensions:
     chat: Callable[[App], ChatSink] | None = None
     socket_mode: Callable[[App], Connection] | None = None
     members: Callable[[Settings], GroupMembers | None] | None = None
+    investigation: Callable[[App, UUID], Investigation | None] | None = None
     settings: tuple[type[OpsgateSettings], ...] = ()
 
 

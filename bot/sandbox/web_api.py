@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from bot.sandbox.streams import Stream, checked_chunks
 from bot.sandbox.workspace import (
     APP_ID,
     BOT,
@@ -25,7 +26,8 @@ from bot.sandbox.workspace import (
 
 Args = dict[str, Any]
 Method = Callable[[Workspace, Args], Args]
-JSON_ARGS = ("blocks", "view", "attachments", "metadata")  # JSON strings when sent as a form
+# JSON strings when sent as a form
+JSON_ARGS = ("blocks", "view", "attachments", "metadata", "chunks")
 
 
 def parse_args(query: dict[str, str], body: bytes, content_type: str) -> Args:
@@ -120,6 +122,34 @@ def update(workspace: Workspace, args: Args) -> Args:
     return {"channel": channel, "ts": ts, "text": message.text, "message": message.as_slack()}
 
 
+def start_stream(workspace: Workspace, args: Args) -> Args:
+    """A streamed reply in a thread, for one person (required in a channel)."""
+    channel = workspace.channel(_required(args, "channel"))
+    thread_ts = _required(args, "thread_ts")
+    if not (args.get("recipient_user_id") and args.get("recipient_team_id")):
+        raise SlackError("invalid_arguments")
+    chunks = checked_chunks(args.get("chunks"))
+    stream = Stream("", workspace.person(str(args["recipient_user_id"])).id)
+    stream.apply(chunks)
+    message = workspace.post(BOT.id, stream.fallback(), stream.blocks(), thread_ts=thread_ts)
+    stream.ts = message.ts
+    workspace.streams[message.ts] = stream
+    return {"channel": channel, "ts": message.ts}
+
+
+def append_stream(workspace: Workspace, args: Args, *, stop: bool = False) -> Args:
+    channel = workspace.channel(_required(args, "channel"))
+    stream = workspace.streams.get(_required(args, "ts"))
+    if not isinstance(stream, Stream) or stream.stopped:
+        raise SlackError("message_not_in_streaming_state")
+    stream.apply(checked_chunks(args.get("chunks")))
+    if stop:
+        _, bottom = _text_and_blocks({"text": "-", "blocks": args.get("blocks")})
+        stream.bottom, stream.stopped = list(bottom or []), True
+    workspace.update(stream.ts, stream.fallback(), stream.blocks())
+    return {"channel": channel, "ts": stream.ts}
+
+
 def post_ephemeral(workspace: Workspace, args: Args) -> Args:
     workspace.channel(_required(args, "channel"))
     user = workspace.person(_required(args, "user")).id
@@ -186,6 +216,9 @@ METHODS: dict[str, Method] = {
     "chat.postMessage": post_message,
     "chat.update": update,
     "chat.postEphemeral": post_ephemeral,
+    "chat.startStream": start_stream,
+    "chat.appendStream": append_stream,
+    "chat.stopStream": lambda workspace, args: append_stream(workspace, args, stop=True),
     "chat.getPermalink": get_permalink,
     "views.open": views_open,
     "views.update": views_update,

@@ -156,6 +156,7 @@ class Workspace:
         self.triggers: dict[str, str] = {}  # trigger id -> the person whose action issued it
         self.responses: dict[str, ResponseTarget] = {}
         self.calls: list[tuple[str, dict[str, Any]]] = []  # every Web API call, in order
+        self.streams: dict[str, Any] = {}  # streamed messages by ts (``bot.sandbox.streams``)
         self.version = 0
         self._lock = threading.RLock()
         self._clock = itertools.count(1)

@@ -42,6 +42,11 @@ def _component(args: Any, looks: CaseLooks) -> str:
     return ", ".join(names) if names else "the case"
 
 
+def metric_name(query: str) -> str:
+    """The first metric name a query reads ("a query" when it names none)."""
+    return _metric(query)
+
+
 def _metric(query: str) -> str:
     """The first metric name a query reads (not a function, keyword or grouping label)."""
     query = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ",

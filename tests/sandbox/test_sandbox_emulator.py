@@ -17,7 +17,7 @@ from slack_sdk.signature import SignatureVerifier
 
 from bot.sandbox.server import Sandbox, create_sandbox_app
 from bot.sandbox.serving import ThreadedServer, free_port
-from bot.sandbox.workspace import APPROVER, BOT, CHANNEL_ID, OUTSIDER, REQUESTER
+from bot.sandbox.workspace import APPROVER, BOT, CHANNEL_ID, OUTSIDER, REQUESTER, TEAM_ID
 from tests.support.local_http import LocalServer, Reply, Seen, local_server
 
 REJECT_MODAL = {
@@ -230,6 +230,51 @@ def test_web_api_answers_slack_sdk_like_slack(rig):
     assert [m["text"] for m in replies] == ["Approved by alice", "step 1 ok"]
     methods = [method for method, _args in rig.sandbox.workspace.calls]
     assert methods[:3] == ["auth.test", "chat.postMessage", "chat.postMessage"]
+
+
+def test_a_stream_is_drawn_as_one_plan_its_tasks_moving_until_it_stops(rig):
+    """``chat.startStream`` in plan mode, ``appendStream`` task updates, ``stopStream``: the
+    message shows one plan block whose tasks move pending → in progress → complete or error."""
+    slack = rig.slack
+    parent = slack.chat_postMessage(channel=CHANNEL_ID, text="checkout 5xx")
+    with pytest.raises(SlackApiError) as refused:  # in a channel, a stream is for one person
+        slack.chat_startStream(channel=CHANNEL_ID, thread_ts=parent["ts"])
+    assert refused.value.response["error"] == "invalid_arguments"
+    look = {"type": "task_update", "id": "look_1", "title": "Reading the pods of checkout"}
+    started = slack.chat_startStream(
+        channel=CHANNEL_ID, thread_ts=parent["ts"], recipient_user_id=REQUESTER.id,
+        recipient_team_id=TEAM_ID, task_display_mode="plan",
+        chunks=[{"type": "plan_update", "title": "Investigating"},
+                {**look, "status": "in_progress"}])
+
+    def plan() -> dict:
+        state = httpx.get(f"{rig.sandbox.public_url}/sandbox/state",
+                          params={"user": REQUESTER.id}).json()
+        [message] = [m for m in state["messages"] if m["ts"] == started["ts"]]
+        assert message["thread_ts"] == parent["ts"]
+        [block] = message["blocks"]
+        return block
+
+    assert plan()["type"] == "plan" and plan()["tasks"][0]["status"] == "in_progress"
+    slack.chat_appendStream(channel=CHANNEL_ID, ts=started["ts"], chunks=[
+        {**look, "status": "complete", "output": "2 pod(s), all ready"},
+        {"type": "task_update", "id": "look_2", "title": "Reading the alerts",
+         "status": "error", "output": "no Alertmanager is configured"}])
+    with pytest.raises(SlackApiError) as bad:
+        slack.chat_appendStream(channel=CHANNEL_ID, ts=started["ts"], chunks=[
+            {**look, "status": "completed"}])
+    assert bad.value.response["error"] == "invalid_chunks"
+    slack.chat_stopStream(channel=CHANNEL_ID, ts=started["ts"],
+                          chunks=[{"type": "plan_update", "title": "What opsgate looked at"}])
+    drawn = plan()
+    assert drawn["title"] == "What opsgate looked at"
+    assert [(t["task_id"], t["status"]) for t in drawn["tasks"]] == [
+        ("look_1", "complete"), ("look_2", "error")]
+    assert drawn["tasks"][1]["output"]["elements"][0]["elements"][0]["text"] == \
+        "no Alertmanager is configured"
+    with pytest.raises(SlackApiError) as stopped:
+        slack.chat_appendStream(channel=CHANNEL_ID, ts=started["ts"], chunks=[look])
+    assert stopped.value.response["error"] == "message_not_in_streaming_state"
 
 
 @pytest.mark.parametrize(("call", "error"), [

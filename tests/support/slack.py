@@ -23,7 +23,7 @@ from sqlalchemy import Engine
 
 from bot.agent import Agent
 from bot.app import SlackEvents, build_bolt, mount_slack_events
-from bot.cli import slack_chat
+from bot.cli import slack_chat, thread_investigation
 from bot.groups import group_members
 from bot.notifier import SlackNotifier
 from bot.settings import SlackSettings
@@ -34,6 +34,7 @@ from core.settings import Settings
 from tests.support.local_http import LocalServer, Reply, Seen, local_server
 from tests.support.metrics import with_stand_in
 from tests.support.scripts import runbook_on_path
+from tests.support.slack_streams import Stream, chunk_problems, plan_problems, task_problems
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 TEAM, CHANNEL, BOT_USER = "T0001", "C0INCIDENT", "U0BOT"
@@ -64,6 +65,9 @@ def block_kit_problems(blocks: object) -> list[str]:
         return ["must be an array [json-pointer:/blocks]"]
     problems = [f"must provide at most {MAX_BLOCKS} items [json-pointer:/blocks]"] \
         if len(blocks) > MAX_BLOCKS else []
+    kinds = {block.get("type") for block in blocks if isinstance(block, dict)}
+    if {"plan", "task_card"} <= kinds:
+        problems.append("a plan and task cards cannot share a message [json-pointer:/blocks]")
     for n, block in enumerate(blocks):
         problems += [f"{problem} [json-pointer:/blocks/{n}{where}]"
                      for problem, where in _block_problems(block)]
@@ -73,6 +77,10 @@ def block_kit_problems(blocks: object) -> list[str]:
 def _block_problems(block: Any) -> list[tuple[str, str]]:
     kind = block.get("type")
     found: list[tuple[str, str]] = []
+    if kind == "plan":
+        found += plan_problems(block)
+    elif kind == "task_card":
+        found += task_problems(block)
     if len(str(block.get("block_id", ""))) > BLOCK_ID:
         found.append((f"must be less than {BLOCK_ID + 1} characters", "/block_id"))
     text = (block.get("text") or {}).get("text") if isinstance(block.get("text"), dict) else None
@@ -151,6 +159,8 @@ class FakeSlack:
         CHANNEL: [REQUESTER, APPROVER, SECOND, BOT_USER]})
     said: list[dict[str, Any]] = field(default_factory=list)
     assistant: bool = False
+    streaming: bool = False  # whether chat.startStream and its kin are this workspace's
+    streams: dict[str, Stream] = field(default_factory=dict)
     refused: set[str] = field(default_factory=set)  # methods answering an internal_error
     _ts: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -184,6 +194,16 @@ class FakeSlack:
             message["thread_ts"] = thread_ts
         with self._lock:
             self.said.append(message)
+
+    def final_blocks(self, ts: str) -> list[dict[str, Any]]:
+        """The blocks the message ``ts`` shows now: a stream's as Slack draws its chunks, a
+        posted message's as its last ``chat.update`` (or its post) left them."""
+        if ts in self.streams:
+            return self.streams[ts].blocks()
+        last = ([c for c in self.updates_of(ts)] or
+                [p for p in self.posts() if p.get("ts") == ts])[-1]
+        blocks = last.get("blocks")
+        return list(json.loads(blocks) if isinstance(blocks, str) else blocks or [])
 
     def updates_of(self, ts: str) -> list[dict[str, Any]]:
         """Every ``chat.update`` of the message ``ts``, in order."""
@@ -254,6 +274,43 @@ def _web_api(slack: FakeSlack) -> dict[str, Any]:
             raise Refused("method_not_supported_for_channel_type")
         return {}
 
+    def start_stream(seen: Seen) -> dict[str, Any]:
+        if not slack.streaming:
+            raise Refused("unknown_method")
+        args = args_of(seen)
+        if not args.get("channel") or not args.get("thread_ts"):
+            raise Refused("invalid_arguments")
+        if str(args["channel"]).startswith("C") and not (
+                args.get("recipient_user_id") and args.get("recipient_team_id")):
+            raise Refused("invalid_arguments")  # in a channel a stream is for one person
+        problems = chunk_problems(args.get("chunks"))
+        if problems:
+            raise Refused("invalid_chunks", errors=problems)
+        ts = slack.next_ts()
+        stream = Stream(ts, str(args["channel"]), str(args["thread_ts"]),
+                        args.get("recipient_user_id"))
+        stream.apply(args.get("chunks"))
+        with slack._lock:
+            slack.streams[ts] = stream
+            slack.messages.append({"channel": args["channel"], "thread_ts": args["thread_ts"],
+                                   "text": "", "ts": ts, "streamed": True})
+        return {"ts": ts, "channel": args["channel"]}
+
+    def streamed(seen: Seen, stop: bool) -> dict[str, Any]:
+        args = args_of(seen)
+        stream = slack.streams.get(str(args.get("ts")))
+        if stream is None or stream.stopped:
+            raise Refused("message_not_in_streaming_state")
+        problems = chunk_problems(args.get("chunks")) + block_kit_problems(args.get("blocks"))
+        if problems:
+            raise Refused("invalid_chunks", errors=problems)
+        with slack._lock:
+            stream.apply(args.get("chunks"))
+            if stop:
+                stream.bottom = list(args.get("blocks") or [])
+                stream.stopped = True
+        return {"ts": stream.ts, "channel": stream.channel}
+
     def replies(seen: Seen) -> dict[str, Any]:
         args = args_of(seen)
         with slack._lock:
@@ -303,6 +360,9 @@ def _web_api(slack: FakeSlack) -> dict[str, Any]:
         "/api/chat.postMessage": answer(posted),
         "/api/chat.update": answer(updated),
         "/api/chat.postEphemeral": answer(ephemeral),
+        "/api/chat.startStream": answer(start_stream),
+        "/api/chat.appendStream": answer(lambda seen: streamed(seen, stop=False)),
+        "/api/chat.stopStream": answer(lambda seen: streamed(seen, stop=True)),
         "/api/assistant.threads.setStatus": answer(thread_status),
         "/api/conversations.replies": answer(replies),
         "/api/conversations.members": answer(members),
@@ -318,9 +378,9 @@ def _web_api(slack: FakeSlack) -> dict[str, Any]:
 
 
 @contextmanager
-def fake_slack(*, assistant: bool = False) -> Iterator[FakeSlack]:
+def fake_slack(*, assistant: bool = False, streaming: bool = False) -> Iterator[FakeSlack]:
     with local_server() as server:
-        slack = FakeSlack(server, assistant=assistant)
+        slack = FakeSlack(server, assistant=assistant, streaming=streaming)
         server.routes.update(_web_api(slack))
         yield slack
 
@@ -503,12 +563,13 @@ def settings_for(slack: FakeSlack, **overrides: Any) -> Settings:
 
 @contextmanager
 def running_bot(engine: Engine, *, agent: Agent | None = None, loop: bool = True,
-                real_agent: bool = False, assistant: bool = False,
+                real_agent: bool = False, assistant: bool = False, streaming: bool = False,
                 consumers: Mapping[str, Any] | None = None,
                 **overrides: Any) -> Iterator[Stack]:
     """The bot serving ``POST /slack/events`` on 127.0.0.1 with the in-process loop; with
     ``real_agent`` the agent package (converse and its planner) instead of a scripted agent;
-    with ``assistant`` an app that may set the thread's status; ``consumers`` replace the
+    with ``assistant`` an app that may set the thread's status, with ``streaming`` one whose
+    workspace streams (``chat.startStream``); ``consumers`` replace the
     loop's by name (a planner that proposes the test's plan)."""
     plugged: dict[str, Any] = {"notifier": SlackNotifier, **(consumers or {})}
     if real_agent:
@@ -519,14 +580,15 @@ def running_bot(engine: Engine, *, agent: Agent | None = None, loop: bool = True
         agent = agent or ScriptedAgent()
     served: list[SlackEvents] = []
     # The templates' runbook script is allowed, as the demo allows it (its dry run passes).
-    with fake_slack(assistant=assistant) as slack, runbook_on_path() as runbook:
+    with fake_slack(assistant=assistant, streaming=streaming) as slack, \
+            runbook_on_path() as runbook:
         overrides = {**runbook, **overrides}
         def mount(app: App, api: Any) -> None:
             served.append(SlackEvents(build_bolt(app, agent=agent), SECRET))
             mount_slack_events(app, api, served[-1])
 
         extensions = Extensions(consumers=plugged, routes=(mount,), chat=slack_chat,
-                                members=group_members)
+                                members=group_members, investigation=thread_investigation)
         app = bootstrap(settings_for(slack, **overrides), engine=engine, extensions=extensions)
         config = uvicorn.Config(create_api(app), host="127.0.0.1", port=0, log_level="warning",
                                 lifespan="off")

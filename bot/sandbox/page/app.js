@@ -117,6 +117,31 @@ function element(item, message, block) {
   return node;
 }
 
+// A task as Slack draws it in a plan: its state's mark, its title, its output and sources.
+const TASK_MARKS = { pending: "○", in_progress: "◐", complete: "✓", error: "✗" };
+
+function richText(object) {
+  if (!object || !object.elements) return "";
+  return object.elements.map((part) => (part.elements || []).map((e) => e.text || e.url || "").join("")).join("\n");
+}
+
+function taskCard(task) {
+  const node = document.createElement("div");
+  const status = task.status || "pending";
+  node.className = `bk-task bk-task-${status}`;
+  node.dataset.taskId = task.task_id || "";
+  node.dataset.status = status;
+  node.insertAdjacentHTML("beforeend", `<span class="bk-task-mark" title="${escapeHtml(status)}">${TASK_MARKS[status] || "•"}</span> <span class="bk-task-title">${escapeHtml(task.title || "")}</span>`);
+  const output = richText(task.output);
+  if (output) node.insertAdjacentHTML("beforeend", `<div class="bk-task-output">${escapeHtml(output)}</div>`);
+  const sources = (task.sources || []).filter((s) => /^https?:/.test(s.url || ""));
+  if (sources.length) {
+    const links = sources.map((s) => `<a href="${escapeHtml(s.url)}" target="_blank" rel="noopener">${escapeHtml(s.text || s.url)}</a>`);
+    node.insertAdjacentHTML("beforeend", `<div class="bk-task-sources">${links.join(" · ")}</div>`);
+  }
+  return node;
+}
+
 function renderBlock(block, message) {
   const node = document.createElement("div");
   node.className = `bk bk-${block.type}`;
@@ -150,6 +175,17 @@ function renderBlock(block, message) {
       break;
     case "rich_text":
       node.textContent = message.text;
+      break;
+    case "plan": {
+      node.insertAdjacentHTML("beforeend", `<div class="bk-plan-title">${escapeHtml(block.title || "")}</div>`);
+      (block.tasks || []).forEach((task) => node.appendChild(taskCard(task)));
+      break;
+    }
+    case "task_card":
+      node.appendChild(taskCard(block));
+      break;
+    case "markdown":
+      node.textContent = block.text || "";
       break;
     default:
       node.innerHTML = `<span class="muted">[${escapeHtml(block.type)} block]</span>`;

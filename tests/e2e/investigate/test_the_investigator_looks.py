@@ -10,8 +10,10 @@ descriptions causes nothing."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from core.consumers.analyst import Analyst
 from core.consumers.planner import Planner
 from core.domain.fsm import CaseStatus
 from core.domain.messages import Topic
+from core.investigate.progress import LookSeen
 from core.messaging.consumer import ConsumerRunner
 from tests.support.agents import agent_app, ai, call, case_at, events, make_agent
 from tests.support.change_deliveries import (
@@ -120,6 +123,24 @@ def post_changes(app: Any, now: datetime) -> None:
             assert post(http, delivery).status_code == 200
 
 
+@dataclass
+class ShownLooks:
+    """An ``Investigation`` that keeps what it is shown."""
+
+    looks: list[LookSeen] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)
+    ends: int = 0
+
+    def look(self, seen: LookSeen) -> None:
+        self.looks.append(seen)
+
+    def found(self, summary: str) -> None:
+        self.findings.append(summary)
+
+    def ended(self) -> None:
+        self.ends += 1
+
+
 def answers(model: ScriptedChatModel) -> dict[str, dict[str, Any]]:
     """The tool answers of the model's last call, by tool call id."""
     return {str(m.tool_call_id): json.loads(str(m.content)) for m in model.seen[-1]
@@ -150,6 +171,8 @@ def test_the_model_s_looks_are_answered_by_the_real_servers_within_scope_and_bud
                 start=iso(now - timedelta(hours=2)), end=iso(now), step_s=60)),
         ai(content="I looked; a human decides."),
     ])
+    shown = ShownLooks()
+    app.extensions = replace(app.extensions, investigation=lambda _app, _case: shown)
     watched: list[str] = []
     turn = make_agent(app, model).run_turn(case_id, "what is wrong?", requester=REQUESTER,
                                            correlation_id="c", trigger="chat",
@@ -161,6 +184,21 @@ def test_the_model_s_looks_are_answered_by_the_real_servers_within_scope_and_bud
     assert "reading the logs of pod " + INJECTED_POD in watched
     assert len(watched) == 9
     said = answers(model)
+
+    # The investigation as the thread shows it (issue 45): each look started, then ended with
+    # the gist of the real server's answer (or why it was refused) and its source's link.
+    ended = [seen for seen in shown.looks if seen.state != "in_progress"]
+    assert [seen.state for seen in shown.looks if seen.state == "in_progress"] == \
+        ["in_progress"] * len(ended) and shown.ends == 1
+    by_tool = {(seen.tool, seen.number): seen for seen in ended}
+    first = by_tool[("query_metrics", 1)]
+    assert first.state == "complete" and first.title.startswith("Querying http_5xx_ratio")
+    assert re.fullmatch(r"http_5xx_ratio 1\.00% → 20\.00% from \d\d:\d\d", str(first.gist))
+    assert first.sources[0].url.startswith(f"{world['prometheus_url'].rstrip('/')}/graph?g0.")
+    orders = by_tool[("query_metrics", 2)]
+    assert orders.state == "error" and "payments-api" in str(orders.gist)
+    assert by_tool[("list_alerts", 3)].gist == "1 firing: PaymentsErrors"
+    assert str(by_tool[("recent_changes", 8)].gist).startswith("deploy")
 
     # Prometheus answered a summary with the change at the deploy; the same look again in the
     # run replayed the first answer from the ledger.

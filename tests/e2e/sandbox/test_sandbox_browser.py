@@ -177,6 +177,31 @@ def test_mention_then_approval_closes_the_case(page):
     shot(page, "sandbox-closed")
 
 
+def test_the_investigation_is_a_plan_of_looks_and_its_findings_follow(page):
+    """What opsgate looked at is one message drawn as Slack's plan: a task per look, each
+    complete with its gist or errored with its reason; then the findings, with the analyst's
+    numbers and what could not be read (issue 45)."""
+    mention(page, "checkout 5xx errors since the deploy")
+    thread = page.locator("#thread")
+    plan = thread.locator(".bk-plan")
+    expect(plan).to_have_count(1)
+    expect(plan.locator(".bk-plan-title")).to_have_text("What opsgate looked at")
+    tasks = plan.locator(".bk-task")
+    expect(tasks.first).to_be_visible()
+    expect(plan.locator(".bk-task-pending, .bk-task-in_progress")).to_have_count(0)
+    expect(plan.locator(".bk-task-output")).to_have_count(tasks.count())  # each says what it read
+    expect(plan.locator(".bk-task-complete", has_text="Reading what changed in checkout")
+           ).to_contain_text("deploy v1.8.0 of checkout by ci")
+    expect(plan.locator(".bk-task-error", has_text="Listing the metrics of checkout")
+           ).to_contain_text("no Prometheus is configured")
+    findings = thread.locator(".message", has_text="Findings for case")
+    expect(findings).to_have_count(1)
+    expect(findings).to_contain_text(re.compile(r"http_5xx_ratio 0\.19% before → 7\.41% now"))
+    expect(findings).to_contain_text("Not readable")
+    plan.scroll_into_view_if_needed()
+    shot(page, "sandbox-investigation")
+
+
 STAGES = ["NEW", "ANALYZING", "PLANNING", "WAIT_GATE", "EXECUTING", "VERIFYING", "CLOSED"]
 WATCH_THE_CARD = """() => {
   window.cardStages = [];
