@@ -112,7 +112,7 @@ def written_plan(chosen: Decision, answers: Answers) -> dict[str, Any] | None:
         plan["title"] = "No change: " + (chosen.because[-1] if chosen.because else
                                          "nothing was found to act on")
     elif chosen.action == "scale" and where is not None:
-        plan = _scale(*where)
+        plan = _scale(*where, to=chosen.replicas)
     elif chosen.action == "rollback" and where is not None:
         plan = _undo(*where, chosen.change or {})
     else:
@@ -140,12 +140,13 @@ def made_plan(answers: Answers) -> tuple[dict[str, Any] | None, str | None]:
     return None, str(answer.get("error") or "the template could not be made for this case")
 
 
-def _scale(namespace: str, deployment: str, replicas: int) -> dict[str, Any]:
-    target = f"{namespace}/{deployment}"
-    return {"title": f"Scale {target} out from {replicas} to {replicas * 2} replicas",
+def _scale(namespace: str, deployment: str, replicas: int,
+           to: int | None = None) -> dict[str, Any]:
+    target, wanted = f"{namespace}/{deployment}", to or replicas * 2
+    return {"title": f"Scale {target} out from {replicas} to {wanted} replicas",
             "risk_score": 0.3,
             "steps": [{"action": "script.exec", "params": {"argv": [
-                "scale-deployment", target, f"--replicas={replicas * 2}"]}, "timeout_s": 300,
+                "scale-deployment", target, f"--replicas={wanted}"]}, "timeout_s": 300,
                 "retry": 1}],
             "rollback": {"action": "script.exec", "params": {"argv": [
                 "scale-deployment", target, f"--replicas={replicas}"]}}}
@@ -161,6 +162,11 @@ def _undo(namespace: str, deployment: str, _replicas: int,
                 "timeout_s": 600, "retry": 1}],
             "rollback": {"action": "k8s.rollout", "params": {
                 "operation": "restart", "namespace": namespace, "deployment": deployment}}}
+
+
+def where_of(answers: Answers) -> tuple[str, str, int] | None:
+    """(namespace, deployment, desired replicas) of the component's first Deployment."""
+    return _where(answers)
 
 
 def _where(answers: Answers) -> tuple[str, str, int] | None:
