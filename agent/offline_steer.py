@@ -37,7 +37,7 @@ class Steered:
 def remedy_of_steps(steps: str) -> Remedy | None:
     """The remedy a plan's steps (``agent.prompts.steps_in_words``) carry out."""
     lowered = steps.lower()
-    for remedy, marks in (("rollback", ("undo", "rollback")), ("scale", ("scale",)),
+    for remedy, marks in (("rollback", ("undo", "rollback", "set-image")), ("scale", ("scale",)),
                           ("failover", ("gateway.flip", "failover")),
                           ("restart", ("restart",)), ("no change", ("noop",))):
         if any(mark in lowered for mark in marks):
@@ -80,7 +80,8 @@ def steered(chosen: Decision, looked: Looked, opened_at: datetime, asked: Asked,
     for other in alternatives(chosen, looked, opened_at):
         if other.action not in excluded:
             why = f"{SAID[chosen.action]} was ruled out ({_ruled_out(asked, steer)})"
-            return Steered(other, f"{said} {why.capitalize()}: the evidence's next choice is to "
+            return Steered(other, f"{said} {why[:1].upper()}{why[1:]}: the evidence's next "
+                                  f"choice is to "
                                   f"{SAID[other.action]}.".strip(), excluded)
     return Steered(ask_person(chosen, _ruled_out(asked, steer)), said, excluded)
 

@@ -14,7 +14,7 @@ from typing import Literal
 
 Remedy = Literal["rollback", "restart", "scale", "failover", "no change"]
 REMEDIES: tuple[tuple[Remedy, re.Pattern[str]], ...] = (
-    ("rollback", re.compile(r"\b(?:roll(?:ing)?[ -]?back|rollbacks?|revert(?:ing)?|"
+    ("rollback", re.compile(r"\b(?:roll(?:ing)?(?: \w+)?[ -]?back|rollbacks?|revert(?:ing)?|"
                             r"undo(?:ing)?)\b")),
     ("restart", re.compile(r"\b(?:restart(?:ing)?|bounce|recycle|reboot)\b")),
     ("scale", re.compile(r"\b(?:scal(?:e|ing)(?: (?:it |them )?(?:out|up))?|more replicas|"
