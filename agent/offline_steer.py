@@ -18,11 +18,9 @@ from agent.offline_evidence import HEADROOM, Decision, Looked, decide
 from agent.prompts import Asked
 from core.domain.plan_templates import load_template
 from core.domain.plans import plan_hash
-from core.domain.steering import SAID, Remedy, Steer, steer_of
+from core.domain.steering import SAID, TEMPLATES, Remedy, Steer, steer_of
 
-WORDS_TEMPLATES: dict[Remedy, str] = {
-    "rollback": "k8s.rollout.canary", "restart": "script.restart",
-    "failover": "gateway.flip.failover", "no change": "noop"}
+WORDS_TEMPLATES = TEMPLATES
 
 
 @dataclass(frozen=True)

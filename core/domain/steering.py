@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from core.domain.attempts import REJECTED, Replan
+
 Remedy = Literal["rollback", "restart", "scale", "failover", "no change"]
 REMEDIES: tuple[tuple[Remedy, re.Pattern[str]], ...] = (
     ("rollback", re.compile(r"\b(?:roll(?:ing)?(?: \w+)?[ -]?back|rollbacks?|revert(?:ing)?|"
@@ -82,3 +84,27 @@ def _steer(text: str) -> Steer:
         replicas = int(found.group(1) or found.group(2))
         want = want or "scale"
     return Steer(want, frozenset(avoid), replicas, text.strip())
+
+
+TEMPLATES: dict[Remedy, str] = {
+    "rollback": "k8s.rollout.canary", "restart": "script.restart",
+    "failover": "gateway.flip.failover", "no change": "noop"}
+"""The catalog template that carries out each remedy (a scale has none: it is written)."""
+
+
+def replan_steer(replan: Replan | None) -> Steer:
+    """What the person asked on the replan: their resume's words, else their Reject's reason."""
+    if replan is None:
+        return Steer()
+    rejected = replan.parked_because if replan.parked_by == REJECTED else ""
+    return steer_of(replan.resumed.words, rejected)
+
+
+def asking_title(replan: Replan) -> str:
+    """The title of the plan that changes nothing and asks the person what to try, when what
+    they asked (or the plan the words pick) was declined on the case."""
+    why = (f"the plan was rejected (\"{replan.parked_because[:120]}\")"
+           if replan.parked_by == REJECTED and replan.parked_because
+           else "the plan was declined on this case")
+    return (f"No change: {why}; a person decides what to try "
+            "(/case resume <id> <what to try>)")[:200]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import pytest
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -225,9 +226,10 @@ def proposed_hashes(bot: Stack, case_id: UUID) -> list[str]:
             if row["event"] == "plan_ready" and row["meta"]["outcome"] == "accepted"]
 
 
+@pytest.mark.parametrize("offline_agent", [True, False], ids=["offline-planner", "templates"])
 def test_reject_restart_instead_then_resume_restart_the_pods_gives_a_restart_plan(
-        engine: Engine) -> None:
-    with running_bot(engine, real_agent=True) as bot:
+        engine: Engine, offline_agent: bool) -> None:
+    with running_bot(engine, real_agent=offline_agent) as bot:
         case_id, first = rejected_with(bot, "8.000100", "restart instead")
         answer = shown(ask(bot, f"resume {str(case_id)[:8]} restart the pods", user=SECOND))
         assert answer.startswith(f"Planning re-opened on case `{str(case_id)[:8]}`")
@@ -243,9 +245,10 @@ def test_reject_restart_instead_then_resume_restart_the_pods_gives_a_restart_pla
     assert len(hashes) == 2 and hashes[0] != hashes[1]
 
 
+@pytest.mark.parametrize("offline_agent", [True, False], ids=["offline-planner", "templates"])
 def test_resume_with_no_words_after_a_reject_never_brings_the_rejected_plan_back(
-        engine: Engine) -> None:
-    with running_bot(engine, real_agent=True) as bot:
+        engine: Engine, offline_agent: bool) -> None:
+    with running_bot(engine, real_agent=offline_agent) as bot:
         case_id, _ = rejected_with(bot, "8.000200", "not this one")
         shown(ask(bot, f"resume {str(case_id)[:8]}", user=SECOND))
         bot.slack.wait_for(lambda: len(bot.plan_messages()) == 2, timeout_s=60,
@@ -257,5 +260,5 @@ def test_resume_with_no_words_after_a_reject_never_brings_the_rejected_plan_back
     assert len(hashes) == 2 and hashes[1] != hashes[0]
     assert plan is not None and [s["action"] for s in plan["plan"]["steps"]] == ["noop"]
     assert "a person decides what to try" in plan["plan"]["title"]
-    assert "not this one" in plan["plan"]["title"]
+    assert '"not this one"' in plan["plan"]["title"]
     assert refused == []  # the planner did not even try the rejected plan again
