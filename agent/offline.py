@@ -37,6 +37,7 @@ from agent.offline_looks import (
     made_plan,
     next_looks,
     template_call,
+    unnamed,
     where_of,
     with_checks,
     written_plan,
@@ -47,7 +48,7 @@ from agent.usage import estimated
 from core.alerts.text import shortened
 from core.consumers.planner import DEFAULT_TEMPLATE, choose_template
 from core.domain.fsm import CaseStatus
-from core.domain.plan_templates import template_names
+from core.domain.plan_templates import load_template, template_names
 
 CASE_ID = re.compile(r"case ([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
 WANTS_PLAN = ("plan", "propose", "fix", "mitigat", "remediat")
@@ -179,6 +180,13 @@ class OfflinePlannerModel(BaseChatModel):
         template they pick; else the plan that resolved the most similar verified case, else
         the template the incident's words pick, as written."""
         latest = {name: dict(found[-1][1]) for name, found in answers.by_tool.items()}
+        nameless = unnamed(answers)
+        if nameless is not None:  # a catalog, and nothing in it to look at: no unrelated plan
+            asking = {**load_template("noop"), "title": (
+                f"No change: {nameless[:1].lower()}{nameless[1:].rstrip('.')}; a person names "
+                "the service "
+                "(/case resume <id> <service>)")[:200]}
+            return self._calls(turn, [("propose_plan", {"case_id": case_id, "plan": asking})])
         plan = None if asked != Asked() else learned_plan(evidence, str(case.get("title", "")))
         if plan is None:
             plan, _ = words_plan(self._template(incident, latest), asked)

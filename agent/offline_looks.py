@@ -45,9 +45,17 @@ def next_looks(case_id: str, case: Mapping[str, Any], answers: Answers,
         return [("find_components", {"query": incident[:300]})]
     found = _ok(answers.first("find_components"))
     if found and not case.get("components") and not answers.asked("name_components"):
-        best = (found.get("components") or [{}])[0].get("name")
+        # Named by the report's words, else the most anomalous of the components with symptoms
+        # (``core.investigate.symptoms``), whose sentence naming them goes to the thread.
+        listed = found.get("components") or found.get("by_symptoms") or [{}]
+        best = listed[0].get("name") if isinstance(listed[0], Mapping) else None
+        told = [] if found.get("components") or not found.get("said") or \
+            answers.asked("add_note") else [("add_note", {"case_id": case_id,
+                                                          "text": str(found["said"])})]
         if best:
-            return [("name_components", {"case_id": case_id, "components": [best]})]
+            return [("name_components", {"case_id": case_id, "components": [best]}), *told]
+        if told:
+            return told
     if not _component(case, answers):
         return None
     if not answers.asked("list_metrics"):
@@ -74,6 +82,15 @@ def _other_looks() -> Calls:
     return [("list_alerts", {}), ("recent_changes", {"hours": 24}),
             ("kube_objects", {"kind": "deployments"}), ("kube_objects", {"kind": "pods"}),
             ("kube_events", {"since_minutes": 120})]
+
+
+def unnamed(answers: Answers) -> str | None:
+    """Why no component is investigated when the catalog answered (the report names none and
+    none shows symptoms, in the look's sentence); None without a catalog."""
+    found = _ok(answers.first("find_components"))
+    if found is None or found.get("components") or found.get("by_symptoms"):
+        return None
+    return str(found.get("said") or "the report names no catalog component")
 
 
 def looked(answers: Answers) -> Looked:
