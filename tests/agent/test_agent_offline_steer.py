@@ -47,6 +47,8 @@ def test_what_the_evidence_forbids_is_not_done_and_the_answer_cites_the_look() -
     assert fewer.decision.action == "restart" and "4 replicas run now (kube_objects)" in fewer.said
     more = steered(chosen, stuck, OPENED, Asked(words="scale to 10"), 4)
     assert (more.decision.action, more.decision.replicas) == ("scale", 10)
+    nowhere = steered(chosen, stuck, OPENED, Asked(words="scale to 10"), None)
+    assert nowhere.decision.action == "restart" and "nothing to scale" in nowhere.said
 
 
 def test_without_a_look_the_words_pick_the_template_and_a_declined_plan_never_returns() -> None:

@@ -262,3 +262,37 @@ def test_resume_with_no_words_after_a_reject_never_brings_the_rejected_plan_back
     assert "a person decides what to try" in plan["plan"]["title"]
     assert '"not this one"' in plan["plan"]["title"]
     assert refused == []  # the planner did not even try the rejected plan again
+
+
+def test_the_model_reads_the_rejection_its_reason_and_the_words_and_may_not_repeat_the_plan(
+        engine: Engine, tmp_path: Path) -> None:
+    rollback = {**PLAN, "title": "Roll checkout back"}
+    restart = {**PLAN, "title": "Restart the checkout pods"}
+    model = PlanningModel(rounds=[[rollback], [dict(rollback), restart]])
+    with running_bot(engine, **planned_by(model)) as bot:
+        bot.mention("<@U0BOT> checkout 5xx", event_id="Ev-llm", ts="9.000100")
+        bot.slack.wait_for(lambda: bool(bot.plan_messages()), what="the first plan")
+        case_id = bot.case_of_thread("9.000100")
+        assert case_id is not None
+        first = bot.plan_messages()[0]
+        bot.click(Action.REJECT, approval_of(first) or "", user=APPROVER,
+                  message_ts=first["ts"], thread_ts="9.000100")
+        bot.slack.wait_for(lambda: bool(bot.slack.calls("views.open")), what="the modal")
+        view = bot.slack.calls("views.open")[-1]["view"]
+        bot.send(reason_body(view["private_metadata"], "restart instead", user=APPROVER), FORM)
+        bot.slack.wait_for(lambda: bot.app.cases.get_case(case_id)["status"]
+                           == CaseStatus.PARKED, what="the rejection")
+        shown(ask(bot, f"resume {str(case_id)[:8]} restart the pods", user=SECOND))
+        bot.slack.wait_for(lambda: len(bot.plan_messages()) == 2, what="the second plan")
+        second = bot.plan_messages()[1]
+    replan = model.requests[1]
+    assert "parked (gate_rejected: restart instead)" in replan
+    assert '"restart the pods"' in replan
+    assert "The plan that was rejected at the gate: Roll checkout back (plan hash " \
+           f"{plan_hash(rollback)[:12]}); its steps: noop" in replan
+    assert f"Plans this case declined (failed or rejected; the same plan again is refused): " \
+           f"{plan_hash(rollback)[:12]}." in replan
+    assert "where the evidence forbids it, propose what it allows and say why" in replan
+    # the identical plan was refused before the gate, the model told why; the other one came
+    assert "was rejected at the gate on this case" in model.refusals[0]
+    assert "Restart the checkout pods" in plan_of(second)
