@@ -99,11 +99,13 @@ def forbids(steer: Steer, chosen: Decision, looked: Looked,
         if standby[0].last >= HEADROOM:
             return (f"the standby's {standby[0].metric} is {standby[0].fig(standby[0].last)} "
                     "(query_metrics): it has no headroom to take the traffic")
-    if steer.want == "scale" and replicas_now is None:
+    if steer.want != "scale":
+        return None
+    if replicas_now is None:
         return ("kube_objects shows no Deployment of the component (or it could not be read): "
                 "there is nothing to scale")
-    if steer.want == "scale" and steer.replicas is not None \
-            and steer.replicas < replicas_now and any(s.state == "ongoing" for s in signals):
+    if steer.replicas is not None and steer.replicas < replicas_now \
+            and any(s.state == "ongoing" for s in signals):
         return (f"{replicas_now} replicas run now (kube_objects) and the component is still "
                 f"anomalous: {steer.replicas} would put the same load on fewer pods")
     return None
