@@ -149,8 +149,10 @@ class OfflinePlannerModel(BaseChatModel):
         chosen = turned.decision
         if not answers.asked("record_findings"):
             said = f" {turned.said}" if turned.said else ""
+            # how the person's words were taken (or why not) goes to the thread as well
+            told = [("add_note", {"case_id": case_id, "text": turned.said})] if said else []
             return self._calls(turn, [("record_findings", {
-                "case_id": case_id, "summary": self._cited(chosen, evidence) + said})])
+                "case_id": case_id, "summary": self._cited(chosen, evidence) + said}), *told])
         template = template_call(chosen)
         if template and not answers.asked("plan_template"):
             return self._calls(turn, template)
@@ -188,9 +190,11 @@ class OfflinePlannerModel(BaseChatModel):
                 "(/case resume <id> <service>)")[:200]}
             return self._calls(turn, [("propose_plan", {"case_id": case_id, "plan": asking})])
         plan = None if asked != Asked() else learned_plan(evidence, str(case.get("title", "")))
+        said = ""
         if plan is None:
-            plan, _ = words_plan(self._template(incident, latest), asked)
-        return self._calls(turn, [("propose_plan", {"case_id": case_id, "plan": plan})])
+            plan, said = words_plan(self._template(incident, latest), asked)
+        told = [("add_note", {"case_id": case_id, "text": said})] if said else []
+        return self._calls(turn, [*told, ("propose_plan", {"case_id": case_id, "plan": plan})])
 
     def _plan_for(self, chosen: Decision, answers: Answers, evidence: dict[str, Any],
                   title: str) -> tuple[dict[str, Any] | None, str | None]:

@@ -238,11 +238,15 @@ def test_reject_restart_instead_then_resume_restart_the_pods_gives_a_restart_pla
         second = bot.plan_messages()[1]
         hashes = proposed_hashes(bot, case_id)
         plan = bot.app.cases.proposed_plan(case_id, hashes[-1])
+        posts = bot.slack.posts()
     assert "Canary rollout" in plan_of(first)
     assert plan is not None and plan["plan"]["title"].startswith("Restart the service")
     assert [step["params"]["argv"][0] for step in plan["plan"]["steps"]] == ["restart-service"]
     assert "Restart the service" in plan_of(second)
     assert len(hashes) == 2 and hashes[0] != hashes[1]
+    if offline_agent:  # the thread is told how the words were taken
+        assert any("asked to restart, the plan does that" in str(post.get("text"))
+                   for post in posts)
 
 
 @pytest.mark.parametrize("offline_agent", [True, False], ids=["offline-planner", "templates"])
