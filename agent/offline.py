@@ -7,7 +7,10 @@ case's component (``agent.offline_looks``: its metrics, alerts, changes, Deploym
 events), decide from what the looks showed (``agent.offline_evidence``), record findings citing
 them, and propose the plan made for the component — the plan of a verified past case that
 matches the evidence, naming it; without a catalog, the catalog plan whose keywords match the
-incident (else the one the best runbook names) — and say that a human must approve it.
+incident (else the one the best runbook names); with a catalog in which nothing matches the
+report or shows a symptom, no change, asking a person to name the service — and say that a human
+must approve it. After a Reject or a resume it follows the person's words where the evidence
+allows (``agent.offline_steer``).
 It never asks for a tool that does not exist, and no rule reads the incident's words, so
 prompt-injected text changes nothing.
 """

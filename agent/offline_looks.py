@@ -1,9 +1,10 @@
 """How the offline planner investigates before it proposes, in the order a careful SRE would: find
-the case's component in the catalog and name it; list its metrics and read each over the last
-two hours; read its alerts, recent changes, pods and events; then decide from what they showed
-(``agent.offline_evidence``) and have the plan made for the component (``plan_template``) or
-write it. Without a catalog it looks at nothing and the incident's words pick a template, as
-written — and it says that nothing was checked."""
+the case's component in the catalog and name it (by the report's words, else the most anomalous
+of the components with firing alerts or moved metrics, the candidates said in the thread); list
+its metrics and read each over the last two hours; read its alerts, recent changes, pods and
+events; then decide from what they showed (``agent.offline_evidence``) and have the plan made for
+the component (``plan_template``) or write it. Without a catalog it looks at nothing and the
+incident's words pick a template, as written — and it says that nothing was checked."""
 
 from __future__ import annotations
 
