@@ -300,3 +300,18 @@ def test_the_model_reads_the_rejection_its_reason_and_the_words_and_may_not_repe
     # the identical plan was refused before the gate, the model told why; the other one came
     assert "was rejected at the gate on this case" in model.refusals[0]
     assert "Restart the checkout pods" in plan_of(second)
+
+
+def test_a_mention_in_the_parked_thread_steers_the_offline_planner(engine: Engine) -> None:
+    with running_bot(engine, real_agent=True) as bot:
+        case_id, _ = rejected_with(bot, "8.000300", "wrong")
+        bot.mention("<@U0BOT> don't roll back, restart the pods", event_id="Ev-steer",
+                    ts="8.000301", thread_ts="8.000300", user=SECOND)
+        bot.slack.wait_for(lambda: len(bot.plan_messages()) == 2, timeout_s=60,
+                           what="the plan after the mention")
+        hashes = proposed_hashes(bot, case_id)
+        plan = bot.app.cases.proposed_plan(case_id, hashes[-1])
+        resumed = [row for row in bot.app.cases.timeline(case_id) if row["event"] == "resume"]
+    assert [row["actor"] for row in resumed] == [SECOND]
+    assert plan is not None and plan["plan"]["title"].startswith("Restart the service")
+    assert len(set(hashes)) == 2
