@@ -7,7 +7,10 @@ case's component (``agent.offline_looks``: its metrics, alerts, changes, Deploym
 events), decide from what the looks showed (``agent.offline_evidence``), record findings citing
 them, and propose the plan made for the component — the plan of a verified past case that
 matches the evidence, naming it; without a catalog, the catalog plan whose keywords match the
-incident (else the one the best runbook names) — and say that a human must approve it.
+incident (else the one the best runbook names); with a catalog in which nothing matches the
+report or shows a symptom, no change, asking a person to name the service — and say that a human
+must approve it. After a Reject or a resume it follows the person's words where the evidence
+allows (``agent.offline_steer``).
 It never asks for a tool that does not exist, and no rule reads the incident's words, so
 prompt-injected text changes nothing.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
@@ -28,17 +32,21 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from agent.evidence import evidence_of, findings_cited, learned_from, learned_plan
-from agent.offline_evidence import Decision
+from agent.offline_evidence import Decision, instant
 from agent.offline_looks import (
     Answers,
     decision,
+    looked,
     made_plan,
     next_looks,
     template_call,
+    unnamed,
+    where_of,
     with_checks,
     written_plan,
 )
-from agent.prompts import asked_about
+from agent.offline_steer import Steered, ask_person, declined_plan, steered, words_plan
+from agent.prompts import Asked, asked_about, replan_asked
 from agent.usage import estimated
 from core.alerts.text import shortened
 from core.consumers.planner import DEFAULT_TEMPLATE, choose_template
@@ -115,50 +123,81 @@ class OfflinePlannerModel(BaseChatModel):
                                       ("runbooks", {"query": asked_about(request)[:300]})])
         case = results.get("get_case", {})
         title = str(case.get("title", ""))
+        asked = replan_asked(request)
         if "propose_plan" in results:
             return AIMessage(content=self._proposal_answer(results["propose_plan"], evidence,
-                                                           answers, case))
+                                                           answers, case, asked, request))
         status = self._status(case, results.get("record_findings"))
         wants_plan = any(word in request.lower() for word in WANTS_PLAN)
         if wants_plan and status == CaseStatus.ANALYZING and "record_findings" not in results:
             return self._calls(turn, [("record_findings", {
                 "case_id": case_id, "summary": self._findings(title, results, evidence)})])
         if wants_plan and status == CaseStatus.PLANNING:
-            return self._plan_turn(turn, case_id, case, answers, evidence, f"{title} {request}")
+            return self._plan_turn(turn, case_id, case, answers, evidence, f"{title} {request}",
+                                   asked)
         return AIMessage(content=self._status_answer(case, status, results))
 
     def _plan_turn(self, turn: int, case_id: str, case: dict[str, Any], answers: Answers,
-                   evidence: dict[str, Any], incident: str) -> AIMessage:
+                   evidence: dict[str, Any], incident: str, asked: Asked) -> AIMessage:
         """Look at the service first (``agent.offline_looks``), decide from what it showed
-        (``agent.offline_evidence``), write the findings citing the looks, then propose the
-        plan made for the component — or say why there is none."""
+        (``agent.offline_evidence``) and the person's words after a Reject or a resume
+        (``agent.offline_steer``), write the findings citing the looks, then propose the plan
+        made for the component — or say why there is none."""
         looks = next_looks(case_id, case, answers, incident)
         if looks:
             return self._calls(turn, looks)
         if not answers.ok("recent_changes") and not answers.ok("query_metrics"):
-            return self._unlooked(turn, case_id, case, answers, evidence, incident)
-        chosen = decision(case, answers, learned_plan(evidence, str(case.get("title", ""))))
+            return self._unlooked(turn, case_id, case, answers, evidence, incident, asked)
+        turned = self._steered(case, answers, evidence, asked)
+        chosen = turned.decision
         if not answers.asked("record_findings"):
+            said = f" {turned.said}" if turned.said else ""
+            # how the person's words were taken (or why not) goes to the thread as well
+            told = [("add_note", {"case_id": case_id, "text": turned.said})] if said else []
             return self._calls(turn, [("record_findings", {
-                "case_id": case_id, "summary": self._cited(chosen, evidence)})])
+                "case_id": case_id, "summary": self._cited(chosen, evidence) + said}), *told])
         template = template_call(chosen)
         if template and not answers.asked("plan_template"):
             return self._calls(turn, template)
         plan, refused = self._plan_for(chosen, answers, evidence, str(case.get("title", "")))
+        if plan is not None and declined_plan(plan, asked):
+            plan = written_plan(ask_person(chosen, "the same plan was declined"), answers)
         if plan is None:
             return AIMessage(content=f"{chosen.findings()} I did not propose a plan: "
                                      f"{refused or 'no plan could be written for it'}.")
         return self._calls(turn, [("propose_plan", {"case_id": case_id, "plan": plan})])
 
+    @staticmethod
+    def _steered(case: dict[str, Any], answers: Answers, evidence: dict[str, Any],
+                 asked: Asked) -> Steered:
+        """The evidence's decision, turned by the person's words where the evidence allows."""
+        chosen = decision(case, answers, learned_plan(evidence, str(case.get("title", ""))))
+        if asked == Asked():
+            return Steered(chosen)
+        opened = instant(str(case.get("created_at", ""))) or datetime.now(UTC)
+        where = where_of(answers)
+        return steered(chosen, looked(answers), opened, asked,
+                       None if where is None else where[2])
+
     def _unlooked(self, turn: int, case_id: str, case: dict[str, Any], answers: Answers,
-                  evidence: dict[str, Any], incident: str) -> AIMessage:
-        """Nothing could be looked at (no catalog, no component): the plan that resolved the
-        most similar verified case, else the template the words pick, as written."""
-        plan = learned_plan(evidence, str(case.get("title", "")))
+                  evidence: dict[str, Any], incident: str, asked: Asked) -> AIMessage:
+        """Nothing could be looked at (no catalog, no component): after a person's words, the
+        template they pick; else the plan that resolved the most similar verified case, else
+        the template the incident's words pick, as written."""
+        latest = {name: dict(found[-1][1]) for name, found in answers.by_tool.items()}
+        nameless = unnamed(answers)
+        if nameless is not None:  # a catalog, and nothing in it to look at: no unrelated plan
+            asking = {**load_template("noop"), "title": (
+                f"No change: {nameless[:1].lower()}{nameless[1:].rstrip('.')}; a person names "
+                "the service "
+                "(/case resume <id> <service>)")[:200]}
+            return self._calls(turn, [("propose_plan", {"case_id": case_id, "plan": asking})])
+        plan = None if asked != Asked() else learned_plan(evidence, str(case.get("title", "")))
+        said = ""
         if plan is None:
-            latest = {name: dict(found[-1][1]) for name, found in answers.by_tool.items()}
-            plan = load_template(self._template(incident, latest))
-        return self._calls(turn, [("propose_plan", {"case_id": case_id, "plan": plan})])
+            plan, said = words_plan(self._template(incident, latest), asked)
+        told = [("add_note", {"case_id": case_id, "text": said})] if said else []
+        return self._calls(turn, [*told, ("propose_plan", {"case_id": case_id, "plan": plan})])
 
     def _plan_for(self, chosen: Decision, answers: Answers, evidence: dict[str, Any],
                   title: str) -> tuple[dict[str, Any] | None, str | None]:
@@ -220,19 +259,28 @@ class OfflinePlannerModel(BaseChatModel):
             parts.append(f"plan {learned_from(evidence)}")
         return "; ".join(part for part in parts if part) + "."
 
-    @staticmethod
-    def _proposal_answer(result: dict[str, Any], evidence: dict[str, Any], answers: Answers,
-                         case: dict[str, Any]) -> str:
+    def _proposal_answer(self, result: dict[str, Any], evidence: dict[str, Any],
+                         answers: Answers, case: dict[str, Any], asked: Asked,
+                         request: str) -> str:
         """What was proposed, and what it rests on: what the looks showed, else the analyst's
-        findings; and the past case it came from, when it did."""
+        findings; how the person's words were taken; the past case it came from, when it did."""
         if result.get("error"):
             return f"I could not propose a plan: {refusal_in_words(result['error'])}"
         digest = str((result.get("result") or {}).get("plan_hash", ""))[:12]
         past = learned_plan(evidence, str(case.get("title", "")))
         if answers.ok("query_metrics") or answers.ok("recent_changes"):
-            chosen = decision(case, answers, past)
+            turned = self._steered(case, answers, evidence, asked)
+            chosen = turned.decision
             learned = chosen.action == "learned"
             basis = f" It rests on what I looked at: {chosen.findings()}"
+            basis += f" {turned.said}" if turned.said else ""
+        elif asked != Asked():
+            latest = {name: dict(found[-1][1]) for name, found in answers.by_tool.items()}
+            learned = False
+            _, said = words_plan(self._template(f"{case.get('title', '')} {request}", latest),
+                                 asked)
+            basis = (f" {said}" if said else "") + (" I could look at nothing (no catalog "
+                                                    "component): nothing was checked.")
         else:
             learned, cited = past is not None, findings_cited(evidence)
             basis = (f" It rests on the analyst's {cited[:400]}." if cited else

@@ -101,6 +101,7 @@ class Decision:
     checks: tuple[dict[str, Any], ...] = ()
     change: Mapping[str, Any] | None = None  # the change to roll back
     notes: tuple[str, ...] = field(default=())
+    replicas: int | None = None  # a scale's target, when a person named it
 
     def findings(self) -> str:
         return "; ".join((*self.because, *self.notes)) + "."

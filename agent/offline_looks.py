@@ -1,9 +1,10 @@
 """How the offline planner investigates before it proposes, in the order a careful SRE would: find
-the case's component in the catalog and name it; list its metrics and read each over the last
-two hours; read its alerts, recent changes, pods and events; then decide from what they showed
-(``agent.offline_evidence``) and have the plan made for the component (``plan_template``) or
-write it. Without a catalog it looks at nothing and the incident's words pick a template, as
-written — and it says that nothing was checked."""
+the case's component in the catalog and name it (by the report's words, else the most anomalous
+of the components with firing alerts or moved metrics, the candidates said in the thread); list
+its metrics and read each over the last two hours; read its alerts, recent changes, pods and
+events; then decide from what they showed (``agent.offline_evidence``) and have the plan made for
+the component (``plan_template``) or write it. Without a catalog it looks at nothing and the
+incident's words pick a template, as written — and it says that nothing was checked."""
 
 from __future__ import annotations
 
@@ -45,9 +46,17 @@ def next_looks(case_id: str, case: Mapping[str, Any], answers: Answers,
         return [("find_components", {"query": incident[:300]})]
     found = _ok(answers.first("find_components"))
     if found and not case.get("components") and not answers.asked("name_components"):
-        best = (found.get("components") or [{}])[0].get("name")
+        # Named by the report's words, else the most anomalous of the components with symptoms
+        # (``core.investigate.symptoms``), whose sentence naming them goes to the thread.
+        listed = found.get("components") or found.get("by_symptoms") or [{}]
+        best = listed[0].get("name") if isinstance(listed[0], Mapping) else None
+        told = [] if found.get("components") or not found.get("said") or \
+            answers.asked("add_note") else [("add_note", {"case_id": case_id,
+                                                          "text": str(found["said"])})]
         if best:
-            return [("name_components", {"case_id": case_id, "components": [best]})]
+            return [("name_components", {"case_id": case_id, "components": [best]}), *told]
+        if told:
+            return told
     if not _component(case, answers):
         return None
     if not answers.asked("list_metrics"):
@@ -74,6 +83,15 @@ def _other_looks() -> Calls:
     return [("list_alerts", {}), ("recent_changes", {"hours": 24}),
             ("kube_objects", {"kind": "deployments"}), ("kube_objects", {"kind": "pods"}),
             ("kube_events", {"since_minutes": 120})]
+
+
+def unnamed(answers: Answers) -> str | None:
+    """Why no component is investigated when the catalog answered (the report names none and
+    none shows symptoms, in the look's sentence); None without a catalog."""
+    found = _ok(answers.first("find_components"))
+    if found is None or found.get("components") or found.get("by_symptoms"):
+        return None
+    return str(found.get("said") or "the report names no catalog component")
 
 
 def looked(answers: Answers) -> Looked:
@@ -112,7 +130,7 @@ def written_plan(chosen: Decision, answers: Answers) -> dict[str, Any] | None:
         plan["title"] = "No change: " + (chosen.because[-1] if chosen.because else
                                          "nothing was found to act on")
     elif chosen.action == "scale" and where is not None:
-        plan = _scale(*where)
+        plan = _scale(*where, to=chosen.replicas)
     elif chosen.action == "rollback" and where is not None:
         plan = _undo(*where, chosen.change or {})
     else:
@@ -140,12 +158,13 @@ def made_plan(answers: Answers) -> tuple[dict[str, Any] | None, str | None]:
     return None, str(answer.get("error") or "the template could not be made for this case")
 
 
-def _scale(namespace: str, deployment: str, replicas: int) -> dict[str, Any]:
-    target = f"{namespace}/{deployment}"
-    return {"title": f"Scale {target} out from {replicas} to {replicas * 2} replicas",
+def _scale(namespace: str, deployment: str, replicas: int,
+           to: int | None = None) -> dict[str, Any]:
+    target, wanted = f"{namespace}/{deployment}", to or replicas * 2
+    return {"title": f"Scale {target} out from {replicas} to {wanted} replicas",
             "risk_score": 0.3,
             "steps": [{"action": "script.exec", "params": {"argv": [
-                "scale-deployment", target, f"--replicas={replicas * 2}"]}, "timeout_s": 300,
+                "scale-deployment", target, f"--replicas={wanted}"]}, "timeout_s": 300,
                 "retry": 1}],
             "rollback": {"action": "script.exec", "params": {"argv": [
                 "scale-deployment", target, f"--replicas={replicas}"]}}}
@@ -161,6 +180,11 @@ def _undo(namespace: str, deployment: str, _replicas: int,
                 "timeout_s": 600, "retry": 1}],
             "rollback": {"action": "k8s.rollout", "params": {
                 "operation": "restart", "namespace": namespace, "deployment": deployment}}}
+
+
+def where_of(answers: Answers) -> tuple[str, str, int] | None:
+    """(namespace, deployment, desired replicas) of the component's first Deployment."""
+    return _where(answers)
 
 
 def _where(answers: Answers) -> tuple[str, str, int] | None:

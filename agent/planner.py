@@ -9,7 +9,7 @@ import logging
 from typing import TYPE_CHECKING
 from uuid import UUID
 
-from agent.prompts import plan_request
+from agent.prompts import plan_request, steps_in_words
 from agent.runner import Agent
 from core.consumers.planner import case_opener
 from core.consumers.runs import current_run
@@ -67,12 +67,13 @@ class AgentPlanner:
 
     def _request(self, case_id: UUID, case: CaseView) -> str:
         """The turn's request: the case, and after a person's resume their words, why it parked
-        and the plan that failed."""
+        and the plan that failed or was rejected (its title and steps)."""
         replan = replan_of(self.app.cases.moves(case_id))
         failed = None if replan is None or replan.failed is None else \
             self.app.cases.proposed_plan(case_id, replan.failed.plan_hash)
         title = None if failed is None else str(failed["plan"].get("title") or "")
-        return plan_request(case, replan, title)
+        steps = "" if failed is None else steps_in_words(failed["plan"])
+        return plan_request(case, replan, title, steps)
 
     def _still_planning(self, case_id: UUID, version: int) -> bool:
         case = self.app.cases.get_case(case_id)

@@ -159,7 +159,9 @@ def gate_cost(engine: Engine, service: CaseService, case_id: uuid.UUID) -> float
     def move(event: CaseEvent) -> None:
         actor = APPROVER if event is CaseEvent.GATE_REJECTED else "sre"
         plan = PLAN if event is CaseEvent.PLAN_READY else None
-        service.transition(TransitionCase(case_id, event, actor=actor, reason="bench",
+        # the same plan comes back after each rejection: the resume asks for a retry
+        reason = "retry (bench)" if event is CaseEvent.RESUME else "bench"
+        service.transition(TransitionCase(case_id, event, actor=actor, reason=reason,
                                           plan=plan), key=uuid.uuid4().hex).data()
 
     for event in (CaseEvent.START_ANALYSIS, CaseEvent.ANALYSIS_DONE, CaseEvent.PLAN_READY,

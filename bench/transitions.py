@@ -132,8 +132,10 @@ def transition_loop(engine: Engine, worker: int, case_id: uuid.UUID) -> Loop:
         nonlocal step
         event_name, plan = CYCLE[step % len(CYCLE)]
         step += 1
+        # the same plan comes back after each rejection: the resume asks for a retry
         cmd = TransitionCase(case_id=case_id, event=event_name, actor=actor(event_name, worker),
-                             reason="bench", plan=plan)
+                             reason="retry (bench)" if event_name is CaseEvent.RESUME
+                             else "bench", plan=plan)
         reply = service.transition(cmd, key=uuid.uuid4().hex)
         if not reply.ok:
             raise RuntimeError(f"transition {event_name} refused: {reply.body}")

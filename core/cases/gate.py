@@ -264,13 +264,14 @@ class Gate:
 
     def _admit_attempt(self, conn: Connection, case_id: UUID, digest: str) -> None:
         """A plan comes to the gate only when it can run (its dry run refused no step) and is
-        not one that already failed on the case, unless a person asked for it again."""
+        not one that already failed on the case or that a person rejected, unless a person
+        asked for it again."""
         if self.dry_run is not None and self.dry_run.digest == digest and self.dry_run.refused:
             raise GuardFailed(self.dry_run.reason(),
                               problems=[f"dry run: {line.text}" for line in self.dry_run.refused])
         repeated = repeat_refusal(digest, accepted_moves(conn, case_id))
         if repeated is not None:
-            raise GuardFailed(repeated, problems=[f"plan: {digest} already failed on the case"])
+            raise GuardFailed(repeated, problems=[f"plan: {digest} was declined on the case"])
 
     def _admit_approval(self, conn: Connection, case: Row, cmd: TransitionCase,
                         writes: store.Writes, ruling: Ruling | None) -> str:

@@ -15,11 +15,13 @@ from uuid import UUID
 
 from core.cases.service import CaseService
 from core.consumers.runs import CommandRun, current_run, move_case
+from core.domain.attempts import Replan, replan_of
 from core.domain.commands import NoteCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import CommandPayload, Topic, payload_as
 from core.domain.plan_templates import load_template
-from core.domain.plans import plan_problems
+from core.domain.plans import plan_hash, plan_problems
+from core.domain.steering import TEMPLATES, asking_title, replan_steer
 from core.errors import GuardFailed, Unavailable
 from core.investigate.scope import OutOfScope
 from core.investigate.sources import case_looks
@@ -116,12 +118,28 @@ class Planner:
         self._propose(run, proposal, correlation_id, delivery)
 
     def _proposal(self, run: CommandRun) -> Proposal | str:
-        """The learned plan when the library has a valid one for the case's title, else the
-        catalog template the title picks, made for the case's component when there is a
-        service catalog (``core.investigate.templates``); why not, when it cannot be made."""
-        template = choose_template(run.case["title"])
+        """After a person's Reject or resume, what their words ask (``core.domain.steering``),
+        never a plan the case declined unless they asked for a retry; else the learned plan when
+        the library has a valid one for the case's title, else the catalog template the title
+        picks, made for the case's component when there is a service catalog
+        (``core.investigate.templates``); why not, when it cannot be made."""
+        replan = replan_of(self.cases.moves(run.case_id))
+        proposal = self._chosen(run, replan)
+        if isinstance(proposal, str) or replan is None or replan.resumed.retry \
+                or plan_hash(proposal.plan) not in {a.plan_hash for a in replan.declined}:
+            return proposal
+        asking = {**load_template("noop"), "title": asking_title(replan)}
+        return Proposal("noop", asking, "the plan the words pick was declined on the case",
+                        {"template": "noop"})
+
+    def _chosen(self, run: CommandRun, replan: Replan | None) -> Proposal | str:
+        steer = replan_steer(replan)
+        wanted = TEMPLATES.get(steer.want) if steer.want else None
+        template = wanted or choose_template(run.case["title"])
+        source = "the person's words" if wanted else "the case title"
         plan = load_template(template)
-        learned = self.library.best_plan_for(str(run.case["title"]), exclude=run.case_id)
+        learned = None if replan is not None else self.library.best_plan_for(
+            str(run.case["title"]), exclude=run.case_id)
         if learned is not None and not plan_problems(learned["plan"]):
             # Evidence before templates: the plan that resolved the most similar verified case.
             return Proposal(template, learned["plan"], learned_reason(learned),
@@ -131,9 +149,9 @@ class Planner:
                 made = made_for_case(self.app, run.case, template)
             except (OutOfScope, Unavailable) as refused:
                 return f"no plan proposed from the template {template}: {refused.message}"
-            return Proposal(template, made["plan"], f"template {template} chosen from the case "
-                            f"title, made for {made['made_for']}", {"template": template})
-        return Proposal(template, plan, f"template {template} chosen from the case title",
+            return Proposal(template, made["plan"], f"template {template} chosen from {source}, "
+                            f"made for {made['made_for']}", {"template": template})
+        return Proposal(template, plan, f"template {template} chosen from {source}",
                         {"template": template})
 
     def _propose(self, run: CommandRun, proposal: Proposal, correlation_id: str | None,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from core.catalog.model import Catalog, Component
 from core.investigate.scope import OutOfScope, Scope, Target, default_target, scope_of
+from core.investigate.symptoms import by_symptoms, candidates_said
 from core.investigate.tools import (
     ChangesArgs,
     EventsArgs,
@@ -117,8 +118,14 @@ class CaseLooks:
         if not self.catalog_known:
             raise LookRefused("there is no service catalog here (OPSGATE_CATALOG)")
         found = find_components(self.catalog, args.query)
-        return {"components": [_component(c) for c in found],
-                "named": list(self.scope.names())}
+        answer: dict[str, Any] = {"components": [_component(c) for c in found],
+                                  "named": list(self.scope.names())}
+        if not found:  # the report names no component: which ones show symptoms now
+            candidates = by_symptoms(self.catalog, self.sources.metrics, self.sources.alerts,
+                                     self.opened_at, self.now())
+            answer |= {"by_symptoms": [c.answer() for c in candidates],
+                       "said": candidates_said(candidates)}
+        return answer
 
     def query_metrics(self, args: MetricsQueryArgs) -> dict[str, Any]:
         target = self.scope.metrics(args.component)

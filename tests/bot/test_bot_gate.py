@@ -106,7 +106,7 @@ def test_clicks_after_the_decision_and_on_a_superseded_plan_are_refused(
         bot.click(Action.APPROVE, old_approval, user=SECOND, message_ts=plan["ts"])
         assert "already decided" in wait_ephemeral(bot, SECOND)[0]
 
-        # Resume: a new proposal (same plan, new case version) gets a new message; the old
+        # Resume: a new proposal (never the rejected plan: issue 41) gets a new message; the old
         # message's buttons stay refused.
         case = bot.app.cases.get_case(case_id)
         bot.app.cases.transition(TransitionCase(case_id, CaseEvent.RESUME, actor=REQUESTER,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import pytest
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -27,7 +28,17 @@ from core.domain.fsm import CaseStatus
 from core.domain.plans import plan_hash
 from tests.support.agents import call, make_agent
 from tests.support.cases import PLAN
-from tests.support.slack import APPROVER, Stack, approval_of, ask, running_bot, shown
+from tests.support.slack import (
+    APPROVER,
+    FORM,
+    SECOND,
+    Stack,
+    approval_of,
+    ask,
+    reason_body,
+    running_bot,
+    shown,
+)
 
 THREAD = "7.000100"
 CASE_ID = re.compile(r"Case ([0-9a-f-]{36}) ")
@@ -186,3 +197,121 @@ def _refused(content: Any) -> bool:
     except ValueError:
         return False
     return isinstance(answer, dict) and bool(answer.get("error"))
+
+
+# -- issue 41: the person steers the offline planner after a Reject -----------------------------
+
+
+def rejected_with(bot: Stack, ts: str, reason: str) -> tuple[UUID, dict[str, Any]]:
+    """The offline planner's first plan for a deploy regression, rejected with ``reason`` through
+    the signed Reject button and its modal: the case PARKED."""
+    bot.mention("<@U0BOT> checkout 5xx since the deploy", event_id=f"Ev{ts}", ts=ts)
+    bot.slack.wait_for(lambda: bool(bot.plan_messages()), timeout_s=60, what="the first plan")
+    case_id = bot.case_of_thread(ts)
+    assert case_id is not None
+    first = bot.plan_messages()[0]
+    bot.click(Action.REJECT, approval_of(first) or "", user=APPROVER, message_ts=first["ts"],
+              thread_ts=ts)
+    bot.slack.wait_for(lambda: bool(bot.slack.calls("views.open")), what="the reason modal")
+    view = bot.slack.calls("views.open")[-1]["view"]
+    assert bot.send(reason_body(view["private_metadata"], reason, user=APPROVER),
+                    FORM).status_code == 200
+    bot.slack.wait_for(lambda: bot.app.cases.get_case(case_id)["status"] == CaseStatus.PARKED,
+                       what="the rejection to park the case")
+    return case_id, first
+
+
+def proposed_hashes(bot: Stack, case_id: UUID) -> list[str]:
+    return [row["meta"]["plan_hash"] for row in bot.app.cases.timeline(case_id)
+            if row["event"] == "plan_ready" and row["meta"]["outcome"] == "accepted"]
+
+
+@pytest.mark.parametrize("offline_agent", [True, False], ids=["offline-planner", "templates"])
+def test_reject_restart_instead_then_resume_restart_the_pods_gives_a_restart_plan(
+        engine: Engine, offline_agent: bool) -> None:
+    with running_bot(engine, real_agent=offline_agent) as bot:
+        case_id, first = rejected_with(bot, "8.000100", "restart instead")
+        answer = shown(ask(bot, f"resume {str(case_id)[:8]} restart the pods", user=SECOND))
+        assert answer.startswith(f"Planning re-opened on case `{str(case_id)[:8]}`")
+        bot.slack.wait_for(lambda: len(bot.plan_messages()) == 2, timeout_s=60,
+                           what="the plan after the resume")
+        second = bot.plan_messages()[1]
+        hashes = proposed_hashes(bot, case_id)
+        plan = bot.app.cases.proposed_plan(case_id, hashes[-1])
+        posts = bot.slack.posts()
+    assert "Canary rollout" in plan_of(first)
+    assert plan is not None and plan["plan"]["title"].startswith("Restart the service")
+    assert [step["params"]["argv"][0] for step in plan["plan"]["steps"]] == ["restart-service"]
+    assert "Restart the service" in plan_of(second)
+    assert len(hashes) == 2 and hashes[0] != hashes[1]
+    if offline_agent:  # the thread is told how the words were taken
+        assert any("asked to restart, the plan does that" in str(post.get("text"))
+                   for post in posts)
+
+
+@pytest.mark.parametrize("offline_agent", [True, False], ids=["offline-planner", "templates"])
+def test_resume_with_no_words_after_a_reject_never_brings_the_rejected_plan_back(
+        engine: Engine, offline_agent: bool) -> None:
+    with running_bot(engine, real_agent=offline_agent) as bot:
+        case_id, _ = rejected_with(bot, "8.000200", "not this one")
+        shown(ask(bot, f"resume {str(case_id)[:8]}", user=SECOND))
+        bot.slack.wait_for(lambda: len(bot.plan_messages()) == 2, timeout_s=60,
+                           what="the plan after the resume")
+        hashes = proposed_hashes(bot, case_id)
+        plan = bot.app.cases.proposed_plan(case_id, hashes[-1])
+        refused = [row for row in bot.app.cases.timeline(case_id)
+                   if row["event"] == "plan_ready" and row["meta"]["outcome"] == "refused"]
+    assert len(hashes) == 2 and hashes[1] != hashes[0]
+    assert plan is not None and [s["action"] for s in plan["plan"]["steps"]] == ["noop"]
+    assert "a person decides what to try" in plan["plan"]["title"]
+    assert '"not this one"' in plan["plan"]["title"]
+    assert refused == []  # the planner did not even try the rejected plan again
+
+
+def test_the_model_reads_the_rejection_its_reason_and_the_words_and_may_not_repeat_the_plan(
+        engine: Engine, tmp_path: Path) -> None:
+    rollback = {**PLAN, "title": "Roll checkout back"}
+    restart = {**PLAN, "title": "Restart the checkout pods"}
+    model = PlanningModel(rounds=[[rollback], [dict(rollback), restart]])
+    with running_bot(engine, **planned_by(model)) as bot:
+        bot.mention("<@U0BOT> checkout 5xx", event_id="Ev-llm", ts="9.000100")
+        bot.slack.wait_for(lambda: bool(bot.plan_messages()), what="the first plan")
+        case_id = bot.case_of_thread("9.000100")
+        assert case_id is not None
+        first = bot.plan_messages()[0]
+        bot.click(Action.REJECT, approval_of(first) or "", user=APPROVER,
+                  message_ts=first["ts"], thread_ts="9.000100")
+        bot.slack.wait_for(lambda: bool(bot.slack.calls("views.open")), what="the modal")
+        view = bot.slack.calls("views.open")[-1]["view"]
+        bot.send(reason_body(view["private_metadata"], "restart instead", user=APPROVER), FORM)
+        bot.slack.wait_for(lambda: bot.app.cases.get_case(case_id)["status"]
+                           == CaseStatus.PARKED, what="the rejection")
+        shown(ask(bot, f"resume {str(case_id)[:8]} restart the pods", user=SECOND))
+        bot.slack.wait_for(lambda: len(bot.plan_messages()) == 2, what="the second plan")
+        second = bot.plan_messages()[1]
+    replan = model.requests[1]
+    assert "parked (gate_rejected: restart instead)" in replan
+    assert '"restart the pods"' in replan
+    assert "The plan that was rejected at the gate: Roll checkout back (plan hash " \
+           f"{plan_hash(rollback)[:12]}); its steps: noop" in replan
+    assert f"Plans this case declined (failed or rejected; the same plan again is refused): " \
+           f"{plan_hash(rollback)[:12]}." in replan
+    assert "where the evidence forbids it, propose what it allows and say why" in replan
+    # the identical plan was refused before the gate, the model told why; the other one came
+    assert "was rejected at the gate on this case" in model.refusals[0]
+    assert "Restart the checkout pods" in plan_of(second)
+
+
+def test_a_mention_in_the_parked_thread_steers_the_offline_planner(engine: Engine) -> None:
+    with running_bot(engine, real_agent=True) as bot:
+        case_id, _ = rejected_with(bot, "8.000300", "wrong")
+        bot.mention("<@U0BOT> don't roll back, restart the pods", event_id="Ev-steer",
+                    ts="8.000301", thread_ts="8.000300", user=SECOND)
+        bot.slack.wait_for(lambda: len(bot.plan_messages()) == 2, timeout_s=60,
+                           what="the plan after the mention")
+        hashes = proposed_hashes(bot, case_id)
+        plan = bot.app.cases.proposed_plan(case_id, hashes[-1])
+        resumed = [row for row in bot.app.cases.timeline(case_id) if row["event"] == "resume"]
+    assert [row["actor"] for row in resumed] == [SECOND]
+    assert plan is not None and plan["plan"]["title"].startswith("Restart the service")
+    assert len(set(hashes)) == 2

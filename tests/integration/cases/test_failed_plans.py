@@ -1,7 +1,7 @@
 """A plan that already failed on a case does not come back to the gate as it was: after PARKED →
 resume, the ``plan_ready`` guard refuses the same plan hash (one refused row, nothing else) unless
-the resume asked for a retry; another plan, or the same after a rejection, comes. On SQLite and
-PostgreSQL."""
+the resume asked for a retry; a plan rejected at the gate likewise; another plan comes. On SQLite
+and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -49,8 +49,17 @@ def test_a_retry_lets_the_same_plan_come_back(service: CaseService, reason: str,
     assert moved["status"] == CaseStatus.WAIT_GATE
 
 
-def test_a_rejected_plan_may_be_proposed_again(service: CaseService) -> None:
+def test_a_rejected_plan_comes_back_only_when_a_retry_is_asked(service: CaseService) -> None:
+    """Issue 41: a plan a person rejected is declined like one that failed."""
     case_id = case_in(service, CaseStatus.PARKED)  # the plan was rejected, not run
+    assert [row["event"] for row in service.timeline(case_id)][-1] == "gate_rejected"
     service.transition(command(case_id, CaseEvent.RESUME), key()).data()
-    moved = service.transition(command(case_id, CaseEvent.PLAN_READY), key()).data()
+    with pytest.raises(GuardFailed) as refused:
+        service.transition(command(case_id, CaseEvent.PLAN_READY), key()).data()
+    assert "was rejected at the gate on this case" in refused.value.message
+    moved = service.transition(command(case_id, CaseEvent.PLAN_READY, plan=OTHER), key()).data()
     assert moved["status"] == CaseStatus.WAIT_GATE
+    retried = case_in(service, CaseStatus.PARKED)
+    service.transition(command(retried, CaseEvent.RESUME, reason="retry it"), key()).data()
+    again = service.transition(command(retried, CaseEvent.PLAN_READY), key()).data()
+    assert again["status"] == CaseStatus.WAIT_GATE

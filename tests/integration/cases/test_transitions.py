@@ -223,8 +223,9 @@ def test_fence_tokens_are_per_session_and_monotonic(service):
 
 
 def test_resume_from_parked_asks_for_a_new_plan_and_reuses_the_last_one(service, engine):
-    case_id = case_in(service, S.PARKED)
-    assert reply_status(service.transition(command(case_id, E.RESUME), key())) == 200
+    case_id = case_in(service, S.PARKED)  # its plan was rejected: it comes back on a retry only
+    assert reply_status(service.transition(command(case_id, E.RESUME, reason="retry"),
+                                           key())) == 200
     again = service.transition(command(case_id, E.PLAN_READY, plan=None), key())
     assert reply_status(again) == 200 and again.data()["plan_hash"] == PLAN_HASH
     with engine.connect() as conn:

@@ -56,10 +56,11 @@ def test_the_same_plan_is_refused_until_a_person_asks_for_a_retry() -> None:
     assert repeat_refusal("aaa", [*FAILED, Row("resume", context={"retry": True})]) is None
 
 
-def test_a_rejected_plan_has_not_failed() -> None:
+def test_a_rejected_plan_has_not_failed_but_is_declined() -> None:
     rows = [Row("plan_ready", plan_hash="aaa"), Row("gate_rejected", plan_hash="aaa"),
             Row("resume")]
-    assert repeat_refusal("aaa", rows) is None
+    assert failed_attempts(rows) == []
+    assert repeat_refusal("aaa", rows) is not None  # issue 41: not the rejected plan again
 
 
 def test_a_replan_starts_from_the_words_and_the_failed_attempt() -> None:
@@ -72,3 +73,25 @@ def test_a_replan_starts_from_the_words_and_the_failed_attempt() -> None:
     assert (replan.parked_by, replan.failed and replan.failed.plan_hash) == ("exec_failed", "aaa")
     assert replan_of(FAILED) is None  # not resumed
     assert replan_of([*FAILED, Row("resume"), Row("plan_ready", plan_hash="bbb")]) is None
+
+
+REJECTED = [Row("plan_ready", plan_hash="rrr"),
+            Row("gate_rejected", plan_hash="rrr", reason="restart instead", actor="U0APPROVER")]
+
+
+def test_a_rejected_plan_does_not_come_back_unless_a_retry_is_asked() -> None:
+    resumed = [*REJECTED, Row("resume", actor="U0CAROL")]
+    said = repeat_refusal("rrr", resumed)
+    assert said is not None and "was rejected at the gate" in said
+    assert '"restart instead"' in said
+    assert repeat_refusal("sss", resumed) is None
+    assert repeat_refusal("rrr", [*REJECTED, Row("resume", reason="retry please")]) is None
+
+
+def test_a_replan_after_a_reject_names_the_rejected_plan_and_its_reason() -> None:
+    replan = replan_of([*REJECTED, Row("resume", actor="U0CAROL", reason="restart the pods")])
+    assert replan is not None
+    assert replan.parked_by == "gate_rejected" and replan.parked_because == "restart instead"
+    assert replan.failed is not None and replan.failed.plan_hash == "rrr"
+    assert replan.failed.event == "gate_rejected"
+    assert [a.plan_hash for a in replan.declined] == ["rrr"]
