@@ -10,7 +10,9 @@ bench's own (127.0.0.1, recording when each request arrives). A click is ``POST
 /case/{id}/approve`` by an approver token linked to a person (the REST twin of the Slack button:
 the same ``CaseService.approve_plan``), one click at a time, each waited for at the target before
 the next. Measured per click: from sending the POST to the target holding the step's request
-(``click_to_step``), and to the approve reply (``reply``). Figures last, as one line of JSON, with
+(``click_to_step``), and to the approve reply (``reply``); and its legs, from the ``cmd.exec.run``
+outbox row's timestamps: the approve's transaction to the relay's claim, that claim to the
+step's request. Figures last, as one line of JSON, with
 the load average around the run: every figure here is wall time on a shared machine.
 """
 
@@ -37,13 +39,15 @@ from uuid import UUID
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 
 from bot.sandbox.serving import free_port
 from core import principals
 from core.bootstrap import bootstrap
+from core.db.tables import outbox
 from core.domain.commands import OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent
+from core.domain.messages import Topic
 from core.errors import Unavailable
 from core.messaging.jetstream.bus import JetStreamBus
 from core.messaging.jetstream.config import JetStreamConfig
@@ -70,15 +74,17 @@ class Target:
     """Answers every POST 200 and notes when the first request naming each case arrived."""
 
     arrived: dict[str, float] = field(default_factory=dict)
+    arrived_wall: dict[str, float] = field(default_factory=dict)  # the epoch, as the database's
     requests: int = 0
     changed: threading.Condition = field(default_factory=threading.Condition)
 
     def note(self, body: bytes) -> None:
-        now = time.perf_counter()
+        now, wall = time.perf_counter(), time.time()
         case_id = str(json.loads(body or b"{}").get("case_id", ""))
         with self.changed:
             self.requests += 1
             self.arrived.setdefault(case_id, now)
+            self.arrived_wall.setdefault(case_id, wall)
             self.changed.notify_all()
 
     def wait_for(self, case_id: str, timeout_s: float) -> float | None:
@@ -269,6 +275,7 @@ class Clicks:
     token: str
     to_step_ms: list[float] = field(default_factory=list)
     reply_ms: list[float] = field(default_factory=list)
+    measured: list[UUID] = field(default_factory=list)
     missed: int = 0
 
     def click(self, conn: http.client.HTTPConnection, target: Target, case_id: UUID,
@@ -289,6 +296,25 @@ class Clicks:
             return
         self.reply_ms.append((replied - started) * 1e3)
         self.to_step_ms.append((arrived - started) * 1e3)
+        self.measured.append(case_id)
+
+
+def legs(engine: Engine, target: Target, case_ids: list[UUID]) -> tuple[list[float], list[float]]:
+    """Per measured click, from its ``cmd.exec.run`` outbox row: the approve's transaction to the
+    relay's claim of the row (``published_at - created_at``), and that claim to the step's
+    request at the target (JetStream, the executor's fetch, its run up to the step)."""
+    query = (select(outbox.c.key, outbox.c.created_at, outbox.c.published_at)
+             .where(outbox.c.topic == Topic.EXEC_RUN))
+    with engine.connect() as conn:
+        rows = {row.key: row for row in conn.execute(query)}
+    to_relay, to_step = [], []
+    for case_id in case_ids:
+        row = rows.get(str(case_id))
+        if row is None or row.published_at is None:
+            continue
+        to_relay.append((row.published_at - row.created_at).total_seconds() * 1e3)
+        to_step.append((target.arrived_wall[str(case_id)] - row.published_at.timestamp()) * 1e3)
+    return to_relay, to_step
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -318,6 +344,7 @@ def measure(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
                 clicks = Clicks(port, token, missed=clicks.missed)
             clicks.click(conn, target, case_id, digest)
         conn.close()
+        to_relay, to_target = legs(engine, target, clicks.measured)
         say(f"{len(clicks.to_step_ms)} clicks measured, {clicks.missed} steps never arrived")
     if not clicks.to_step_ms:
         raise RuntimeError("no click's step reached the target")
@@ -331,6 +358,10 @@ def measure(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         "reply_p99_ms": round(percentile(replies, 0.99), 2),
         "after_reply_p50_ms": round(statistics.median(s - r for s, r in zip(steps, replies,
                                                                              strict=True)), 2),
+        "approve_to_relay_p50_ms": round(statistics.median(to_relay), 2),
+        "approve_to_relay_p99_ms": round(percentile(to_relay, 0.99), 2),
+        "relay_to_step_p50_ms": round(statistics.median(to_target), 2),
+        "relay_to_step_p99_ms": round(percentile(to_target, 0.99), 2),
         "target_requests": target.requests,
         "cpus": os.cpu_count() or 1,
         "load_avg_before": round(load_before, 2),
@@ -372,6 +403,10 @@ def main(argv: list[str] | None = None) -> int:
           f"p99 {figures['click_to_step_p99_ms']} ms (max {figures['click_to_step_max_ms']})")
     print(f"  click -> approve reply: p50 {figures['reply_p50_ms']} ms, "
           f"p99 {figures['reply_p99_ms']} ms")
+    print(f"  approve's transaction -> the relay's claim of cmd.exec.run: p50 "
+          f"{figures['approve_to_relay_p50_ms']} ms, p99 {figures['approve_to_relay_p99_ms']} ms; "
+          f"that claim -> the step at the target: p50 {figures['relay_to_step_p50_ms']} ms, "
+          f"p99 {figures['relay_to_step_p99_ms']} ms")
     print(json.dumps(figures, sort_keys=True), flush=True)
     return 0
 

@@ -29,7 +29,7 @@ SHORT: dict[str, tuple[list[str], tuple[str, ...]]] = {
                    "offline.tokens_in_ratio")),
     "click_to_step": (["--postgres-url", POSTGRES_URL],
                       ("click_to_step_p50_ms", "click_to_step_p99_ms", "reply_p50_ms",
-                       "measured")),
+                       "approve_to_relay_p50_ms", "relay_to_step_p50_ms", "measured")),
     "demo_start": ([], ("baseline_start_s", "demo_start_s", "ratio")),
     "gateway": (["--redis-url", REDIS_URL, "--postgres-url", POSTGRES_URL],
                 ("first_over_ping",)),
