@@ -112,6 +112,7 @@ bench: install services ## run the benchmarks (PostgreSQL, Redis; the library be
 	$(BIN)/python bench/transitions.py
 	$(BIN)/python bench/gateway.py
 	$(BIN)/python bench/outbox.py
+	$(BIN)/python bench/click_to_step.py
 	$(BIN)/python bench/alerts.py
 	$(BIN)/python bench/slack_ack.py
 	$(BIN)/python bench/librarian.py

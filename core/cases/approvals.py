@@ -101,11 +101,8 @@ def requesters_of(conn: Connection, case: Row, plan: Row) -> tuple[str, ...]:
     the requester" rule refuses them all: a person who opened a case and had a service token
     propose the plan still asked for it."""
     asked = [str(plan["proposed_by"])]
-    for row in store.timeline_events(conn, case["id"], ("case_opened", "plan_ready")):
-        meta = row["meta"] if isinstance(row["meta"], Mapping) else {}
-        if row["event"] == "case_opened" or (
-                row["event"] == "plan_ready" and meta.get("plan_hash") == plan["plan_hash"]):
-            asked += [str(row["actor"]), *(str(meta[k]) for k in ("stated_actor",) if k in meta)]
+    for actor, stated in store.requesters(conn, case["id"], str(plan["plan_hash"])):
+        asked += [actor] if stated is None else [actor, stated]
     return tuple(dict.fromkeys(asked))
 
 

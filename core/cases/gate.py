@@ -35,7 +35,7 @@ from core.cases.rows import (
     correlation_of,
     timeline_row,
 )
-from core.cases.timeline import accepted_moves
+from core.cases.timeline import attempt_moves
 from core.cases.uow import refuse
 from core.clock import Clock
 from core.db import case_store as store
@@ -269,7 +269,7 @@ class Gate:
         if self.dry_run is not None and self.dry_run.digest == digest and self.dry_run.refused:
             raise GuardFailed(self.dry_run.reason(),
                               problems=[f"dry run: {line.text}" for line in self.dry_run.refused])
-        repeated = repeat_refusal(digest, accepted_moves(conn, case_id))
+        repeated = repeat_refusal(digest, attempt_moves(conn, case_id, digest))
         if repeated is not None:
             raise GuardFailed(repeated, problems=[f"plan: {digest} was declined on the case"])
 

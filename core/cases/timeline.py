@@ -13,6 +13,7 @@ from uuid import UUID
 from sqlalchemy import Connection
 
 from core.db import case_store as store
+from core.domain.attempts import FAILED_EVENTS, failed_attempts
 from core.domain.fsm import CaseEvent
 from core.domain.views import TimelineEntry
 
@@ -127,6 +128,27 @@ def accepted_moves(conn: Connection, case_id: UUID) -> tuple[Entry, ...]:
     index, so a rule over them (a plan that failed, the last resume) costs the same beside ten
     notes or ten thousand."""
     return entries_of(store.timeline_events(conn, case_id, MOVE_EVENTS, outcomes=("accepted",)))
+
+
+ATTEMPT_EVENTS = ("gate_approved", *FAILED_EVENTS)
+"""The moves ``failed_attempts`` reads: a plan approved, and its steps or checks failing."""
+BACK_TO_PLANNING = ("resume", "fix", "plan_ready", "analysis_done")
+"""The moves ``last_resume`` reads: the latest of them says whether a person re-opened planning."""
+
+
+def attempt_moves(conn: Connection, case_id: UUID, digest: str) -> tuple[Entry, ...]:
+    """The case's accepted moves that ``repeat_refusal`` judges the plan ``digest`` by, oldest
+    first, and no others: the approvals and failures (one pair per run of a plan), and, only
+    when ``digest`` failed, the latest move back to planning. ``repeat_refusal`` answers over
+    them what it answers over every accepted move, whether the case went round the gate ten
+    times or ten thousand."""
+    attempts = entries_of(store.timeline_events(conn, case_id, ATTEMPT_EVENTS,
+                                                outcomes=("accepted",)))
+    if not any(attempt.plan_hash == digest for attempt in failed_attempts(attempts)):
+        return attempts
+    last = store.timeline_events(conn, case_id, BACK_TO_PLANNING, outcomes=("accepted",),
+                                 latest=1)
+    return tuple(sorted((*attempts, *entries_of(last)), key=lambda entry: entry.id))
 
 
 def facts_as(facts: Mapping[str, Any], shape: type[F]) -> F:

@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Table,
     Update,
+    and_,
     bindparam,
     cast,
     func,
@@ -79,6 +80,17 @@ _FENCE_TOKEN = select(session_fence.c.token).where(
     session_fence.c.session_id == bindparam("session_id"))
 _FENCE_TOKEN_SHARED = _FENCE_TOKEN.with_for_update(read=True)
 _CASE_COLUMNS = tuple(ops_case.c.keys())
+_STATED_ACTOR = case_timeline.c.meta["stated_actor"].as_string()
+_FIRST_ASKED = func.min(case_timeline.c.id)
+_REQUESTERS = (
+    select(case_timeline.c.actor, _STATED_ACTOR.label("stated_actor"))
+    .where(case_timeline.c.case_id == bindparam("case_id"),
+           or_(case_timeline.c.event == "case_opened",
+               and_(case_timeline.c.event == "plan_ready",
+                    case_timeline.c.meta["plan_hash"].as_string() == bindparam("digest"))))
+    .group_by(case_timeline.c.actor, _STATED_ACTOR)
+    .order_by(_FIRST_ASKED)
+)
 
 
 def lock_case(conn: Connection, case_id: UUID) -> RowMapping | None:
@@ -171,6 +183,14 @@ def timeline_events(conn: Connection, case_id: UUID, events: Collection[str], *,
     newest = list(conn.execute(query.order_by(case_timeline.c.id.desc()).limit(latest))
                   .mappings())
     return newest[::-1]
+
+
+def requesters(conn: Connection, case_id: UUID, digest: str) -> list[tuple[str, str | None]]:
+    """Who opened the case and who proposed the plan ``digest`` on it: each distinct (actor,
+    stated actor) of those rows once, in the order they first asked. The database folds the
+    rows, so however often the plan was proposed again, a handful come back."""
+    rows = conn.execute(_REQUESTERS, {"case_id": case_id, "digest": digest})
+    return [(str(actor), None if stated is None else str(stated)) for actor, stated in rows]
 
 
 def timeline_tail(conn: Connection, case_id: UUID, rows: int) -> tuple[list[RowMapping], int]:

@@ -5,6 +5,10 @@ PostgreSQL: claims and marks a batch in one ``UPDATE … RETURNING`` whose subse
 in one transaction (a failed publish rolls the marks back); woken by ``LISTEN`` on the
 channel the outbox trigger notifies at commit, with polling as the floor, so a lost notification
 costs only latency. A rolled-back transaction never notifies and its rows never exist.
+While batches come full, the next batch's claim runs while the current one is published (on a
+second connection; its rows are not the current batch's, which are locked): a batch is
+published only once the one before it committed, and a failed publish rolls back both the batch
+and the one claimed behind it.
 SQLite (embedded, one relay): reads a batch, publishes, then marks it, so the in-process bus can
 run consumers that write to the same database without holding its write lock.
 A row with ``deliver_after`` (a verification's next reading) is not claimed before that time; due
@@ -18,10 +22,11 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
 
 import psycopg
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from core.clock import Clock, utcnow
@@ -35,6 +40,11 @@ from core.metrics import OUTBOX_PUBLISH
 log = logging.getLogger(__name__)
 
 NOTIFY_CHANNEL = "opsgate_outbox"
+PASS_BATCHES = 10
+"""Most batches one pass of ``run`` relays back to back before it stamps its heartbeat again."""
+
+Claim = tuple[Connection, list[Envelope]]
+"""A claimed and marked batch, its transaction still open on the connection."""
 
 
 class OutboxRelay:
@@ -52,6 +62,7 @@ class OutboxRelay:
         # Set while ``run`` waits for work (on PostgreSQL its LISTEN is in place by then): a
         # caller can tell an idle relay from one still starting or busy.
         self.idle = threading.Event()
+        self._publisher: ThreadPoolExecutor | None = None
 
     def relay_batch(self) -> int:
         """Publish one batch; returns how many rows it moved."""
@@ -76,10 +87,54 @@ class OutboxRelay:
         self._count(envelopes)
         return len(claimed)
 
+    def relay_batches(self, most: int = PASS_BATCHES) -> int:
+        """Publish batches until one is not full (at most ``most``); returns how many rows
+        moved. On PostgreSQL each batch's publish overlaps the next batch's claim."""
+        if not self._locking:
+            return self.relay_batch()
+        if self._publisher is None:
+            self._publisher = ThreadPoolExecutor(1, thread_name_prefix="relay-publish")
+        moved, current = 0, self._claim()
+        try:
+            for left in range(most - 1, -1, -1):
+                conn, envelopes = current
+                if not envelopes:
+                    break
+                publishing = self._publisher.submit(self.bus.publish, envelopes)
+                following = None
+                try:
+                    if left and len(envelopes) == self.batch_size:
+                        following = self._claim()
+                    publishing.result()
+                    conn.commit()
+                except BaseException:
+                    _settled(publishing)  # nothing of this batch still in flight
+                    if following is not None:
+                        following[0].close()  # rolled back, never published
+                    raise
+                self._count(envelopes)
+                moved += len(envelopes)
+                if following is None:
+                    break
+                conn.close()
+                current = following
+        finally:
+            current[0].close()  # a batch not committed is rolled back
+        return moved
+
+    def _claim(self) -> Claim:
+        conn = self.engine.connect()
+        try:
+            conn.begin()
+            return conn, outbox.claim_and_mark(conn, self.clock(), self.batch_size)
+        except BaseException:
+            conn.close()
+            raise
+
     def drain(self) -> int:
         """Publish until nothing is left; returns the total moved."""
         total = 0
-        while moved := self.relay_batch():
+        while moved := self.relay_batches():
             total += moved
         return total
 
@@ -96,7 +151,7 @@ class OutboxRelay:
                 if self.polls is not None:
                     self.polls.stamp("relay")
                 try:
-                    moved = self.relay_batch()
+                    moved = self.relay_batches()
                 except outage.transient as exc:
                     OUTBOX_PUBLISH.labels(topic="*", status="error").inc()
                     stop.wait(outage.failed(exc))
@@ -132,6 +187,12 @@ class OutboxRelay:
     def _count(envelopes: list[Envelope]) -> None:
         for topic, published in Counter(envelope.topic for envelope in envelopes).items():
             OUTBOX_PUBLISH.labels(topic=topic, status="published").inc(published)
+
+
+def _settled(publishing: Future[None]) -> None:
+    """Wait until ``publishing`` ended, however it ended."""
+    with suppress(BaseException):
+        publishing.result()
 
 
 class _Waker:

@@ -27,14 +27,17 @@ SHORT: dict[str, tuple[list[str], tuple[str, ...]]] = {
                 "gate_us_largest", "gate_us_quiet", "gate_ratio")),
     "agent": ([], ("scenarios", "baseline_prompt_tokens", "scripted.model_calls_per_case",
                    "offline.tokens_in_ratio")),
+    "click_to_step": (["--postgres-url", POSTGRES_URL],
+                      ("click_to_step_p50_ms", "click_to_step_p99_ms", "reply_p50_ms",
+                       "approve_to_relay_p50_ms", "relay_to_step_p50_ms", "measured")),
     "demo_start": ([], ("baseline_start_s", "demo_start_s", "ratio")),
     "gateway": (["--redis-url", REDIS_URL, "--postgres-url", POSTGRES_URL],
                 ("first_over_ping",)),
     "librarian": (["--postgres-url", POSTGRES_URL],
                   ("postgres.query_p50_ms", "sqlite.query_p50_ms", "postgres.speedup_p50")),
     "outbox": (["--redis-url", REDIS_URL, "--postgres-url", POSTGRES_URL],
-               ("throughput_ratio", "p99_ms", "ratio_ceiling", "jetstream.throughput_ratio",
-                "jetstream.p99_ms")),
+               ("throughput_ratio", "p99_ms", "ratio_ceiling", "serial_ratio",
+                "jetstream.throughput_ratio", "jetstream.p99_ms")),
     "slack_ack": (["--postgres-url", POSTGRES_URL],
                   ("ack_p50_ms", "ack_p99_ms", "baseline_p99_ms", "agent_runs")),
     "transitions": (["--database-url", POSTGRES_URL],
@@ -45,6 +48,9 @@ last line must hold (a dotted name reads a nested one)."""
 
 OWN_TESTS = {"library": "test_library_bench.py", "policy": "test_benches_start.py"}
 """Benches whose short mode a test of their own runs, judging more of their figures."""
+
+NATS_BENCHES = {"outbox", "click_to_step"}
+"""Benches that also need a nats-server -js: each gets one of the test's own."""
 
 NOT_BENCHES = {"scenarios"}  # the agent scenarios bench/agent.py and tests/agent share
 
@@ -83,7 +89,7 @@ def test_every_bench_has_a_short_run_here() -> None:
 @pytest.mark.parametrize("bench", sorted(SHORT))
 def test_the_bench_runs_short_and_prints_its_figures_last(bench: str, tmp_path: Path) -> None:
     args, names = SHORT[bench]
-    if bench == "outbox":
+    if bench in NATS_BENCHES:
         with NatsServer(tmp_path) as nats:
             figures = last_json_line(bench, ["--short", *args, "--nats-url", nats.url])
     else:
@@ -94,6 +100,8 @@ def test_the_bench_runs_short_and_prints_its_figures_last(bench: str, tmp_path: 
         assert found > 0, (name, found)
     if bench == "slack_ack":  # every mention's agent run happened, after its ack
         assert figures["agent_runs"] == figures["mentions"], figures
+    if bench == "click_to_step":  # every click's step reached the target
+        assert figures["measured"] == figures["cases"] and figures["missed"] == 0, figures
     if bench == "alerts":  # one case per alert group, whatever the storm
         assert figures["cases_opened"] == figures["groups"] > 0, figures
 

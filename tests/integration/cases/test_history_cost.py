@@ -118,3 +118,27 @@ def test_the_tail_and_the_notes_of_an_event_read_only_those(pg_service: CaseServ
     assert [entry.event for entry in moves] == ["start_analysis", "analysis_done", "plan_ready",
                                                 "gate_approved", "exec_failed", "resume"]
     assert read[0] == 15 + 1 + 1 + 6, read
+
+
+def plan_cycles(service: CaseService, case_id: UUID, cycles: int) -> None:
+    """``cycles`` times round the gate: a plan proposed again, rejected, the case resumed."""
+    for _ in range(cycles):
+        service.transition(command(case_id, CaseEvent.PLAN_READY, plan=OTHER), key()).data()
+        service.transition(command(case_id, CaseEvent.GATE_REJECTED), key()).data()
+        service.transition(command(case_id, CaseEvent.RESUME), key()).data()
+
+
+def test_the_gate_reads_the_same_rows_after_many_rounds_of_the_same_plan(
+        pg_service: CaseService, pg_engine: Engine) -> None:
+    """A case that went round the gate forty times with the same plan (its moves, and the
+    proposals of that plan, grow with each round) costs the gate what it did after one: the
+    failed plan still refused, the other admitted, its rejection judged by who asked for it."""
+    few = failed_plan_with_notes(pg_service, 0)
+    many = failed_plan_with_notes(pg_service, 0)
+    plan_cycles(pg_service, few, 1)
+    plan_cycles(pg_service, many, 40)
+    with timeline_rows_read(pg_engine) as after_one:
+        gate_round(pg_service, few)
+    with timeline_rows_read(pg_engine) as after_forty:
+        gate_round(pg_service, many)
+    assert after_forty[0] == after_one[0] < 20, (after_forty, after_one)

@@ -85,6 +85,32 @@ def test_failed_publish_leaves_rows_for_the_next_attempt(engine):
     assert [e.payload["n"] for e in collector.seen] == [0, 1, 2]
 
 
+def test_a_failed_publish_behind_a_full_batch_rolls_back_it_and_the_batch_claimed_behind(
+        pg_engine):
+    """PostgreSQL claims the next batch while the current one is published: when the second
+    batch's publish fails, the first stays published, the second and the one claimed behind it
+    go back, and the next relay publishes them in order."""
+    with pg_engine.begin() as conn:
+        conn.execute(insert(outbox), [{"topic": "t", "key": "k", "payload": {"n": n}}
+                                      for n in range(5)])
+    published: list[int] = []
+
+    class FailsSecond:
+        def publish(self, envelopes):
+            if len(published) == 2:
+                raise ConnectionError("bus down")
+            published.extend(e.payload["n"] for e in envelopes)
+
+    with pytest.raises(ConnectionError):
+        OutboxRelay(pg_engine, FailsSecond(), batch_size=2).drain()
+    assert published == [0, 1]
+    assert _unpublished(pg_engine) == 3
+    bus, collector = _bus()
+    assert OutboxRelay(pg_engine, bus, batch_size=2).drain() == 3
+    assert [e.payload["n"] for e in collector.seen] == [2, 3, 4]
+    assert _unpublished(pg_engine) == 0
+
+
 def test_concurrent_relays_never_claim_the_same_row(pg_engine):
     with pg_engine.begin() as conn:
         conn.execute(insert(outbox), [{"topic": "t", "key": str(n % 7), "payload": {"n": n}}
