@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from core.steps.adapters.base import Checked, StepContext, StepOutcome, StepRefused, parse_params
+from core.steps.adapters.base import (
+    Checked,
+    NothingToChange,
+    StepContext,
+    StepOutcome,
+    StepRefused,
+    parse_params,
+)
 from core.steps.adapters.k8s import NO_CLUSTER, Deployment, Namespace
 from core.steps.words import Sentence, Value, json_words, refused, validated
 
@@ -205,8 +212,8 @@ class _ObjectAdapter:
             return "not_checked", NO_CLUSTER
         words = self._change(params, dry_run=True)
         if not words:
-            raise StepRefused(f"{self.action}: {self._what(params)} already is what the step "
-                              "would set: it would change nothing", action=self.action)
+            raise NothingToChange(f"{self.action}: {self._what(params)} already is what the "
+                                  "step would set: it would change nothing", action=self.action)
         return "ok", f"would change {words}"
 
     def run(self, params: Mapping[str, Any], ctx: StepContext) -> StepOutcome:
