@@ -165,7 +165,7 @@ class OfflinePlannerModel(BaseChatModel):
         if chosen.action == "learned":
             return learned_plan(evidence, title), None
         if template_call(chosen):
-            made, refused = made_plan(answers)
+            made, refused = made_plan(answers, chosen)
             return (None, refused) if made is None else (with_checks(made, chosen), None)
         return written_plan(chosen, answers), None
 

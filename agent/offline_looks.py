@@ -136,15 +136,40 @@ def with_checks(plan: dict[str, Any], chosen: Decision) -> dict[str, Any]:
     return made
 
 
-def made_plan(answers: Answers) -> tuple[dict[str, Any] | None, str | None]:
-    """The plan ``plan_template`` made, or why it could not be made (None, None: not asked)."""
+def made_plan(answers: Answers, chosen: Decision | None = None
+              ) -> tuple[dict[str, Any] | None, str | None]:
+    """The plan ``plan_template`` made, or why it could not be made (None, None: not asked);
+    a rollback whose revision left is not the suspected deploy is not made."""
     answer = answers.first("plan_template")
     if answer is None:
         return None, None
     made = _ok(answer)
     if made and isinstance(made.get("plan"), dict):
+        elsewhere = _not_the_suspect(chosen, answers)
+        if elsewhere is not None:
+            return None, elsewhere
         return dict(made["plan"]), None
     return None, str(answer.get("error") or "the template could not be made for this case")
+
+
+def _not_the_suspect(chosen: Decision | None, answers: Answers) -> str | None:
+    """Why rolling the Deployment's current revision back would not undo the suspected deploy
+    (it runs no image of the deploy's version); None when it would, or nobody can tell."""
+    change = (chosen.change if chosen is not None else None) or {}
+    version = str(change.get("version") or "")
+    if chosen is None or cause_of(chosen.action, change) != "deploy" or not version:
+        return None
+    for answer in answers.ok("kube_objects"):
+        for found in answer.get("deployments") or [] if answer.get("kind") == "deployments" \
+                else []:
+            images = found.get("images") if isinstance(found.get("images"), Mapping) else {}
+            if images and not any(str(i).endswith(f":{version}") for i in images.values()):
+                return (f"deployment {answer.get('namespace')}/{found.get('name')} runs "
+                        f"{', '.join(map(str, images.values()))}, not {version} that the "
+                        "suspected deploy brought: rolling its current revision back would "
+                        "undo another change")
+            return None
+    return None
 
 
 def _where(answers: Answers) -> Workload | None:

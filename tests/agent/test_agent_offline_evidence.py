@@ -244,3 +244,23 @@ def test_without_metrics_the_other_looks_come_once_and_the_looking_ends():
                 (args, {"error": "no Prometheus is configured"} if name == "list_metrics"
                  else {"ok": True}))
     assert rounds == 2 and "query_metrics" not in answers and "recent_changes" in answers
+
+
+def test_a_rollback_is_not_made_when_the_revision_left_is_not_the_suspected_deploy():
+    from agent.offline_looks import made_plan
+
+    chosen = decide(Looked(metrics=[series("http_5xx_ratio", 0.002, 0.08)],
+                           changes=[change()]), OPENED, None)
+    template = ({}, {"plan": {"title": "Roll checkout back to revision 11"}})
+
+    def answers(image: str) -> Answers:
+        return Answers({"plan_template": [template], "kube_objects": [({}, {
+            "kind": "deployments", "namespace": "shop", "deployments": [
+                {"name": "checkout", "images": {"app": f"registry/checkout:{image}"}}]})]})
+
+    assert made_plan(answers("v2.4.0"), chosen) == (
+        {"title": "Roll checkout back to revision 11"}, None)
+    plan, why = made_plan(answers("v2.4.1"), chosen)
+    assert plan is None and why == (
+        "deployment shop/checkout runs registry/checkout:v2.4.1, not v2.4.0 that the suspected "
+        "deploy brought: rolling its current revision back would undo another change")
