@@ -177,7 +177,7 @@ class OfflinePlannerModel(BaseChatModel):
         opened = instant(str(case.get("created_at", ""))) or datetime.now(UTC)
         where = where_of(answers)
         return steered(chosen, looked(answers), opened, asked,
-                       None if where is None else where[2])
+                       None if where is None else where.replicas)
 
     def _unlooked(self, turn: int, case_id: str, case: dict[str, Any], answers: Answers,
                   evidence: dict[str, Any], incident: str, asked: Asked) -> AIMessage:
@@ -204,7 +204,7 @@ class OfflinePlannerModel(BaseChatModel):
         if chosen.action == "learned":
             return learned_plan(evidence, title), None
         if template_call(chosen):
-            made, refused = made_plan(answers)
+            made, refused = made_plan(answers, chosen)
             return (None, refused) if made is None else (with_checks(made, chosen), None)
         return written_plan(chosen, answers), None
 

@@ -165,8 +165,10 @@ def _without_change(looked: Looked, signals: list[Signal], ongoing: list[Signal]
     if cpu and (not load or load[0].growing):
         grew = [f"{load[0].metric} grew from {load[0].fig(load[0].first)} to "
                 f"{load[0].fig(load[0].last)} (query_metrics)"] if load else []
-        return Decision("scale", (*said, *grew, quiet),
-                        tuple(_check(s) for s in [*cpu, *ongoing][:2]))
+        felt = [s for s in ongoing if s.kind in ("latency", "errors")][:2]
+        return Decision("scale", (*said, *grew, quiet), (
+            *(_check(s) for s in felt),
+            {"metric": cpu[0].metric, "below": SATURATED, "for_s": 300}))
     return Decision("restart", (*said, quiet, "nothing points at memory, capacity or a "
                                               "region: the service itself is stuck"), checks)
 
@@ -178,7 +180,7 @@ def _no_change(signals: list[Signal]) -> Decision:
                else ["every metric of the component is steady over the last two hours "
                      "(query_metrics): there is no anomaly to act on"])
     checks = tuple({"metric": s.metric, "for_s": 60, "below": _round(
-        (s.first + s.peak) / 2 if s.state == "ended" else max(s.first, s.last) * RISE)}
+        s.first * RISE if s.state == "ended" else max(s.first, s.last) * RISE)}
         for s in watched[:2])
     return Decision("no change", tuple(because), checks)
 
@@ -227,9 +229,11 @@ def _plan_checks(plan: Mapping[str, Any]) -> set[str]:
 
 
 def _check(signal: Signal) -> dict[str, Any]:
-    """Below the middle of where it started and where it is: holds once it is back."""
-    return {"metric": signal.metric, "below": _round((signal.first + signal.last) / 2),
-            "for_s": 300}
+    """Back at its normal level: below its value before the incident with the margin that
+    calls a value anomalous (``RISE``), never halfway to it; a metric that was zero before must
+    fall to a tenth of where it is."""
+    normal = signal.first * RISE if signal.first > 0 else signal.last / 10
+    return {"metric": signal.metric, "below": _round(normal), "for_s": 300}
 
 
 def _maps(found: Any) -> list[Mapping[str, Any]]:

@@ -2,8 +2,9 @@
 the case's component in the catalog and name it (by the report's words, else the most anomalous
 of the components with firing alerts or moved metrics, the candidates said in the thread); list
 its metrics and read each over the last two hours; read its alerts, recent changes, pods and
-events; then decide from what they showed (``agent.offline_evidence``) and have the plan made for
-the component (``plan_template``) or write it. Without a catalog it looks at nothing and the
+events; then decide from what they showed (``agent.offline_evidence``); the remedy
+(``core.domain.remedy``) is the inverse of the cause on the object that changed, made for the
+component (``plan_template``) or written here. Without a catalog it looks at nothing and the
 incident's words pick a template, as written — and it says that nothing was checked."""
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from typing import Any
 
 from agent.offline_evidence import Decision, Looked, decide, instant
 from core.domain.plan_templates import load_template
+from core.domain.remedy import TEMPLATES, Workload, annotations_of, cause_of, remedy
 
 Calls = list[tuple[str, dict[str, Any]]]
 WINDOW = timedelta(hours=2)
 MAX_METRICS = 6
-TEMPLATES = {"rollback": "k8s.rollout.canary", "restart": "script.restart"}
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ def next_looks(case_id: str, case: Mapping[str, Any], answers: Answers,
     if reads:
         return reads
     if not answers.asked("recent_changes"):
-        return _other_looks()
+        return _other_looks(_component_name(case, answers))
     return None
 
 
@@ -79,10 +80,22 @@ def _metric_reads(case: Mapping[str, Any], answers: Answers) -> Calls:
             for name in names]
 
 
-def _other_looks() -> Calls:
+def _other_looks(component: str | None) -> Calls:
+    catalog = [("find_components", {"query": component})] if component else []
     return [("list_alerts", {}), ("recent_changes", {"hours": 24}),
             ("kube_objects", {"kind": "deployments"}), ("kube_objects", {"kind": "pods"}),
-            ("kube_events", {"since_minutes": 120})]
+            ("kube_events", {"since_minutes": 120}), *catalog]
+
+
+def _component_name(case: Mapping[str, Any], answers: Answers) -> str | None:
+    """The case's component: the first it names, else the one the planner named."""
+    named = case.get("components") or []
+    if named:
+        first = named[0]
+        return str(first.get("name") if isinstance(first, Mapping) else first)
+    done = _ok(answers.first("name_components")) or {}
+    listed = done.get("components") or []
+    return str(listed[0]) if listed and isinstance(listed[0], str) else None
 
 
 def unnamed(answers: Answers) -> str | None:
@@ -113,29 +126,23 @@ def decision(case: Mapping[str, Any], answers: Answers,
 
 
 def template_call(chosen: Decision) -> Calls | None:
-    """The ``plan_template`` look the decision needs (a rollback, a restart), else None."""
-    if chosen.action == "rollback" and (chosen.change or {}).get("kind") == "config":
-        return None
-    name = TEMPLATES.get(chosen.action)
+    """The ``plan_template`` look the remedy needs (a deploy's rollback to its named revision,
+    a restart), else None."""
+    name = TEMPLATES.get(cause_of(chosen.action, chosen.change))
     return [("plan_template", {"template": name})] if name else None
 
 
 def written_plan(chosen: Decision, answers: Answers) -> dict[str, Any] | None:
     """The plan for a decision no template is made for, written from what the looks showed."""
-    where = _where(answers)
-    if chosen.action == "failover":
-        plan = load_template("gateway.flip.failover")
-    elif chosen.action == "no change":
+    if chosen.action == "no change":
         plan = load_template("noop")
         plan["title"] = "No change: " + (chosen.because[-1] if chosen.because else
                                          "nothing was found to act on")
-    elif chosen.action == "scale" and where is not None:
-        plan = _scale(*where, to=chosen.replicas)
-    elif chosen.action == "rollback" and where is not None:
-        plan = _undo(*where, chosen.change or {})
-    else:
-        return None
-    return with_checks(plan, chosen)
+        return with_checks(plan, chosen)
+    found = [c for a in answers.ok("find_components") for c in a.get("components") or ()]
+    made = remedy(cause_of(chosen.action, chosen.change), chosen.change, _where(answers),
+                  annotations_of(found, None), chosen.checks, replicas=chosen.replicas)
+    return with_checks(made.plan, chosen) if made.plan is not None else None
 
 
 def with_checks(plan: dict[str, Any], chosen: Decision) -> dict[str, Any]:
@@ -147,54 +154,57 @@ def with_checks(plan: dict[str, Any], chosen: Decision) -> dict[str, Any]:
     return made
 
 
-def made_plan(answers: Answers) -> tuple[dict[str, Any] | None, str | None]:
-    """The plan ``plan_template`` made, or why it could not be made (None, None: not asked)."""
+def made_plan(answers: Answers, chosen: Decision | None = None
+              ) -> tuple[dict[str, Any] | None, str | None]:
+    """The plan ``plan_template`` made, or why it could not be made (None, None: not asked);
+    a rollback whose revision left is not the suspected deploy is not made."""
     answer = answers.first("plan_template")
     if answer is None:
         return None, None
     made = _ok(answer)
     if made and isinstance(made.get("plan"), dict):
+        elsewhere = _not_the_suspect(chosen, answers)
+        if elsewhere is not None:
+            return None, elsewhere
         return dict(made["plan"]), None
     return None, str(answer.get("error") or "the template could not be made for this case")
 
 
-def _scale(namespace: str, deployment: str, replicas: int,
-           to: int | None = None) -> dict[str, Any]:
-    target, wanted = f"{namespace}/{deployment}", to or replicas * 2
-    return {"title": f"Scale {target} out from {replicas} to {wanted} replicas",
-            "risk_score": 0.3,
-            "steps": [{"action": "script.exec", "params": {"argv": [
-                "scale-deployment", target, f"--replicas={wanted}"]}, "timeout_s": 300,
-                "retry": 1}],
-            "rollback": {"action": "script.exec", "params": {"argv": [
-                "scale-deployment", target, f"--replicas={replicas}"]}}}
+def _not_the_suspect(chosen: Decision | None, answers: Answers) -> str | None:
+    """Why rolling the Deployment's current revision back would not undo the suspected deploy
+    (it runs no image of the deploy's version); None when it would, or nobody can tell."""
+    change = (chosen.change if chosen is not None else None) or {}
+    version = str(change.get("version") or "")
+    if chosen is None or cause_of(chosen.action, change) != "deploy" or not version:
+        return None
+    for answer in answers.ok("kube_objects"):
+        for found in answer.get("deployments") or [] if answer.get("kind") == "deployments" \
+                else []:
+            images = found.get("images") if isinstance(found.get("images"), Mapping) else {}
+            if images and not any(str(i).endswith(f":{version}") for i in images.values()):
+                return (f"deployment {answer.get('namespace')}/{found.get('name')} runs "
+                        f"{', '.join(map(str, images.values()))}, not {version} that the "
+                        "suspected deploy brought: rolling its current revision back would "
+                        "undo another change")
+            return None
+    return None
 
 
-def _undo(namespace: str, deployment: str, _replicas: int,
-          change: Mapping[str, Any]) -> dict[str, Any]:
-    what = f"{change.get('kind', 'change')} {change.get('version') or ''}".strip()
-    return {"title": f"Roll {namespace}/{deployment} back to its revision before the {what}",
-            "risk_score": 0.4,
-            "steps": [{"action": "k8s.rollout", "params": {
-                "operation": "undo", "namespace": namespace, "deployment": deployment},
-                "timeout_s": 600, "retry": 1}],
-            "rollback": {"action": "k8s.rollout", "params": {
-                "operation": "restart", "namespace": namespace, "deployment": deployment}}}
-
-
-def where_of(answers: Answers) -> tuple[str, str, int] | None:
-    """(namespace, deployment, desired replicas) of the component's first Deployment."""
+def where_of(answers: Answers) -> Workload | None:
+    """The component's first Deployment: where, its desired replicas, what it mounts."""
     return _where(answers)
 
 
-def _where(answers: Answers) -> tuple[str, str, int] | None:
-    """(namespace, deployment, desired replicas) of the component's first Deployment."""
+def _where(answers: Answers) -> Workload | None:
+    """The component's first Deployment: where, its desired replicas, what it mounts."""
     for answer in answers.ok("kube_objects"):
         found = answer.get("deployments") or [] if answer.get("kind") == "deployments" else []
         for deployment in found:
             desired = (deployment.get("replicas") or {}).get("desired") or 1
+            mounts = deployment.get("configmaps")
             if answer.get("namespace") and deployment.get("name"):
-                return str(answer["namespace"]), str(deployment["name"]), int(desired)
+                return Workload(str(answer["namespace"]), str(deployment["name"]), int(desired),
+                                tuple(map(str, mounts)) if isinstance(mounts, list) else None)
     return None
 
 

@@ -78,6 +78,8 @@ def _step_family(step: PlanStep, title: str) -> str:
     text = json.dumps(params, sort_keys=True).lower()
     if step.action == "gateway.flip":
         return "failover"
+    if step.action in ("k8s.configmap", "flag.set"):  # the changed object set back
+        return "rollback"
     if step.action == "noop":
         return "no change"
     if "replicas" in text or re.search(r"\bscale", text):

@@ -157,6 +157,9 @@ class Service(Strict):
     description: str = Field(default="", max_length=300)
     version: str = Field(default="v1.0.0", pattern=VERSION)
     replicas: int = Field(default=3, ge=1, le=20)
+    regions: tuple[str, ...] = ()  # where its route serves from, serving first
+    max_replicas: int | None = Field(default=None, ge=1, le=1000)
+    flags: str | None = Field(default=None, pattern=DNS_LABEL)  # its FeatureFlag resource
 
 
 class Change(Strict):
@@ -170,6 +173,9 @@ class Change(Strict):
     version: str = Field(default="", pattern=r"^$|" + VERSION)
     summary: str = Field(min_length=1, max_length=500)
     by: str = Field(default="ci", min_length=1, max_length=80)
+    target: str | None = Field(default=None, max_length=300)  # configmap/NAME, flag/KEY…
+    before: Any = None  # its value before, as the sender would post it
+    after: Any = None
 
 
 class Pod(Strict):

@@ -320,10 +320,22 @@ def catalog_text(scenario: Scenario) -> str:
                                      "backstage.io/kubernetes-namespace": service.namespace,
                                      "backstage.io/kubernetes-label-selector":
                                          f"app={service.name}",
-                                     "opsgate.dev/metric-labels": labels}},
+                                     "opsgate.dev/metric-labels": labels,
+                                     **remedy_annotations(service)}},
         "spec": {"type": "service", "lifecycle": "production", "owner": "group:default/oncall"},
     }], sort_keys=False)
     return text
+
+
+def remedy_annotations(service: Service) -> dict[str, str]:
+    """The catalog annotations the remedies read (``core.domain.remedy``) that the scenario
+    gives: its regions (its route is its name), its most replicas, its FeatureFlag resource."""
+    found = {"opsgate.dev/regions": ",".join(service.regions)} if service.regions else {}
+    if service.flags is not None:
+        found["opsgate.dev/flags"] = service.flags
+    if service.max_replicas is not None:
+        found["opsgate.dev/max-replicas"] = str(service.max_replicas)
+    return found
 
 
 def change_bodies(scenario: Scenario, origin: datetime) -> list[bytes]:
@@ -335,7 +347,9 @@ def change_bodies(scenario: Scenario, origin: datetime) -> list[bytes]:
         body = {"id": f"eval:{scenario.name}:{n}", "service": service, "kind": change.kind,
                 "version": change.version or f"{change.kind}-{n}", "summary": change.summary,
                 "actor": change.by, "at": _iso(origin + timedelta(seconds=change.at_s)),
-                **({"namespace": namespace} if namespace else {})}
+                **({"namespace": namespace} if namespace else {}),
+                **{k: v for k, v in (("target", change.target), ("before", change.before),
+                                     ("after", change.after)) if v is not None}}
         bodies.append(json.dumps(body).encode())
     return bodies
 
@@ -420,6 +434,8 @@ def past_entries(scenario: Scenario) -> dict[str, list[str]]:
     for past in scenario.past_cases:
         walk(resolve_plan(past.plan))
     name = scenario.service.name
+    if scenario.service.regions:  # the remedy flips the route named after the service
+        routes.add(name)
     found = {"traffic_routes": [f"{name}={route}" for route in sorted(routes)]}
     if scripts:
         found["script_allowlist"] = [f"{name}={script}" for script in sorted(scripts)]

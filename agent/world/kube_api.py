@@ -3,6 +3,7 @@ investigator's tests (a cluster cannot run on these machines), served by a real 
 speaking the Kubernetes REST API as far as the official Python client and ``kubectl get`` need
 (discovery, list/get with label and field selectors, pod logs, ``Status`` errors), answering from
 a fixed set of objects and recording every request, so a test can show only reads were sent.
+A world made ``writable`` also takes merge patches (``agent/world/kube_writes.py``).
 
 A cluster cannot run on these machines; this is the one fake of the investigator's peers. The
 world is a list of objects as the API serves them (Pods, Deployments, ReplicaSets, HPAs, Events)
@@ -76,8 +77,11 @@ RESOURCES = {r.kind: r for r in (
     Resource("replicasets", "apps", "v1", "ReplicaSet", ("rs",)),
     Resource("horizontalpodautoscalers", "autoscaling", "v2", "HorizontalPodAutoscaler",
              ("hpa",)),
+    Resource("configmaps", "", "v1", "ConfigMap", ("cm",)),
+    Resource("featureflags", "core.openfeature.dev", "v1beta1", "FeatureFlag", ("ff",)),
 )}
-GROUPS = {"apps": "v1", "autoscaling": "v2"}  # the group versions /apis names (each served)
+# the group versions /apis names (each served)
+GROUPS = {"apps": "v1", "autoscaling": "v2", "core.openfeature.dev": "v1beta1"}
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,8 @@ class Request:
     method: str
     path: str
     query: dict[str, list[str]]
+    body: bytes = b""
+    content_type: str = ""
 
     def param(self, name: str) -> str | None:
         values = self.query.get(name)
@@ -164,8 +170,10 @@ class KubeWorldServer:
     """The world served on 127.0.0.1 at ``base`` (HTTPS unless ``tls=False``; bearer
     ``token``)."""
 
-    def __init__(self, world: World, token: str = TOKEN, *, tls: bool = True) -> None:
+    def __init__(self, world: World, token: str = TOKEN, *, tls: bool = True,
+                 writable: bool = False) -> None:
         self.world = world
+        self.writable = writable
         self.token = token
         self.requests: list[Request] = []
         self._lock = threading.Lock()
@@ -232,9 +240,10 @@ class KubeWorldServer:
 
     # -- answering --------------------------------------------------------------------------
 
-    def record(self, method: str, target: str) -> Request:
+    def record(self, method: str, target: str, body: bytes = b"",
+               content_type: str = "") -> Request:
         parts = urlsplit(target)
-        request = Request(method, unquote(parts.path), parse_qs(parts.query))
+        request = Request(method, unquote(parts.path), parse_qs(parts.query), body, content_type)
         with self._lock:
             self.requests.append(request)
         return request
@@ -244,6 +253,11 @@ class KubeWorldServer:
         try:
             if authorization != f"Bearer {self.token}":
                 raise _Refusal(401, "Unauthorized", "Unauthorized")
+            if request.method == "PATCH" and self.writable:
+                from agent.world.kube_writes import patch
+
+                with self._lock:
+                    return patch(self.world, request)
             if request.method != "GET":
                 raise _Refusal(405, "MethodNotAllowed", "the server does not allow this method "
                               "on the requested resource (this recorded world only reads)")
@@ -258,9 +272,9 @@ def _handler_for(server: KubeWorldServer) -> type[BaseHTTPRequestHandler]:
 
         def _answer(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
-            if length:
-                self.rfile.read(length)
-            request = server.record(self.command, self.path)
+            body = self.rfile.read(length) if length else b""
+            request = server.record(self.command, self.path, body,
+                                    self.headers.get("Content-Type") or "")
             status, content_type, body = server.answer(request,
                                                        self.headers.get("Authorization"))
             self.send_response(status)
@@ -284,7 +298,7 @@ def _handler_for(server: KubeWorldServer) -> type[BaseHTTPRequestHandler]:
 
 _OBJECTS = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[a-z.0-9]+)/(?P<version>v[0-9a-z]+))"
                       r"(?:/namespaces/(?P<namespace>[^/]+))?/(?P<plural>[a-z]+)"
-                      r"(?:/(?P<name>[^/]+)(?:/(?P<sub>log))?)?$")
+                      r"(?:/(?P<name>[^/]+)(?:/(?P<sub>log|scale))?)?$")
 
 
 def _route(world: World, request: Request, base: str) -> tuple[int, str, bytes]:
@@ -308,6 +322,10 @@ def _route(world: World, request: Request, base: str) -> tuple[int, str, bytes]:
         raise _Refusal(400, "BadRequest", "this recorded world serves no watches")
     if match["sub"] == "log":
         return _logs(world, request, namespace or "default", name or "")
+    if match["sub"] == "scale":
+        from agent.world.kube_writes import scale_of
+
+        return _json(scale_of(_one(world, resource, namespace, name or "")))
     if name is not None:
         return _json(_one(world, resource, namespace, name))
     return _json(_list(world, resource, namespace, request))

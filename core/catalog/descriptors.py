@@ -20,6 +20,10 @@ KUBERNETES_SELECTOR = "backstage.io/kubernetes-label-selector"
 METRIC_LABELS = "opsgate.dev/metric-labels"
 """The labels every metric and alert of the component carries (``service=payments-api``): what
 the investigator's metric and alert reads are narrowed to (``core/investigate/scope.py``)."""
+REMEDY = ("max-replicas", "regions", "route", "flags")
+"""``opsgate.dev/<key>`` annotations the remedies read (``core/remedy.py``): the most replicas
+a scale may reach, the regions a route serves from (serving first), the traffic-gateway route,
+the OpenFeature ``FeatureFlag`` resource holding the component's flags."""
 SLACK_USER = "slack.com/user-id"
 SLACK_GROUP = "slack.com/usergroup-id"
 
@@ -97,6 +101,8 @@ def _component(fields: _Fields) -> Component:
         description=fields.optional(("metadata", "description")),
         type=fields.optional(("spec", "type")),
         metric_labels=fields.selector(("metadata", "annotations", METRIC_LABELS)),
+        remedy=tuple((key, value) for key in REMEDY if (value := fields.optional(
+            ("metadata", "annotations", f"opsgate.dev/{key}"))) is not None),
     )
 
 

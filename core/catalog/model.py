@@ -41,6 +41,11 @@ class Component:
     description: str | None = None
     type: str | None = None
     metric_labels: tuple[tuple[str, str], ...] = ()  # opsgate.dev/metric-labels
+    remedy: tuple[tuple[str, str], ...] = ()  # opsgate.dev/{max-replicas,regions,route,flags}
+
+    def remedy_annotation(self, key: str) -> str | None:
+        """The component's ``opsgate.dev/<key>`` remedy annotation as written (None: absent)."""
+        return dict(self.remedy).get(key)
 
     @property
     def workload(self) -> str:
@@ -221,11 +226,14 @@ def version_of(components: Mapping[str, Component], groups: Mapping[str, Group],
 
 def _normalised(entity: Component | Group | User) -> dict[str, Any]:
     # Order means nothing in these fields (links keep theirs: it is how they are shown).
-    unordered = {"kubernetes_selector", "metric_labels", "members", "children", "member_of"}
+    unordered = {"kubernetes_selector", "metric_labels", "remedy", "members", "children",
+                 "member_of"}
     fields = asdict(entity)
     del fields["source"]
     if not fields.get("metric_labels"):  # a catalog without them keeps the version it had
         fields.pop("metric_labels", None)
+    if not fields.get("remedy"):
+        fields.pop("remedy", None)
     return {name: sorted(value) if name in unordered else value for name, value in fields.items()}
 
 

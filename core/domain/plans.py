@@ -47,6 +47,9 @@ class StepAction(StrEnum):
     NOOP = "noop"
     HTTP_REQUEST = "http.request"
     MCP_CALL = "mcp.call"  # a tool of an external MCP server (core.steps.adapters.mcp_call)
+    K8S_SCALE = "k8s.scale"  # a Deployment's scale subresource (core.steps.adapters.k8s_objects)
+    K8S_CONFIGMAP = "k8s.configmap"  # a ConfigMap's data set back (core.steps.adapters.k8s_objects)
+    FLAG_SET = "flag.set"  # an OpenFeature FeatureFlag's flag set back (…adapters.k8s_objects)
 
 
 Phase = Literal["step", "rollback"]

@@ -33,6 +33,19 @@ def _route(p: Mapping[str, Any]) -> str:
     return f"route {p.get('route')} (flipped to {p.get('to')})"
 
 
+def _scale(p: Mapping[str, Any]) -> str:
+    return f"the replicas of deployment {p.get('deployment')} in namespace {p.get('namespace')}"
+
+
+def _configmap(p: Mapping[str, Any]) -> str:
+    return f"configmap {p.get('name')} in namespace {p.get('namespace')}"
+
+
+def _flag(p: Mapping[str, Any]) -> str:
+    return (f"flag {p.get('flag')} of FeatureFlag {p.get('name')} in namespace "
+            f"{p.get('namespace')}")
+
+
 def _mcp(p: Mapping[str, Any]) -> str:
     return f"what tool {p.get('tool')} of MCP server {p.get('server')} changes"
 
@@ -43,6 +56,9 @@ _TARGETS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "http.request": _url,
     "gateway.flip": _route,
     "mcp.call": _mcp,
+    "k8s.scale": _scale,
+    "k8s.configmap": _configmap,
+    "flag.set": _flag,
     "noop": lambda p: "nothing (a noop step changes nothing)",
 }
 

@@ -119,7 +119,22 @@ def deployment_answer(deployment: V1Deployment) -> dict[str, Any]:
     }
     if CHANGE_CAUSE in annotations:
         answer["change_cause"] = cut(annotations[CHANGE_CAUSE])
+    mounted = configmaps_of(spec.template.spec if spec is not None and spec.template else None)
+    if mounted:
+        answer["configmaps"] = mounted
     return answer
+
+
+def configmaps_of(pod_spec: Any) -> list[str]:
+    """The ConfigMaps a pod template reads: its volumes, ``envFrom`` and ``env`` references."""
+    if pod_spec is None:
+        return []
+    found = {v.config_map.name for v in pod_spec.volumes or [] if v.config_map is not None}
+    for container in pod_spec.containers or []:
+        found |= {e.config_map_ref.name for e in container.env_from or [] if e.config_map_ref}
+        found |= {e.value_from.config_map_key_ref.name for e in container.env or []
+                  if e.value_from is not None and e.value_from.config_map_key_ref is not None}
+    return sorted(name for name in found if name)
 
 
 def _condition(condition: Any) -> str:

@@ -216,7 +216,8 @@ def _component(component: Component) -> dict[str, Any]:
     fields = {"name": component.name, "title": component.title, "owner": component.owner,
               "lifecycle": component.lifecycle, "system": component.system,
               "namespace": component.kubernetes_namespace,
-              "description": component.description}
+              "description": component.description,
+              "remedy": {f"opsgate.dev/{key}": value for key, value in component.remedy}}
     return {name: value for name, value in fields.items() if value}
 
 

@@ -1,4 +1,5 @@
-"""What each plan step changes, and whose it is: a ``k8s.rollout`` is its namespace/deployment;
+"""What each plan step changes, and whose it is: a ``k8s.rollout`` or ``k8s.scale`` is its
+namespace/deployment, a ``k8s.configmap`` or ``flag.set`` the components living in its namespace;
 an ``http.request``, ``script.exec``, ``mcp.call`` or ``gateway.flip`` is the component its
 allow-list entry names (``StepOwners``). A target the catalog does not list belongs to the
 components the catalog places in its namespace; anything else is unowned, and nobody approves a
@@ -107,11 +108,15 @@ def step_components(action: StepAction, params: Mapping[str, Any], catalog: Cata
                     owners: StepOwners = NO_STEP_OWNERS) -> tuple[Component, ...]:
     """The components one step changes: its Kubernetes object's (else its namespace's), or
     its allow-list entry's; none when nobody can say."""
-    if action is StepAction.K8S_ROLLOUT:
+    if action in (StepAction.K8S_ROLLOUT, StepAction.K8S_SCALE):
         namespace, name = params.get("namespace"), params.get("deployment")
         if not (isinstance(namespace, str) and isinstance(name, str)):
             return ()
         return catalog.by_kubernetes(namespace, name) or _living_in(catalog, namespace)
+    if action in (StepAction.K8S_CONFIGMAP, StepAction.FLAG_SET):
+        # a ConfigMap or a FeatureFlag is named by no component: its namespace's components own it
+        namespace = params.get("namespace")
+        return _living_in(catalog, namespace) if isinstance(namespace, str) else ()
     named = _entry_component(action, params, owners)
     component = catalog.component(named) if named else None
     return (component,) if component is not None else ()

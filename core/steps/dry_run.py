@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from core.domain.dry_run import DryRunLine, DryRunReport
 from core.domain.plans import ParsedPlan, PlanStep, StepAction
 from core.errors import OpsgateError
-from core.steps.adapters.base import Adapter, DryRunnable, StepRefused
+from core.steps.adapters.base import Adapter, DryRunnable, NothingToChange, StepRefused
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,12 @@ class PlanDryRun:
             return DryRunLine(step.label, "not_checked", why)
         try:
             verdict, says = adapter.dry_run(step.params)
+        except NothingToChange as same:
+            if step.phase == "rollback":  # it sets back what the steps will have changed
+                return DryRunLine(step.label, "ok", "would set back what the steps change ("
+                                  f"{_unprefixed(same.message, step).split(' already')[0]} "
+                                  "holds that now)")
+            return DryRunLine(step.label, "refused", _unprefixed(same.message, step))
         except StepRefused as refused:
             return DryRunLine(step.label, "refused", _unprefixed(refused.message, step))
         except OpsgateError as failed:  # the target could not answer: no claim either way

@@ -9,7 +9,7 @@ from typing import Any
 
 from core.domain.plans import PlanStep, StepAction
 from core.domain.verify import MetricCheck, ProbeCheck, VerifyBlock
-from core.steps.adapters import gateway_flip, http, k8s, mcp_call, noop, script
+from core.steps.adapters import gateway_flip, http, k8s, k8s_objects, mcp_call, noop, script
 from core.steps.words import Sentence, Value
 
 DESCRIBE: Mapping[StepAction, Callable[[Mapping[str, Any]], Sentence]] = {
@@ -19,6 +19,9 @@ DESCRIBE: Mapping[StepAction, Callable[[Mapping[str, Any]], Sentence]] = {
     StepAction.NOOP: noop.describe,
     StepAction.HTTP_REQUEST: http.describe,
     StepAction.MCP_CALL: mcp_call.describe,
+    StepAction.K8S_SCALE: k8s_objects.describe_scale,
+    StepAction.K8S_CONFIGMAP: k8s_objects.describe_configmap,
+    StepAction.FLAG_SET: k8s_objects.describe_flag,
 }
 """Each action's adapter's sentence for a step's params."""
 

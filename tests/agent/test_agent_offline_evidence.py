@@ -50,7 +50,8 @@ def test_a_deploy_just_before_the_errors_is_rolled_back_and_cited():
     assert chosen.action == "rollback" and chosen.change is not None
     assert "deploy of checkout v2.4.0 by ci" in chosen.findings()
     assert "3 min before it began" in chosen.findings()
-    assert chosen.checks == ({"metric": "http_5xx_ratio", "below": 0.041, "for_s": 300},)
+    # back to normal (0.002, with the margin that calls it anomalous), never halfway (0.041)
+    assert chosen.checks == ({"metric": "http_5xx_ratio", "below": 0.003, "for_s": 300},)
 
 
 def test_a_change_long_before_or_after_the_change_point_is_not_its_cause():
@@ -119,7 +120,9 @@ def test_the_looks_come_in_an_sres_order():
                       if name == "list_metrics" else {"ok": True})
             answers.setdefault(name, []).append((args, answer))
     assert order == [["list_metrics"], ["query_metrics"],
-                     ["kube_events", "kube_objects", "list_alerts", "recent_changes"]]
+                     ["find_components", "kube_events", "kube_objects", "list_alerts",
+                      "recent_changes"]]
+    assert answers["find_components"][0][0] == {"query": "checkout"}  # its remedy annotations
     query = answers["query_metrics"][0][0]
     assert query["query"] == 'http_5xx_ratio{service="checkout"}' and query["step_s"] == 60
 
@@ -134,9 +137,73 @@ def test_written_plans_pass_the_plan_schema():
         chosen = decide(Looked(metrics=looked), OPENED, None)
         plan = written_plan(chosen, answers)
         assert plan is not None and not plan_problems(plan), chosen.action
-    undo = written_plan(decide(Looked(metrics=[series("http_5xx_ratio", .002, .08)],
-                                      changes=[change("config")]), OPENED, None), answers)
-    assert undo is not None and undo["steps"][0]["params"]["operation"] == "undo"
+    unrecorded = written_plan(decide(Looked(metrics=[series("http_5xx_ratio", .002, .08)],
+                                            changes=[change("config")]), OPENED, None), answers)
+    # a config change whose object and data are unknown is never an undo of something else
+    assert unrecorded is not None and [s["action"] for s in unrecorded["steps"]] == ["noop"]
+    assert "a person must" in unrecorded["steps"][0]["params"]["note"]
+
+
+def deployments(**extra: Any) -> Answers:
+    found = {"kind": "deployments", "namespace": "ledger", "deployments": [
+        {"name": "ledger", "replicas": {"desired": 3}, **extra}]}
+    return Answers({"kube_objects": [({}, found)], "find_components": [({}, {"components": [
+        {"name": "ledger", "remedy": {"opsgate.dev/max-replicas": "5",
+                                      "opsgate.dev/regions": "fra1,ams3",
+                                      "opsgate.dev/flags": "ledger-flags"}}]})]})
+
+
+def recorded(target: str, before: Any, after: Any) -> dict[str, Any]:
+    return {**change("config"), "service": "ledger", "target": target, "before": before,
+            "after": after}
+
+
+def test_a_configmap_change_is_set_back_and_what_mounts_it_restarted():
+    chosen = decide(Looked(metrics=[series("http_5xx_ratio", .002, .3)], changes=[recorded(
+        "configmap/ledger-config", {"payout.timeout": "3000ms"}, {"payout.timeout": "3s"})]),
+        OPENED, None)
+    plan = written_plan(chosen, deployments(configmaps=["ledger-config"]))
+    assert plan is not None and not plan_problems(plan)
+    assert [(s["action"], s["params"].get("operation")) for s in plan["steps"]] == [
+        ("k8s.configmap", None), ("k8s.rollout", "restart")]
+    assert plan["steps"][0]["params"] == {"namespace": "ledger", "name": "ledger-config",
+                                          "data": {"payout.timeout": "3000ms"}}
+    assert plan["rollback"]["steps"][0]["params"]["data"] == {"payout.timeout": "3s"}
+    elsewhere = written_plan(chosen, deployments(configmaps=["other"]))
+    assert elsewhere is not None and elsewhere["steps"][0]["action"] == "noop"
+
+
+def test_a_flag_change_is_set_back_on_the_components_feature_flag():
+    chosen = decide(Looked(metrics=[series("http_5xx_ratio", .002, .3)], changes=[recorded(
+        "flag/new-payout", {"defaultVariant": "off"}, {"defaultVariant": "on"})]),
+        OPENED, None)
+    plan = written_plan(chosen, deployments())
+    assert plan is not None and not plan_problems(plan)
+    assert [s["action"] for s in plan["steps"]] == ["flag.set"]
+    assert plan["steps"][0]["params"] == {"namespace": "ledger", "name": "ledger-flags",
+                                          "flag": "new-payout",
+                                          "value": {"defaultVariant": "off"}}
+
+
+def test_scale_is_bounded_by_the_annotation_and_checks_what_users_feel():
+    chosen = decide(Looked(metrics=[series("cpu_usage_ratio", 0.4, 0.95),
+                                    series("latency_p95_ms", 170, 1400),
+                                    series("http_requests_per_second", 900, 2250)]),
+                    OPENED, None)
+    plan = written_plan(chosen, deployments())
+    assert plan is not None and not plan_problems(plan)
+    assert plan["steps"][0] == {"action": "k8s.scale", "timeout_s": 120, "retry": 1, "params": {
+        "namespace": "ledger", "deployment": "ledger", "replicas": 5}}
+    assert {c["metric"]: c["below"] for c in plan["verify"]["checks"]} == {
+        "latency_p95_ms": 255, "cpu_usage_ratio": 0.75}
+
+
+def test_failover_flips_the_real_route_between_the_real_regions():
+    chosen = decide(Looked(metrics=[series("http_5xx_ratio", 0.002, 0.35),
+                                    series("standby_saturation", .3, .3)]), OPENED, None)
+    plan = written_plan(chosen, deployments())
+    assert plan is not None and plan["steps"][0]["params"] == {
+        "route": "ledger", "from": "fra1", "to": "ams3"}
 
 
 ANY = st.recursive(st.none() | st.booleans() | st.floats(allow_nan=True) | st.text(max_size=20)
@@ -177,3 +244,23 @@ def test_without_metrics_the_other_looks_come_once_and_the_looking_ends():
                 (args, {"error": "no Prometheus is configured"} if name == "list_metrics"
                  else {"ok": True}))
     assert rounds == 2 and "query_metrics" not in answers and "recent_changes" in answers
+
+
+def test_a_rollback_is_not_made_when_the_revision_left_is_not_the_suspected_deploy():
+    from agent.offline_looks import made_plan
+
+    chosen = decide(Looked(metrics=[series("http_5xx_ratio", 0.002, 0.08)],
+                           changes=[change()]), OPENED, None)
+    template = ({}, {"plan": {"title": "Roll checkout back to revision 11"}})
+
+    def answers(image: str) -> Answers:
+        return Answers({"plan_template": [template], "kube_objects": [({}, {
+            "kind": "deployments", "namespace": "shop", "deployments": [
+                {"name": "checkout", "images": {"app": f"registry/checkout:{image}"}}]})]})
+
+    assert made_plan(answers("v2.4.0"), chosen) == (
+        {"title": "Roll checkout back to revision 11"}, None)
+    plan, why = made_plan(answers("v2.4.1"), chosen)
+    assert plan is None and why == (
+        "deployment shop/checkout runs registry/checkout:v2.4.1, not v2.4.0 that the suspected "
+        "deploy brought: rolling its current revision back would undo another change")

@@ -113,6 +113,13 @@ class StepRefused(Unprocessable):
     code = "step_refused"
 
 
+class NothingToChange(StepRefused):
+    """The step's dry run found its object already as the step would set it: an empty diff.
+    A step is refused for it; a rollback step is not (it undoes what the steps will change)."""
+
+    code = "nothing_to_change"
+
+
 Params = TypeVar("Params", bound=BaseModel)
 
 

@@ -15,6 +15,7 @@ from core.errors import Unavailable
 from core.outbound.allowlists import resolve_executable
 from core.steps.adapters.base import (
     Checked,
+    NothingToChange,
     StepContext,
     StepOutcome,
     StepRefused,
@@ -104,6 +105,9 @@ def _rollout_change(p: RolloutParams, where: str, state: RolloutState) -> str:
         if p.container not in state.images:
             raise StepRefused(f"{where} has no container {p.container} (it has "
                               f"{', '.join(sorted(state.images)) or 'none'})", action="k8s.rollout")
+        if state.images[p.container] == p.image:
+            raise NothingToChange(f"container {p.container} of {where} already runs {p.image}: "
+                                  "the step would change nothing", action="k8s.rollout")
         return (f"would set container {p.container} of {where}: {state.images[p.container]} → "
                 f"{p.image}")
     earlier = sorted(r for r in state.revisions if state.revision is None or r < state.revision)
@@ -114,6 +118,10 @@ def _rollout_change(p: RolloutParams, where: str, state: RolloutState) -> str:
         raise StepRefused(f"{where} has no {wanted} to undo to (its revisions: {held})",
                           action="k8s.rollout")
     images = ", ".join(f"{c}={i}" for c, i in sorted(state.revisions[target].items()))
+    if state.revisions[target] == state.images:
+        raise NothingToChange(f"revision {target} of {where} runs the images it runs now "
+                              f"({images}): undoing to it would change nothing",
+                              action="k8s.rollout")
     return f"would undo {where} from {now} to revision {target} ({images})"
 
 

@@ -361,3 +361,21 @@ def test_a_user_named_like_a_slack_id_is_refused(tmp_path):
         f"{path}: User U0ALICE: metadata.name: U0ALICE is reserved: it is shaped like a Slack "
         "id (S…, U…, W…); expected a lowercase name, with a Slack user group linked by "
         "slack.com/usergroup-id"]
+
+
+def test_the_remedy_annotations_are_read_and_are_part_of_the_version(
+        tmp_path):
+    owner = group("payments-oncall")
+    plain = catalog(tmp_path / "a", component("ledger"), owner)
+    annotated = catalog(tmp_path / "b", component(
+        "ledger", **{"opsgate.dev/max-replicas": "12", "opsgate.dev/regions": "fra1,ams3",
+                     "opsgate.dev/flags": "ledger-flags", "opsgate.dev/other": "x"}), owner)
+    ledger = annotated.component("ledger")
+    assert ledger is not None and ledger.remedy == (
+        ("max-replicas", "12"), ("regions", "fra1,ams3"), ("flags", "ledger-flags"))
+    assert ledger.remedy_annotation("regions") == "fra1,ams3"
+    assert ledger.remedy_annotation("route") is None
+    assert plain.component("ledger").remedy == ()  # type: ignore[union-attr]
+    assert plain.version != annotated.version
+    again = catalog(tmp_path / "c", component("ledger"), owner)
+    assert again.version == plain.version

@@ -23,6 +23,7 @@ from core.steps.adapters.base import StepContext, StepRefused, parse_params
 from core.steps.adapters.gateway_flip import FlipParams
 from core.steps.adapters.http import HttpParams
 from core.steps.adapters.k8s import RolloutParams
+from core.steps.adapters.k8s_objects import ConfigMapParams, FlagParams, ScaleParams
 from core.steps.adapters.mcp_call import McpCallParams
 from core.steps.adapters.noop import NoopParams
 from core.steps.adapters.registry import adapters_from_settings
@@ -31,6 +32,7 @@ from core.steps.adapters.script import ScriptParams
 PARAMS: dict[str, type[BaseModel]] = {
     "noop": NoopParams, "script.exec": ScriptParams, "k8s.rollout": RolloutParams,
     "gateway.flip": FlipParams, "http.request": HttpParams, "mcp.call": McpCallParams,
+    "k8s.scale": ScaleParams, "k8s.configmap": ConfigMapParams, "flag.set": FlagParams,
 }
 
 

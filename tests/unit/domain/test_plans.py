@@ -42,13 +42,13 @@ def without(path: list, plan=VALID):
     return broken
 
 
-def test_schema_is_draft_2020_12_with_the_seed_actions_http_request_and_mcp_call():
+def test_schema_is_draft_2020_12_with_the_seed_actions_http_request_mcp_call_and_remedies():
     schema = plan_schema()
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     actions = schema["$defs"]["action"]["enum"]
     assert set(actions) == {a.value for a in StepAction}
     assert {"k8s.rollout", "script.exec", "gateway.flip", "noop", "http.request",
-            "mcp.call"} == set(actions)
+            "mcp.call", "k8s.scale", "k8s.configmap", "flag.set"} == set(actions)
 
 
 def test_valid_plan_has_no_problems():

@@ -68,3 +68,42 @@ def test_the_report_names_its_plan_and_refuses_in_one_sentence() -> None:
     assert report.digest == plan("script.exec", "script.exec").digest
     assert report.reason() == ("the plan cannot run as written: step 1 (script.exec): cannot "
                                "run: no (and 1 more step(s) that cannot run)")
+
+
+class SameAsNow:
+    """A rollout's cluster where checkout runs v1.8.0 at revision 12 (11 ran v1.7.3)."""
+
+    host = "https://cluster.example"
+
+    def rollout_state(self, namespace: str, name: str) -> Any:
+        from core.investigate.kubernetes import RolloutState
+
+        return RolloutState({"app": "shop/checkout:v1.8.0"}, 12,
+                            {11: {"app": "shop/checkout:v1.7.3"},
+                             12: {"app": "shop/checkout:v1.8.0"}})
+
+
+def test_an_empty_diff_is_refused_as_a_step_and_fine_as_a_rollback_step() -> None:
+    from core.steps.adapters.k8s import K8sRolloutAdapter
+
+    same = {"operation": "set-image", "namespace": "shop", "deployment": "checkout",
+            "container": "app", "image": "shop/checkout:v1.8.0"}
+    back = {**same, "image": "shop/checkout:v1.7.3"}
+    plan = parse_plan({**PLAN, "steps": [
+        {"action": "k8s.rollout", "params": same, "timeout_s": 60, "retry": 0},
+        {"action": "k8s.rollout", "params": {"operation": "undo", "namespace": "shop",
+                                             "deployment": "checkout", "to_revision": 12},
+         "timeout_s": 60, "retry": 0},
+        {"action": "k8s.rollout", "params": back, "timeout_s": 60, "retry": 0}],
+        "rollback": {"action": "k8s.rollout", "params": same}})
+    adapter = K8sRolloutAdapter("kubectl", 1000, reads=SameAsNow())
+    lines = PlanDryRun(lambda: {"k8s.rollout": adapter})(plan).lines
+    assert [(line.verdict, line.says) for line in lines] == [
+        ("refused", "container app of deployment shop/checkout already runs "
+                    "shop/checkout:v1.8.0: the step would change nothing"),
+        ("refused", "revision 12 of deployment shop/checkout runs the images it runs now "
+                    "(app=shop/checkout:v1.8.0): undoing to it would change nothing"),
+        ("ok", "would set container app of deployment shop/checkout: shop/checkout:v1.8.0 → "
+               "shop/checkout:v1.7.3"),
+        ("ok", "would set back what the steps change (container app of deployment "
+               "shop/checkout holds that now)")]
