@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bot.event_words import event_words
 from bot.ids import COMMAND, REASON_BLOCK, REASON_INPUT, Action, Subcommand, View
 from bot.mrkdwn import at_word, escape, shown
-from bot.people import Names, as_is, names_in
+from bot.people import Names, as_is, mentions_in
 from bot.plan_words import fitted, said_mrkdwn
 from core.cases.timeline import Entry, entries_of
 from core.domain.dry_run import DryRunReport
@@ -187,7 +188,7 @@ def _plan_sections(case: CaseView, parsed: ParsedPlan, plan_hash: str, requester
         section(fitted("*Rollback*", rollback or ["— (nothing to undo)"])),
         section(fitted("*Verify* (after the change)", verify_lines(parsed.verify, readings))),
         context(f"plan `{plan_hash[:12]}` · case version {case.get('version')} · "
-                f"approvers: {escape(names_in(policy.describe_approvers(), names))}"),
+                f"approvers: {mentions_in(escape(policy.describe_approvers()), names)}"),
     ]
 
 
@@ -354,15 +355,11 @@ def case_timeline(case: CaseView, rows: Sequence[TimelineEntry], names: Names = 
 def timeline_line(entry: Entry, at: str | None = None, limit: int = REASON_SHOWN,
                   names: Names = as_is) -> str:
     """One timeline row in words: "`07:00:01` *case opened* as NEW by @alice — why", "*plan
-    ready* PLANNING → WAIT_GATE by …"; people in its reason by name."""
-    reason = f" — {shown(names_in(entry.reason, names), limit)}" if entry.reason else ""
-    return (f"`{at or str(entry.at)[11:19]}` *{event_words(entry.event)}*{move_words(entry)} "
-            f"by {who(entry.actor)}{reason}")
-
-
-def event_words(event: object) -> str:
-    """``case_opened`` → "case opened"."""
-    return escape(str(event).replace("_", " "))
+    proposed* PLANNING → WAIT_GATE by …"; people in its reason as mentions (Slack names
+    them)."""
+    reason = f" — {mentions_in(shown(entry.reason, limit), names)}" if entry.reason else ""
+    return (f"`{at or str(entry.at)[11:19]}` *{event_words(entry.event, entry.outcome)}*"
+            f"{move_words(entry)} by {who(entry.actor)}{reason}")
 
 
 def move_words(entry: Entry) -> str:

@@ -28,6 +28,7 @@ from bot.card_state import (
     step_lines,
     waiting_reading,
 )
+from bot.event_words import event_words
 from bot.ids import COMMAND
 from bot.mrkdwn import drawn, escape, link, shown
 from bot.people import Names
@@ -161,7 +162,7 @@ def _gate(state: CaseState) -> str:
     progress = f"approvals {len(so_far)} of {state.needs}" + \
         (f": {_people(so_far)}" if so_far else "")
     waiting = "⏸️ *Waiting at the gate* —" if state.status == "WAIT_GATE" else "Gate:"
-    return f"{waiting} {progress} · {escape(state.approvers)} may approve; " \
+    return f"{waiting} {progress} · {state.approvers} may approve; " \
            f"requested by {who(requester)}"
 
 
@@ -231,7 +232,7 @@ def _outcome(state: CaseState) -> str | None:
         return None
     why = f" — {shown(entry.reason, 1000)}" if entry.reason else ""
     return f"{STATUS_MARK[state.status]} *{state.status}* at {_clock(entry.at)} " \
-           f"({entry.event} by {who(entry.actor)}){why}"
+           f"({event_words(entry.event)} by {who(entry.actor)}){why}"
 
 
 def _pins(state: CaseState) -> list[str]:
@@ -270,7 +271,8 @@ def outcome_post(payload: TransitionPayload) -> str | None:
     case = f"Case `{short_id(payload['case_id'])}`"
     reason = shown(payload.get("reason") or "", 1000)
     if to == "CLOSED":
-        return f"✅ {case} is CLOSED: {reason or 'done'} ({event} by {who(payload['actor'])})"
+        return (f"✅ {case} is CLOSED: {reason or 'done'} "
+                f"({event_words(event)} by {who(payload['actor'])})")
     if to != "PARKED":
         return None
     if event == "gate_rejected":
@@ -282,7 +284,8 @@ def outcome_post(payload: TransitionPayload) -> str | None:
     elif event == "gate_expired":
         why = f"nobody decided the plan in time ({reason}) — ask the agent for a fresh plan"
     else:
-        why = f"{event} by {who(payload['actor'])}" + (f" — {reason}" if reason else "")
+        why = f"{event_words(event)} by {who(payload['actor'])}" + \
+            (f" — {reason}" if reason else "")
     resume = f"`{COMMAND} resume {short_id(str(payload['case_id']))} [what to try]`"
     return (f"🅿️ {case} is PARKED: {why}. A person decides what happens next: {resume}, or "
             "mention me here with what to try.")
@@ -323,7 +326,7 @@ def waiting_on(state: CaseState) -> str:
     status, plan = state.status, state.progress.plan
     if status == "WAIT_GATE" and plan is not None:
         return (f"*people*: {state.more_needed} more approval(s) of plan "
-                f"“{escape(plan.title)}” from {escape(state.approvers)} "
+                f"“{escape(plan.title)}” from {state.approvers} "
                 f"(not {who(plan.proposed_by)}, who requested it)")
     if status == "PARKED":
         return "*a person*: the case is parked — decide what happens next"

@@ -113,7 +113,7 @@ def test_the_card_is_posted_once_and_updated_at_each_stage(app: App) -> None:
          state="held", observed=0.004, reading=2, plan_hash=PLAN_HASH)
     move(app, case_id, E.VERIFY_PASS, actor="verifier", reason="the check passed")
     closed = stage("✅ CLOSED", "✅ Held: error_rate 0.004 &lt; 0.01",  # escaped for mrkdwn
-                   "✅ *CLOSED* at", "(verify_pass by verifier) — the check passed")
+                   "✅ *CLOSED* at", "(verified by verifier) — the check passed")
     assert "running…" not in closed and "first reading" not in closed
 
     # A late event changes nothing: the card is rendered from the case, not from the event.

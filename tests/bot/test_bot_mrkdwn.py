@@ -130,7 +130,7 @@ def rendered(title: str, said: str, upto: int, verdict: str) -> Iterator[str]:
                       decided_at="2026-11-23T07:12:00+00:00",
                       last_yes_at="2026-11-23T07:11:00+00:00")
     state = CaseState(progress_of(case(title), rows, *((proposed, gate) if upto >= 9 else ())),
-                      2, said)
+                      2, escape(said))  # the approvers line is drawn (and escaped) by its keeper
     decision = PlanDecisionView(verdict, [said, "U0BOB"], "2026-11-23 07:10:00 UTC",
                                 reason=said, needs=1)
     yield from texts(plan_message(case(title), plan(said), DIGEST, "ap_1", said, POLICY))

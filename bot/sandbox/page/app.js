@@ -373,14 +373,15 @@ async function refreshCase() {
   fill($("timeline"), timeline.map((row) => {
     const item = document.createElement("li");
     const meta = row.meta || {};
+    const said = row.said || {};  // the event in words, people by name (the sandbox server's)
     const move = meta.outcome === "accepted" ? ` ${meta.from} → ${meta.to}` : "";
     const outcome = meta.outcome && meta.outcome !== "accepted" ? ` [${meta.outcome}]` : "";
     item.className = `row outcome-${meta.outcome || "none"}`;
     item.dataset.event = row.event;
     item.innerHTML = `<span class="muted">${escapeHtml(String(row.created_at).slice(11, 19))}</span> ` +
-      `<b>${escapeHtml(row.event)}</b>${escapeHtml(move)}${escapeHtml(outcome)} ` +
-      `<span class="muted">by ${escapeHtml((page.state && page.state.names[row.actor]) || row.actor)}</span>` +
-      (row.reason ? `<div class="reason">${escapeHtml(row.reason)}</div>` : "");
+      `<b>${escapeHtml(said.event || row.event)}</b>${escapeHtml(move)}${escapeHtml(outcome)} ` +
+      `<span class="muted">by ${escapeHtml(said.actor || row.actor)}</span>` +
+      (row.reason ? `<div class="reason">${escapeHtml(said.reason || row.reason)}</div>` : "");
     return item;
   }));
 }

@@ -281,7 +281,7 @@ def test_a_click_by_someone_not_on_the_approver_list_is_refused(page, demo):
     be(page, "bob")
     click_in_thread(page, "Approve")
     refusal = page.locator("#thread .message.ephemeral")
-    expect(refusal).to_contain_text("bob is not an approver (alice may approve)")  # names
+    expect(refusal).to_contain_text("@bob is not an approver (@alice may approve)")  # names
     shot(page, "sandbox-refused")
     case = httpx.get(f"{demo.api_url}/case/{case_id_shown(page)}").json()["data"]
     assert case["status"] == "WAIT_GATE" and case["version"] == 3
