@@ -16,8 +16,9 @@ import pytest
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
+from agent.graph import RunUsage
 from bot.blocks import plan_message
-from bot.card import card_message
+from bot.card import card_message, catchup_message
 from bot.card_keeper import CardKeeper
 from bot.card_state import CaseState
 from bot.notifier import SlackNotifier
@@ -234,3 +235,15 @@ def test_the_fake_slack_refuses_blocks_beyond_slack_limits() -> None:
             assert refused.value.response["error"] == "invalid_blocks"
             assert where in refused.value.response["errors"][0]
         assert len(slack.posts()) == 1
+
+
+def test_catchup_shows_the_agents_token_count_as_words_not_strikethrough(app: App) -> None:
+    """The agent's estimated usage, on the timeline, read back by ``/case catchup``: no ``~``
+    pair for Slack to draw as strikethrough."""
+    case_id = open_case(app.cases, "checkout 5xx")
+    usage = RunUsage(model_calls=1, tokens_in=58971, tokens_out=648, estimated=True)
+    note(app, case_id, "agent_usage", f"1 model call(s), {usage.tokens_said()}")
+    _text, blocks = catchup_message(CardKeeper(app).state(case_id))
+    said = json.dumps(blocks)
+    assert "about 58971 tokens in, about 648 tokens out (estimated)" in said
+    assert "~" not in said
