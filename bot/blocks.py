@@ -17,7 +17,7 @@ from bot.event_words import event_words
 from bot.ids import COMMAND, REASON_BLOCK, REASON_INPUT, Action, Subcommand, View
 from bot.mrkdwn import at_word, escape, shown
 from bot.people import Names, as_is, mentions_in
-from bot.plan_words import fitted, said_mrkdwn
+from bot.plan_words import fitted, risk_words, said_mrkdwn
 from core.cases.timeline import Entry, entries_of
 from core.domain.dry_run import DryRunReport
 from core.domain.gate_rule import GateRule, gate_rule
@@ -183,7 +183,8 @@ def _plan_sections(case: CaseView, parsed: ParsedPlan, plan_hash: str, requester
     return [
         {"type": "header", "text": {"type": "plain_text", "text": title}},
         section(f"*Case* `{short_id(case['case_id'])}` {shown(case.get('title'), TITLE_SHOWN)}"
-                f"\n*Risk* {risk:g} — needs {approvers}; requested by {who(requester)}"),
+                f"\n*Risk* {risk:g}: {escape(risk_words(parsed))} — needs {approvers}; "
+                f"requested by {who(requester)}"),
         section(fitted("*Steps*", steps)),
         section(fitted("*Rollback*", rollback or ["— (nothing to undo)"])),
         section(fitted("*Verify* (after the change)", verify_lines(parsed.verify, readings))),
@@ -205,10 +206,7 @@ def rule_sections(rule: GateRule, policy: ApprovalPolicy) -> list[Block]:
         lines.append("*Touches* " + ", ".join(
             f"{escape(t.component)} ({group_mention(t.owner, policy)}, {escape(t.lifecycle)})"
             for t in rule.touched))
-    count = "1" if rule.needed == 1 else f"{rule.needed} distinct people"
-    whom = " or ".join(group_mention(w, policy) for w in rule.who) or "nobody"
-    named = f" · policy {escape(', '.join(rule.policies))}" if rule.policies else ""
-    lines.append(f"*Who may approve* {count} of {whom}{named}")
+    lines.append(f"*Who may approve* {rule_sentence(rule, policy)}")
     blocks = [section("\n".join(lines))]
     for sentence in rule.unowned:
         blocks.append(section(f"⛔ *Unowned*: {escape(sentence)}: nobody may approve this plan"))
@@ -217,6 +215,18 @@ def rule_sections(rule: GateRule, policy: ApprovalPolicy) -> list[Block]:
         blocks.append(section(f"⛔ *{why}* (policy {escape(refusing.policy)}): only the people "
                               "it exempts may approve now"))
     return blocks
+
+
+def rule_sentence(rule: GateRule, policy: ApprovalPolicy) -> str:
+    """The rule as a sentence with its policies: "two of @payments-oncall, because payments-api
+    is production and risk ≥ 0.7 — policy payments-prod-two-people" (the ``because`` is each
+    deciding policy's ``@reason``)."""
+    count = number_words(rule.needed)
+    whom = " or ".join(group_mention(w, policy) for w in rule.who) or "nobody"
+    reasons = [permit.reason for permit in policy.cedar.named(rule.policies) if permit.reason]
+    because = f", because {escape('; '.join(reasons))}" if reasons else ""
+    named = f" — policy {escape(', '.join(rule.policies))}" if rule.policies else ""
+    return f"{count} of {whom}{because}{named}"
 
 
 def group_mention(name: str, policy: ApprovalPolicy) -> str:

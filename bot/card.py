@@ -32,7 +32,7 @@ from bot.event_words import event_words
 from bot.ids import COMMAND
 from bot.mrkdwn import drawn, escape, link, shown
 from bot.people import Names
-from bot.plan_words import fitted, said_mrkdwn
+from bot.plan_words import fitted, risk_words, said_mrkdwn
 from core.alerts.text import shortened
 from core.cases.progress import Pin, StepAttempt
 from core.cases.timeline import Entry
@@ -140,7 +140,8 @@ def _plan(state: CaseState) -> str:
     plan = state.progress.plan
     assert plan is not None
     title = shown(plan.title or "Change plan", 150)
-    line = f"*Plan* {title} _(risk {float(plan.risk_score or 0):g})_ " \
+    why = f": {escape(risk_words(plan.parsed))}" if plan.parsed is not None else ""
+    line = f"*Plan* {title} _(risk {float(plan.risk_score or 0):g}{why})_ " \
            f"`{plan.plan_hash[:12]}`\n{_gate(state)}"
     return line[:SECTION_LIMIT]
 
