@@ -18,6 +18,7 @@ from bot.ids import COMMAND, REASON_BLOCK, REASON_INPUT, Action, Subcommand, Vie
 from bot.mrkdwn import at_word, escape, shown
 from bot.people import Names, as_is, mentions_in
 from bot.plan_words import fitted, risk_words, said_mrkdwn
+from bot.when import slack_time
 from core.cases.timeline import Entry, entries_of
 from core.domain.dry_run import DryRunReport
 from core.domain.gate_rule import GateRule, gate_rule
@@ -344,7 +345,8 @@ def case_status(case: CaseView) -> Message:
             f"*Status* {case['status']} · *Severity* {case['severity']} · "
             f"*Version* {case['version']}")
     return f"Case {short_id(case['case_id'])}: {case['status']}", [
-        section(text), context(f"id `{case['case_id']}` · updated {case['updated_at']}")]
+        section(text), context(f"id `{case['case_id']}` · updated "
+                               f"{slack_time(case['updated_at'])}")]
 
 
 def case_timeline(case: CaseView, rows: Sequence[TimelineEntry], names: Names = as_is, *,
@@ -364,11 +366,11 @@ def case_timeline(case: CaseView, rows: Sequence[TimelineEntry], names: Names = 
 
 def timeline_line(entry: Entry, at: str | None = None, limit: int = REASON_SHOWN,
                   names: Names = as_is) -> str:
-    """One timeline row in words: "`07:00:01` *case opened* as NEW by @alice — why", "*plan
+    """One timeline row in words: "07:00:01 *case opened* as NEW by @alice — why", "*plan
     proposed* PLANNING → WAIT_GATE by …"; people in its reason as mentions (Slack names
     them)."""
     reason = f" — {mentions_in(shown(entry.reason, limit), names)}" if entry.reason else ""
-    return (f"`{at or str(entry.at)[11:19]}` *{event_words(entry.event, entry.outcome)}*"
+    return (f"{at or slack_time(entry.at)} *{event_words(entry.event, entry.outcome)}*"
             f"{move_words(entry)} by {who(entry.actor)}{reason}")
 
 

@@ -11,8 +11,6 @@ what asks for a human or records a decision (``outcome_post``: PARKED with why, 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from contextlib import suppress
-from datetime import UTC, datetime
 from typing import Any
 
 from bot.blocks import Block, Message, section, short_id, timeline_line, who
@@ -33,6 +31,7 @@ from bot.ids import COMMAND
 from bot.mrkdwn import drawn, escape, link, shown
 from bot.people import Names
 from bot.plan_words import fitted, risk_words, said_mrkdwn
+from bot.when import slack_time
 from core.alerts.text import shortened
 from core.cases.progress import Pin, StepAttempt
 from core.cases.timeline import Entry
@@ -386,10 +385,7 @@ def _people(people: Iterable[object]) -> str:
 
 
 def _clock(moment: object) -> str:
-    text = str(moment or "")
-    with suppress(ValueError):
-        return f"{datetime.fromisoformat(text).astimezone(UTC):%H:%M:%S} UTC"
-    return text or "—"
+    return slack_time(moment)
 
 
 def _duration(seconds: object) -> str:

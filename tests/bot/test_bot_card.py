@@ -109,7 +109,9 @@ def test_the_card_is_posted_once_and_updated_at_each_stage(app: App) -> None:
          waiting_for="error_rate below 0.01", deadline=deadline.isoformat(),
          next_reading_at=(deadline - timedelta(minutes=4)).isoformat())
     stage("🧪 Waiting for error_rate below 0.01 (now 0.03)", "Reading 1 at",
-          "next reading 07:01:00 UTC · *deadline* 07:05:00 UTC")
+          f"next reading <!date^{int((deadline - timedelta(minutes=4)).timestamp())}"
+          "^{time_secs}|07:01:00 UTC> · *deadline* "
+          f"<!date^{int(deadline.timestamp())}^{{time_secs}}|07:05:00 UTC>")  # one format
     note(app, case_id, "verify_result", "error_rate 0.004 < 0.01", passed=True,
          state="held", observed=0.004, reading=2, plan_hash=PLAN_HASH)
     move(app, case_id, E.VERIFY_PASS, actor="verifier", reason="the check passed")

@@ -62,6 +62,17 @@ function angle(token) {
     const id = token.slice(1).split("|")[0];
     return `<span class="mention">@${escapeHtml(names[id] || id)}</span>`;
   }
+  if (token.startsWith("!date^")) {  // Slack's date token: the reader's local time
+    const [spec, fallback] = token.split("|");
+    const at = new Date(Number(spec.split("^")[1]) * 1000);
+    if (Number.isNaN(at.getTime())) return escapeHtml(fallback || "");
+    return `<time datetime="${at.toISOString()}">${escapeHtml(at.toLocaleTimeString([], { hour12: false }))}</time>`;
+  }
+  if (token.startsWith("!subteam^")) {  // a user group: its handle
+    const [spec, label] = token.split("|");
+    const id = spec.split("^")[1];
+    return `<span class="mention">${escapeHtml(label || names[id] || `@${id}`)}</span>`;
+  }
   if (token.startsWith("!")) return `<span class="mention">@${escapeHtml(token.slice(1))}</span>`;
   if (token.startsWith("#")) return `<span class="mention">#${escapeHtml(token.slice(1).split("|").pop())}</span>`;
   const [url, label] = token.split("|");
