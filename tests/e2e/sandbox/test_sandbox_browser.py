@@ -153,7 +153,7 @@ def test_mention_then_approval_closes_the_case(page):
     expect(plan).to_contain_text("Verify (after the change)")
     expect(plan).to_contain_text(re.compile(r"Steps\s*1\. [A-Z][a-z]"))  # not `k8s.rollout`
     expect(plan).to_contain_text(re.compile(r"Verify \(after the change\)\s*• \S+ below"))
-    expect(plan).to_contain_text("approvers: alice")
+    expect(plan).to_contain_text("approvers: @alice")  # a mention Slack names
     expect(plan).not_to_contain_text('"action"')
     expect(plan).not_to_contain_text("U0ALICE")
     shot(page, "sandbox")
