@@ -5,6 +5,7 @@ posts) leaves no ``<!…>``, ``<@…>``, ``<#…>`` or ``<…|…>`` of its own 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
@@ -58,8 +59,13 @@ def texts(message: Message | str | None) -> list[str]:
     return [text, *mrkdwn_texts(blocks)]
 
 
+OUR_TIME = re.compile(r"!date\^\d+\^\{time_secs\}\|\d\d:\d\d:\d\d UTC")
+"""Slack's date token as ``bot.when`` writes it: digits only, nothing from outside."""
+
+
 def smuggled(rendered: Iterator[str] | list[str]) -> list[str]:
-    return [token for text in rendered for token in slack_tokens(text, OURS)]
+    return [token for text in rendered for token in slack_tokens(text, OURS)
+            if not OUR_TIME.fullmatch(token)]
 
 
 def case(title: str, status: str = "WAIT_GATE") -> CaseView:
