@@ -72,8 +72,9 @@ class RunUsage:
                 "tokens_out": self.tokens_out}
 
     def tokens_said(self) -> str:
-        """"120 tokens in, 30 tokens out", or "~120 tokens in, ~30 tokens out (estimated)"."""
-        mark = "~" if self.estimated else ""
+        """"120 tokens in, 30 tokens out", or "about 120 tokens in, about 30 tokens out
+        (estimated)" (in words: a ``~`` pair is strikethrough wherever the line is drawn)."""
+        mark = "about " if self.estimated else ""
         said = f"{mark}{self.tokens_in} tokens in, {mark}{self.tokens_out} tokens out"
         return f"{said} (estimated)" if self.estimated else said
 

@@ -29,7 +29,7 @@ def _text_of(message: BaseMessage) -> str:
 
 ESTIMATED = "opsgate_tokens_estimated"
 """Set in a reply's ``response_metadata`` when its token counts are ``estimate_usage``'s, not
-the model's: the timeline says "~N tokens (estimated)"."""
+the model's: the timeline says "about N tokens (estimated)"."""
 
 
 def estimated(reply: AIMessage, messages: Sequence[BaseMessage], tools: Sequence[Any]) -> None:

@@ -13,10 +13,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bot.event_words import event_words
 from bot.ids import COMMAND, REASON_BLOCK, REASON_INPUT, Action, Subcommand, View
 from bot.mrkdwn import at_word, escape, shown
-from bot.people import Names, as_is, names_in
-from bot.plan_words import fitted, said_mrkdwn
+from bot.people import Names, as_is, mentions_in
+from bot.plan_words import fitted, risk_words, said_mrkdwn
+from bot.when import slack_time
 from core.cases.timeline import Entry, entries_of
 from core.domain.dry_run import DryRunReport
 from core.domain.gate_rule import GateRule, gate_rule
@@ -182,12 +184,13 @@ def _plan_sections(case: CaseView, parsed: ParsedPlan, plan_hash: str, requester
     return [
         {"type": "header", "text": {"type": "plain_text", "text": title}},
         section(f"*Case* `{short_id(case['case_id'])}` {shown(case.get('title'), TITLE_SHOWN)}"
-                f"\n*Risk* {risk:g} — needs {approvers}; requested by {who(requester)}"),
+                f"\n*Risk* {risk:g}: {escape(risk_words(parsed))} — needs {approvers}; "
+                f"requested by {who(requester)}"),
         section(fitted("*Steps*", steps)),
         section(fitted("*Rollback*", rollback or ["— (nothing to undo)"])),
         section(fitted("*Verify* (after the change)", verify_lines(parsed.verify, readings))),
         context(f"plan `{plan_hash[:12]}` · case version {case.get('version')} · "
-                f"approvers: {escape(names_in(policy.describe_approvers(), names))}"),
+                f"approvers: {mentions_in(escape(policy.describe_approvers()), names)}"),
     ]
 
 
@@ -204,10 +207,7 @@ def rule_sections(rule: GateRule, policy: ApprovalPolicy) -> list[Block]:
         lines.append("*Touches* " + ", ".join(
             f"{escape(t.component)} ({group_mention(t.owner, policy)}, {escape(t.lifecycle)})"
             for t in rule.touched))
-    count = "1" if rule.needed == 1 else f"{rule.needed} distinct people"
-    whom = " or ".join(group_mention(w, policy) for w in rule.who) or "nobody"
-    named = f" · policy {escape(', '.join(rule.policies))}" if rule.policies else ""
-    lines.append(f"*Who may approve* {count} of {whom}{named}")
+    lines.append(f"*Who may approve* {rule_sentence(rule, policy)}")
     blocks = [section("\n".join(lines))]
     for sentence in rule.unowned:
         blocks.append(section(f"⛔ *Unowned*: {escape(sentence)}: nobody may approve this plan"))
@@ -216,6 +216,18 @@ def rule_sections(rule: GateRule, policy: ApprovalPolicy) -> list[Block]:
         blocks.append(section(f"⛔ *{why}* (policy {escape(refusing.policy)}): only the people "
                               "it exempts may approve now"))
     return blocks
+
+
+def rule_sentence(rule: GateRule, policy: ApprovalPolicy) -> str:
+    """The rule as a sentence with its policies: "two of @payments-oncall, because payments-api
+    is production and risk ≥ 0.7 — policy payments-prod-two-people" (the ``because`` is each
+    deciding policy's ``@reason``)."""
+    count = number_words(rule.needed)
+    whom = " or ".join(group_mention(w, policy) for w in rule.who) or "nobody"
+    reasons = [permit.reason for permit in policy.cedar.named(rule.policies) if permit.reason]
+    because = f", because {escape('; '.join(reasons))}" if reasons else ""
+    named = f" — policy {escape(', '.join(rule.policies))}" if rule.policies else ""
+    return f"{count} of {whom}{because}{named}"
 
 
 def group_mention(name: str, policy: ApprovalPolicy) -> str:
@@ -333,7 +345,8 @@ def case_status(case: CaseView) -> Message:
             f"*Status* {case['status']} · *Severity* {case['severity']} · "
             f"*Version* {case['version']}")
     return f"Case {short_id(case['case_id'])}: {case['status']}", [
-        section(text), context(f"id `{case['case_id']}` · updated {case['updated_at']}")]
+        section(text), context(f"id `{case['case_id']}` · updated "
+                               f"{slack_time(case['updated_at'])}")]
 
 
 def case_timeline(case: CaseView, rows: Sequence[TimelineEntry], names: Names = as_is, *,
@@ -353,16 +366,12 @@ def case_timeline(case: CaseView, rows: Sequence[TimelineEntry], names: Names = 
 
 def timeline_line(entry: Entry, at: str | None = None, limit: int = REASON_SHOWN,
                   names: Names = as_is) -> str:
-    """One timeline row in words: "`07:00:01` *case opened* as NEW by @alice — why", "*plan
-    ready* PLANNING → WAIT_GATE by …"; people in its reason by name."""
-    reason = f" — {shown(names_in(entry.reason, names), limit)}" if entry.reason else ""
-    return (f"`{at or str(entry.at)[11:19]}` *{event_words(entry.event)}*{move_words(entry)} "
-            f"by {who(entry.actor)}{reason}")
-
-
-def event_words(event: object) -> str:
-    """``case_opened`` → "case opened"."""
-    return escape(str(event).replace("_", " "))
+    """One timeline row in words: "07:00:01 *case opened* as NEW by @alice — why", "*plan
+    proposed* PLANNING → WAIT_GATE by …"; people in its reason as mentions (Slack names
+    them)."""
+    reason = f" — {mentions_in(shown(entry.reason, limit), names)}" if entry.reason else ""
+    return (f"{at or slack_time(entry.at)} *{event_words(entry.event, entry.outcome)}*"
+            f"{move_words(entry)} by {who(entry.actor)}{reason}")
 
 
 def move_words(entry: Entry) -> str:

@@ -11,8 +11,6 @@ what asks for a human or records a decision (``outcome_post``: PARKED with why, 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from contextlib import suppress
-from datetime import UTC, datetime
 from typing import Any
 
 from bot.blocks import Block, Message, section, short_id, timeline_line, who
@@ -28,10 +26,12 @@ from bot.card_state import (
     step_lines,
     waiting_reading,
 )
+from bot.event_words import event_words
 from bot.ids import COMMAND
 from bot.mrkdwn import drawn, escape, link, shown
 from bot.people import Names
-from bot.plan_words import fitted, said_mrkdwn
+from bot.plan_words import fitted, risk_words, said_mrkdwn
+from bot.when import slack_time
 from core.alerts.text import shortened
 from core.cases.progress import Pin, StepAttempt
 from core.cases.timeline import Entry
@@ -141,7 +141,8 @@ def _plan(state: CaseState) -> str:
     plan = state.progress.plan
     assert plan is not None
     title = shown(plan.title or "Change plan", 150)
-    line = f"*Plan* {title} _(risk {float(plan.risk_score or 0):g})_ " \
+    why = f": {escape(risk_words(plan.parsed))}" if plan.parsed is not None else ""
+    line = f"*Plan* {title} _(risk {float(plan.risk_score or 0):g}{why})_ " \
            f"`{plan.plan_hash[:12]}`\n{_gate(state)}"
     return line[:SECTION_LIMIT]
 
@@ -163,7 +164,7 @@ def _gate(state: CaseState) -> str:
     progress = f"approvals {len(so_far)} of {state.needs}" + \
         (f": {_people(so_far)}" if so_far else "")
     waiting = "⏸️ *Waiting at the gate* —" if state.status == "WAIT_GATE" else "Gate:"
-    return f"{waiting} {progress} · {escape(state.approvers)} may approve; " \
+    return f"{waiting} {progress} · {state.approvers} may approve; " \
            f"requested by {who(requester)}"
 
 
@@ -233,7 +234,7 @@ def _outcome(state: CaseState) -> str | None:
         return None
     why = f" — {shown(entry.reason, 1000)}" if entry.reason else ""
     return f"{STATUS_MARK[state.status]} *{state.status}* at {_clock(entry.at)} " \
-           f"({entry.event} by {who(entry.actor)}){why}"
+           f"({event_words(entry.event)} by {who(entry.actor)}){why}"
 
 
 def _pins(state: CaseState) -> list[str]:
@@ -272,7 +273,8 @@ def outcome_post(payload: TransitionPayload) -> str | None:
     case = f"Case `{short_id(payload['case_id'])}`"
     reason = shown(payload.get("reason") or "", 1000)
     if to == "CLOSED":
-        return f"✅ {case} is CLOSED: {reason or 'done'} ({event} by {who(payload['actor'])})"
+        return (f"✅ {case} is CLOSED: {reason or 'done'} "
+                f"({event_words(event)} by {who(payload['actor'])})")
     if to != "PARKED":
         return None
     if event == "gate_rejected":
@@ -284,7 +286,8 @@ def outcome_post(payload: TransitionPayload) -> str | None:
     elif event == "gate_expired":
         why = f"nobody decided the plan in time ({reason}) — ask the agent for a fresh plan"
     else:
-        why = f"{event} by {who(payload['actor'])}" + (f" — {reason}" if reason else "")
+        why = f"{event_words(event)} by {who(payload['actor'])}" + \
+            (f" — {reason}" if reason else "")
     resume = f"`{COMMAND} resume {short_id(str(payload['case_id']))} [what to try]`"
     return (f"🅿️ {case} is PARKED: {why}. A person decides what happens next: {resume}, or "
             "mention me here with what to try.")
@@ -325,7 +328,7 @@ def waiting_on(state: CaseState) -> str:
     status, plan = state.status, state.progress.plan
     if status == "WAIT_GATE" and plan is not None:
         return (f"*people*: {state.more_needed} more approval(s) of plan "
-                f"“{escape(plan.title)}” from {escape(state.approvers)} "
+                f"“{escape(plan.title)}” from {state.approvers} "
                 f"(not {who(plan.proposed_by)}, who requested it)")
     if status == "PARKED":
         return "*a person*: the case is parked — decide what happens next"
@@ -384,10 +387,7 @@ def _people(people: Iterable[object]) -> str:
 
 
 def _clock(moment: object) -> str:
-    text = str(moment or "")
-    with suppress(ValueError):
-        return f"{datetime.fromisoformat(text).astimezone(UTC):%H:%M:%S} UTC"
-    return text or "—"
+    return slack_time(moment)
 
 
 def _duration(seconds: object) -> str:

@@ -26,7 +26,8 @@ from uuid import UUID
 from bot.card import card_message
 from bot.card_state import CaseState
 from bot.card_store import Card, CardStore
-from bot.people import Names, as_is, names_in
+from bot.mrkdwn import escape
+from bot.people import Names, as_is, mentions_in
 from core.cases.progress import CaseProgress
 from core.changes.store import ChangeStore
 from core.chat import ChatSink, deliverable
@@ -130,7 +131,8 @@ class CardKeeper:
         """The case as the card shows it: its progress and the policy's numbers."""
         progress = self.cases.progress(case_id)
         needs = 1 if progress.gate is None else progress.gate.needed
-        return CaseState(progress, needs, names_in(self.policy.describe_approvers(), self.names),
+        approvers = mentions_in(escape(self.policy.describe_approvers()), self.names)
+        return CaseState(progress, needs, approvers,
                          None if card is None else card.working, self._touches(progress),
                          self._last_change(progress), names=self.names)
 

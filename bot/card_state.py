@@ -31,7 +31,7 @@ class CaseState:
 
     progress: CaseProgress
     needs: int = 1  # distinct approvers the plan needs
-    approvers: str = "anyone but the requester"  # who may approve, in words
+    approvers: str = "anyone but the requester"  # who may approve, in mrkdwn (people mentioned)
     working: str | None = None  # "… is working on it" while the agent works
     touches: str | None = None  # the case's components and their owners, in words
     last_change: str | None = None  # the components' last change before the case opened

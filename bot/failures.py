@@ -12,7 +12,7 @@ from uuid import uuid4
 from slack_sdk.errors import SlackApiError
 
 from bot.mrkdwn import escape
-from bot.people import as_is, names_in
+from bot.people import as_is, mentions_in
 from core.errors import InternalError, OpsgateError
 from core.gateway import ToolCall
 
@@ -52,7 +52,7 @@ def tell(cases: SlackCases, body: dict[str, Any], said: str) -> None:
     """An ephemeral message (``said``, plain words) to whoever sent ``body``, in the channel (and
     thread) they used, through the gateway once per Slack request (its event or trigger id)."""
     channel, user, thread = where_to_answer(body)
-    text = escape(names_in(said, getattr(cases, "people", as_is)))  # people by name, not id
+    text = mentions_in(escape(said), getattr(cases, "people", as_is))  # Slack names people
     if channel is None or user is None:
         log.warning("no channel or user to tell: %s", text)
         return

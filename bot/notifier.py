@@ -26,6 +26,7 @@ from bot.mrkdwn import drawn
 from bot.people import Names, People, as_is
 from bot.sink import SlackChatSink
 from bot.slack_store import SlackStore
+from bot.when import slack_time
 from core.cases.approvals import GateStatus
 from core.chat import Blocks, deliverable
 from core.consumers.notifier import Notifier, Payload, render
@@ -174,8 +175,8 @@ def decision_view(status: GateStatus) -> PlanDecisionView | None:
 
 
 def _at(moment: str | None) -> str:
-    """A decision's time as the plan message shows it."""
-    return str(moment or "")[:19].replace("T", " ") + " UTC"
+    """A decision's time as the plan message shows it (Slack's date token)."""
+    return slack_time(moment)
 
 
 def _approval_id(blocks: object) -> str | None:

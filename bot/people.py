@@ -38,6 +38,19 @@ def names_in(text: str, names: Names) -> str:
     return _ANY_ID.sub(lambda found: names(found.group(0)), text)
 
 
+def mentions_in(mrkdwn: str, names: Names) -> str:
+    """``mrkdwn`` (already escaped) with the id of every person Slack knows drawn as their
+    mention (Slack shows each reader the name; a mention in a message someone reads is how Slack
+    names people) and every user group's as its mention; an id nobody knows stays as written
+    (an ``S3`` in a sentence is not a group)."""
+    def drawn(found: re.Match[str]) -> str:
+        person = found.group(0)
+        if names(person) == person:
+            return person
+        return f"<!subteam^{person}>" if person.startswith("S") else f"<@{person}>"
+    return _ANY_ID.sub(drawn, mrkdwn)
+
+
 class People:
     """Display names from ``users.info`` and group handles from ``usergroups.list``, kept an
     hour (an unknown id five minutes)."""

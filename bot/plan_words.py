@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from bot.mrkdwn import at_word, escape
+from core.domain.plans import ParsedPlan, StepAction
+from core.domain.policy import number_words
 from core.steps.words import Sentence, Value, plain_text
 
 CUT = "…"
@@ -17,6 +19,25 @@ _SPACES = re.compile(r"\s+")
 DETAILS_SECTION = 2900  # JSON per section of the details modal (Slack: 3000 with its fences)
 DETAILS_SECTIONS = 40  # a modal holds 100 blocks; a plan's JSON is under 256 KiB
 MORE_ROOM = 40  # what "… and N more" takes at the end of a fitted section
+
+
+CHANGE_WORDS = {StepAction.K8S_ROLLOUT: "Kubernetes rollout", StepAction.SCRIPT_EXEC: "script",
+                StepAction.GATEWAY_FLIP: "gateway flip", StepAction.HTTP_REQUEST: "HTTP request",
+                StepAction.MCP_CALL: "MCP tool call"}
+
+
+def risk_words(plan: ParsedPlan) -> str:
+    """Why the plan's risk is what it is, in plain words: what it changes and whether it can be
+    undone — "one Kubernetes rollout, reversible (a rollback is planned)"."""
+    changes = [step for step in plan.steps if step.action != StepAction.NOOP]
+    if not changes:
+        return "it changes nothing"
+    kinds = list(dict.fromkeys(CHANGE_WORDS.get(step.action, str(step.action))
+                               for step in changes))
+    what = (f"one {kinds[0]}" if len(changes) == 1
+            else f"{number_words(len(changes))} changes ({', '.join(kinds)})")
+    back = "reversible (a rollback is planned)" if plan.rollback else "no rollback planned"
+    return f"{what}, {back}"
 
 
 def said_mrkdwn(said: Sentence, limit: int) -> str:

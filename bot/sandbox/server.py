@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import Any
@@ -17,6 +17,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
+from bot.event_words import event_said
+from bot.people import names_in
 from bot.sandbox import web_api
 from bot.sandbox.sender import SlackSender
 from bot.sandbox.workspace import (
@@ -24,6 +26,7 @@ from bot.sandbox.workspace import (
     CHANNEL_ID,
     CHANNEL_NAME,
     PEOPLE,
+    Person,
     SlackError,
     Workspace,
 )
@@ -295,7 +298,20 @@ def _case_routes(app: FastAPI, sandbox: Sandbox) -> None:
                 return JSONResponse({"error": f"opsgate API unreachable: {exc}"}, 502)
         if found.status_code != 200:
             return Response(found.content, found.status_code, media_type="application/json")
-        return JSONResponse({"case": found.json()["data"], "timeline": timeline.json()["data"]})
+        rows = [_in_words(row, sandbox.workspace.people) for row in timeline.json()["data"]]
+        return JSONResponse({"case": found.json()["data"], "timeline": rows})
+
+
+def _in_words(row: dict[str, Any], people: Mapping[str, Person]) -> dict[str, Any]:
+    """A timeline row as the side panel shows it: its event in words and the people in its
+    reason by name (the REST API keeps ids: names are the reader's)."""
+    names = {person.id: person.name for person in people.values()}
+    meta = row.get("meta") or {}
+    said = {"event": event_said(row.get("event"), meta.get("outcome")),
+            "actor": names.get(str(row.get("actor")), row.get("actor")),
+            "reason": names_in(str(row["reason"]), lambda id_: names.get(id_, id_))
+            if row.get("reason") else None}
+    return {**row, "said": said}
 
 
 async def _from_api(sandbox: Sandbox, path: str) -> Response:

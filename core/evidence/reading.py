@@ -1,5 +1,7 @@
 """One reading of a plan's ``verify`` block: its checks in order until one does not hold; a
-metric check judged on its window after the change once that has passed, pending before."""
+metric check judged on its window after the change once that has passed, pending before. The
+reading says every check it read with its value: the one that did not hold, then those that did
+("check 2 of 2: …, not below 500 (check 1 of 2 holds: …)"); "all 2 checks passed: …; …"."""
 
 from __future__ import annotations
 
@@ -44,14 +46,20 @@ def read_block(block: VerifyBlock, source: MetricSource, allowlist: UrlAllowList
     if refused is not None:
         return refused
     count = len(block.checks)
+    held: list[str] = []  # each check that held so far, with its reading
     for number, check in enumerate(block.checks, start=1):
         outcome = (_metric(check, source, moment) if isinstance(check, MetricCheck)
                    else read_probe(check.probe, allowlist, timeout_s))
         if not block.listed:
             return outcome
         if not outcome.passed:
-            return replace(outcome, reason=f"check {number} of {count}: {outcome.reason}")
-    return VerifyOutcome("held", "the check passed" if count == 1 else f"all {count} checks passed")
+            before = f" ({'; '.join(held)})" if held else ""
+            return replace(outcome, reason=f"check {number} of {count}: {outcome.reason}{before}")
+        held.append(f"check {number} of {count} holds: {outcome.reason}")
+    if count == 1:
+        return VerifyOutcome("held", f"the check passed: {held[0].split(': ', 1)[1]}")
+    readings = "; ".join(said.split(": ", 1)[1] for said in held)
+    return VerifyOutcome("held", f"all {count} checks passed: {readings}")
 
 
 def _refused_probes(block: VerifyBlock, allowlist: UrlAllowList) -> VerifyOutcome | None:

@@ -40,7 +40,8 @@ def test_plan_message_shows_every_part_and_two_bound_buttons() -> None:
     text, blocks = plan_message(CASE, PLAN, PLAN_HASH, "ap_1", "U0ALICE", POLICY)
     shown = json.dumps(blocks, ensure_ascii=False)
     assert PLAN["title"] in text and "risk 0.2" in text
-    for part in ("*Risk* 0.2", "needs one approver", "*Steps*", "1. Change nothing _(up to 30 s)_",
+    for part in ("*Risk* 0.2: it changes nothing — needs one approver", "*Steps*",
+                 "1. Change nothing _(up to 30 s)_",
                  "*Rollback*", "*Verify*", "`error_rate` below 0.01 once the change is done",
                  "<@U0ALICE>", PLAN_HASH[:12], "case version 3"):
         assert part in shown, part

@@ -16,8 +16,9 @@ import pytest
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
+from agent.graph import RunUsage
 from bot.blocks import plan_message
-from bot.card import card_message
+from bot.card import card_message, catchup_message
 from bot.card_keeper import CardKeeper
 from bot.card_state import CaseState
 from bot.notifier import SlackNotifier
@@ -108,12 +109,14 @@ def test_the_card_is_posted_once_and_updated_at_each_stage(app: App) -> None:
          waiting_for="error_rate below 0.01", deadline=deadline.isoformat(),
          next_reading_at=(deadline - timedelta(minutes=4)).isoformat())
     stage("🧪 Waiting for error_rate below 0.01 (now 0.03)", "Reading 1 at",
-          "next reading 07:01:00 UTC · *deadline* 07:05:00 UTC")
+          f"next reading <!date^{int((deadline - timedelta(minutes=4)).timestamp())}"
+          "^{time_secs}|07:01:00 UTC> · *deadline* "
+          f"<!date^{int(deadline.timestamp())}^{{time_secs}}|07:05:00 UTC>")  # one format
     note(app, case_id, "verify_result", "error_rate 0.004 < 0.01", passed=True,
          state="held", observed=0.004, reading=2, plan_hash=PLAN_HASH)
     move(app, case_id, E.VERIFY_PASS, actor="verifier", reason="the check passed")
     closed = stage("✅ CLOSED", "✅ Held: error_rate 0.004 &lt; 0.01",  # escaped for mrkdwn
-                   "✅ *CLOSED* at", "(verify_pass by verifier) — the check passed")
+                   "✅ *CLOSED* at", "(verified by verifier) — the check passed")
     assert "running…" not in closed and "first reading" not in closed
 
     # A late event changes nothing: the card is rendered from the case, not from the event.
@@ -234,3 +237,15 @@ def test_the_fake_slack_refuses_blocks_beyond_slack_limits() -> None:
             assert refused.value.response["error"] == "invalid_blocks"
             assert where in refused.value.response["errors"][0]
         assert len(slack.posts()) == 1
+
+
+def test_catchup_shows_the_agents_token_count_as_words_not_strikethrough(app: App) -> None:
+    """The agent's estimated usage, on the timeline, read back by ``/case catchup``: no ``~``
+    pair for Slack to draw as strikethrough."""
+    case_id = open_case(app.cases, "checkout 5xx")
+    usage = RunUsage(model_calls=1, tokens_in=58971, tokens_out=648, estimated=True)
+    note(app, case_id, "agent_usage", f"1 model call(s), {usage.tokens_said()}")
+    _text, blocks = catchup_message(CardKeeper(app).state(case_id))
+    said = json.dumps(blocks)
+    assert "about 58971 tokens in, about 648 tokens out (estimated)" in said
+    assert "~" not in said

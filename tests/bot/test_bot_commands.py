@@ -34,7 +34,7 @@ def test_case_commands(engine: Engine) -> None:
         assert short in status and "Checkout p99 over 2 s" in status and "WAIT_GATE" in status
         assert str(case_id) in str(ask(bot, f"status {case_id}")["blocks"])
         timeline = shown(ask(bot, f"timeline {short[:6]}"))
-        assert "*case opened* as NEW" in timeline and "plan ready" in timeline
+        assert "*case opened* as NEW" in timeline and "*plan proposed*" in timeline
         assert "None" not in timeline
         assert REQUESTER in timeline
         assert short in shown(ask(bot, "list"))

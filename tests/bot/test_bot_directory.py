@@ -120,7 +120,7 @@ def test_a_catalog_group_named_opsgate_approvers_makes_no_approver(world, tmp_pa
         until(lambda: bot.app.catalog.current() and bot.app.catalog.broken, "the file left out")
         case_id, plan, approval_id = open_and_wait_for_plan(bot, "40.000200", user=REPORTER)
         clicked, rest = refused_both_ways(bot, case_id, plan, approval_id, EVE, eve, "eve-2")
-        assert clicked == "⛔ U0EVE is not an approver (alice may approve)"  # Slack's name
+        assert clicked == "⛔ U0EVE is not an approver (<@U0ALICE> may approve)"  # Slack names
         assert rest["message"] == "U0EVE is not an approver (U0ALICE may approve)"
 
 

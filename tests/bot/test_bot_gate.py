@@ -59,15 +59,15 @@ def test_refusals_say_why_and_record_only_an_audit_line(pg_engine: Engine) -> No
     with running_bot(pg_engine) as bot:
         case_id, plan, approval_id = open_and_wait_for_plan(bot, "20.000100")
         version = bot.app.cases.get_case(case_id)["version"]
-        assert "approvers: bob, carol" in json.dumps(plan["blocks"])  # names, not ids
-        assert "U0BOB" not in json.dumps(plan["blocks"])
+        assert "approvers: <@U0BOB>, <@U0CAROL>" in json.dumps(plan["blocks"])  # Slack names
+        assert "U0BOB" not in json.dumps(plan["blocks"]).replace("<@U0BOB>", "")  # no raw id
 
         bot.click(Action.APPROVE, approval_id, user=OUTSIDER, message_ts=plan["ts"])
-        # people by their display names (users.info), never by their ids
-        assert "⛔ mallory is not an approver (bob, carol may approve)" in \
+        # people as mentions (Slack shows each reader the name), never as raw ids
+        assert "⛔ <@U0MALLORY> is not an approver (<@U0BOB>, <@U0CAROL> may approve)" in \
             wait_ephemeral(bot, OUTSIDER)[0]
         bot.click(Action.APPROVE, approval_id, user=REQUESTER, message_ts=plan["ts"])
-        assert "alice requested this plan and cannot approve it" in \
+        assert "<@U0ALICE> requested this plan and cannot approve it" in \
             wait_ephemeral(bot, REQUESTER)[0]
         bot.click(Action.REJECT, approval_id, user=OUTSIDER, message_ts=plan["ts"])
         assert "not an approver" in wait_ephemeral(bot, OUTSIDER, 2)[1]
@@ -177,8 +177,9 @@ def test_approvers_by_user_group(sqlite_engine: Engine) -> None:
     with running_bot(sqlite_engine, approvers=["S0ONCALL"]) as bot:
         case_id, plan, approval_id = open_and_wait_for_plan(bot, "24.000100")
         bot.click(Action.APPROVE, approval_id, user=SECOND, message_ts=plan["ts"])
-        # the group by its handle, the person by name
-        assert "carol is not an approver (@oncall may approve)" in wait_ephemeral(bot, SECOND)[0]
+        # the group and the person as mentions: Slack shows the handle and the name
+        assert "<@U0CAROL> is not an approver (<!subteam^S0ONCALL> may approve)" in \
+            wait_ephemeral(bot, SECOND)[0]
         bot.click(Action.APPROVE, approval_id, user=APPROVER, message_ts=plan["ts"])
         bot.slack.wait_for(lambda: any("CLOSED" in t for t in bot.slack.texts()),
                            what="CLOSED")

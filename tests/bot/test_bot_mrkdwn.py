@@ -5,6 +5,7 @@ posts) leaves no ``<!…>``, ``<@…>``, ``<#…>`` or ``<…|…>`` of its own 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
@@ -58,8 +59,13 @@ def texts(message: Message | str | None) -> list[str]:
     return [text, *mrkdwn_texts(blocks)]
 
 
+OUR_TIME = re.compile(r"!date\^\d+\^\{time_secs\}\|\d\d:\d\d:\d\d UTC")
+"""Slack's date token as ``bot.when`` writes it: digits only, nothing from outside."""
+
+
 def smuggled(rendered: Iterator[str] | list[str]) -> list[str]:
-    return [token for text in rendered for token in slack_tokens(text, OURS)]
+    return [token for text in rendered for token in slack_tokens(text, OURS)
+            if not OUR_TIME.fullmatch(token)]
 
 
 def case(title: str, status: str = "WAIT_GATE") -> CaseView:
@@ -130,7 +136,7 @@ def rendered(title: str, said: str, upto: int, verdict: str) -> Iterator[str]:
                       decided_at="2026-11-23T07:12:00+00:00",
                       last_yes_at="2026-11-23T07:11:00+00:00")
     state = CaseState(progress_of(case(title), rows, *((proposed, gate) if upto >= 9 else ())),
-                      2, said)
+                      2, escape(said))  # the approvers line is drawn (and escaped) by its keeper
     decision = PlanDecisionView(verdict, [said, "U0BOB"], "2026-11-23 07:10:00 UTC",
                                 reason=said, needs=1)
     yield from texts(plan_message(case(title), plan(said), DIGEST, "ap_1", said, POLICY))

@@ -7,7 +7,7 @@ from typing import Any
 
 from slack_sdk.errors import SlackApiError
 
-from bot.people import NAME_TTL_S, People, as_is, names_in
+from bot.people import NAME_TTL_S, People, as_is, mentions_in, names_in
 
 
 class FakeClient:
@@ -48,3 +48,14 @@ def test_people_are_named_once_and_unknown_ids_read_as_themselves() -> None:
     assert people("U0BOB") == "U0BOB"  # Slack failing: the id, never an error
     assert people("WAIT_GATE") == "WAIT_GATE" and people("UTC") == "UTC"  # not ids
     assert names_in("UTC 10:00, NEW → WAIT_GATE", as_is) == "UTC 10:00, NEW → WAIT_GATE"
+
+
+def test_people_in_a_slack_text_are_mentions_and_unknown_ids_stay_as_written() -> None:
+    """A reason the core stored with ids reads, in Slack, as people Slack names for each reader;
+    an id nobody knows (or a word that looks like one, ``S3``) is not turned into a mention."""
+    people = People(FakeClient())  # type: ignore[arg-type]
+    said = mentions_in("⛔ U0BOB is not an approver (U0CAROL, S0ONCALL, U0GONE may approve) "
+                       "&lt;S3&gt;", people)
+    assert said == ("⛔ <@U0BOB> is not an approver (<@U0CAROL>, <!subteam^S0ONCALL>, U0GONE "
+                    "may approve) &lt;S3&gt;")
+    assert mentions_in("U0BOB", as_is) == "U0BOB"  # no directory: nothing to vouch for the id

@@ -81,8 +81,11 @@ def test_the_owners_approve_two_of_them_for_a_risky_production_change(world, tmp
         case_id, plan, approval_id = open_and_wait_for_plan(bot, "27.000100", user=REPORTER)
         shown = json.dumps(plan["blocks"], ensure_ascii=False)
         assert "*Touches* payments-api (@payments-oncall, production)" in shown
-        assert ("*Who may approve* 2 distinct people of @payments-oncall · policy "
-                "owners-approve, two-owners-from-risk-in-production") in shown
+        assert ("*Who may approve* two of @payments-oncall, because the owners of the "
+                "components a plan touches approve it; a production change from risk 0.7 needs "
+                "two of its owners — policy owners-approve, two-owners-from-risk-in-production"
+                ) in shown  # the rule as a sentence, with its policies
+        assert "*Risk* 0." in shown and ", reversible (a rollback is planned) — needs" in shown
 
         card = card_of(bot.slack)
         bot.slack.wait_for(lambda: any(
@@ -125,7 +128,8 @@ def test_during_a_freeze_an_owner_is_refused_and_an_incident_commander_admitted(
         case_id, plan, approval_id = open_and_wait_for_plan(bot, "27.000200", user=REPORTER)
         shown = json.dumps(plan["blocks"], ensure_ascii=False)
         assert "⛔ *deploy freeze until 2027-01-04 00:00 UTC* (policy deploy-freeze)" in shown
-        assert ("*Who may approve* 1 of @incident-commanders · policy "
+        assert ("*Who may approve* one of @incident-commanders, because during the deploy "
+                "freeze an incident commander approves production changes — policy "
                 "incident-commanders-during-freeze") in shown
 
         bot.click(Action.APPROVE, approval_id, user=ALICE, message_ts=plan["ts"])

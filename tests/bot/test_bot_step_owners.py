@@ -232,7 +232,7 @@ def test_the_opener_cannot_approve_a_plan_a_token_proposed_by_slack(world, tmp_p
         bot.slack.wait_for(lambda: bool(bot.plan_messages()), what="the plan message")
         plan = bot.plan_messages()[-1]
         bot.click(Action.APPROVE, approval_of(plan) or "", user=ALICE, message_ts=plan["ts"])
-        assert "⛔ alice requested this plan and cannot approve it" in wait_ephemeral(
+        assert "⛔ <@U0ALICE> requested this plan and cannot approve it" in wait_ephemeral(
             bot, ALICE)[0]
         assert bot.app.cases.get_case(case_id)["status"] == "WAIT_GATE"
     assert decisions(engine, case_id) == []

@@ -169,10 +169,10 @@ def test_catchup_at_the_gate_and_once_closed(engine: Engine) -> None:
         text, shown = catchup(bot, case_id)
         assert text == f"Catch-up on case {str(case_id)[:8]}: WAIT_GATE"
         assert "*Waiting on* *people*: 1 more approval(s) of plan “Take no action" in shown
-        assert "from bob, carol (not <@U0ALICE>, who requested it)" in shown  # names
-        assert "approved so far by bob" in shown  # a reason from the core, its ids as names
+        assert "from <@U0BOB>, <@U0CAROL> (not <@U0ALICE>, who requested it)" in shown
+        assert "approved so far by <@U0BOB>" in shown  # a reason from the core, its ids as mentions
         assert re.sub(r"<@U0[A-Z]+>", "", shown).count("U0") == 0  # no id but in a mention
-        assert "*Last 5 event(s)*" in shown and shown.count("\n`") == 5
+        assert "*Last 5 event(s)*" in shown and shown.count("\n<!date^") == 5  # Slack's time
         assert f"👍 <@{APPROVER}> approved plan `" in shown and "(1 more needed then)" in shown
 
         bot.click(Action.APPROVE, approval_of(plan) or "", user="U0CAROL", message_ts=plan["ts"])
@@ -181,7 +181,7 @@ def test_catchup_at_the_gate_and_once_closed(engine: Engine) -> None:
         text, shown = catchup(bot, case_id)
         assert text.endswith(": CLOSED")
         assert "*Waiting on* nothing: the case is closed" in shown
-        assert "*verify pass* VERIFYING → CLOSED by verifier" in shown  # an event in words
+        assert "*verified* VERIFYING → CLOSED by verifier" in shown  # an event in words
         assert "✅ <@U0CAROL> approved plan `" in shown
         assert "approved by <@U0BOB>, <@U0CAROL>" in shown
         assert "needs a case id" in texts(bot.command("catchup").json())

@@ -62,6 +62,17 @@ function angle(token) {
     const id = token.slice(1).split("|")[0];
     return `<span class="mention">@${escapeHtml(names[id] || id)}</span>`;
   }
+  if (token.startsWith("!date^")) {  // Slack's date token: the reader's local time
+    const [spec, fallback] = token.split("|");
+    const at = new Date(Number(spec.split("^")[1]) * 1000);
+    if (Number.isNaN(at.getTime())) return escapeHtml(fallback || "");
+    return `<time datetime="${at.toISOString()}">${escapeHtml(at.toLocaleTimeString([], { hour12: false }))}</time>`;
+  }
+  if (token.startsWith("!subteam^")) {  // a user group: its handle
+    const [spec, label] = token.split("|");
+    const id = spec.split("^")[1];
+    return `<span class="mention">${escapeHtml(label || names[id] || `@${id}`)}</span>`;
+  }
   if (token.startsWith("!")) return `<span class="mention">@${escapeHtml(token.slice(1))}</span>`;
   if (token.startsWith("#")) return `<span class="mention">#${escapeHtml(token.slice(1).split("|").pop())}</span>`;
   const [url, label] = token.split("|");
@@ -409,14 +420,15 @@ async function refreshCase() {
   fill($("timeline"), timeline.map((row) => {
     const item = document.createElement("li");
     const meta = row.meta || {};
+    const said = row.said || {};  // the event in words, people by name (the sandbox server's)
     const move = meta.outcome === "accepted" ? ` ${meta.from} → ${meta.to}` : "";
     const outcome = meta.outcome && meta.outcome !== "accepted" ? ` [${meta.outcome}]` : "";
     item.className = `row outcome-${meta.outcome || "none"}`;
     item.dataset.event = row.event;
     item.innerHTML = `<span class="muted">${escapeHtml(String(row.created_at).slice(11, 19))}</span> ` +
-      `<b>${escapeHtml(row.event)}</b>${escapeHtml(move)}${escapeHtml(outcome)} ` +
-      `<span class="muted">by ${escapeHtml((page.state && page.state.names[row.actor]) || row.actor)}</span>` +
-      (row.reason ? `<div class="reason">${escapeHtml(row.reason)}</div>` : "");
+      `<b>${escapeHtml(said.event || row.event)}</b>${escapeHtml(move)}${escapeHtml(outcome)} ` +
+      `<span class="muted">by ${escapeHtml(said.actor || row.actor)}</span>` +
+      (row.reason ? `<div class="reason">${escapeHtml(said.reason || row.reason)}</div>` : "");
     return item;
   }));
 }

@@ -153,7 +153,7 @@ def test_mention_then_approval_closes_the_case(page):
     expect(plan).to_contain_text("Verify (after the change)")
     expect(plan).to_contain_text(re.compile(r"Steps\s*1\. [A-Z][a-z]"))  # not `k8s.rollout`
     expect(plan).to_contain_text(re.compile(r"Verify \(after the change\)\s*• \S+ below"))
-    expect(plan).to_contain_text("approvers: alice")
+    expect(plan).to_contain_text("approvers: @alice")  # a mention Slack names
     expect(plan).not_to_contain_text('"action"')
     expect(plan).not_to_contain_text("U0ALICE")
     shot(page, "sandbox")
@@ -306,7 +306,7 @@ def test_a_click_by_someone_not_on_the_approver_list_is_refused(page, demo):
     be(page, "bob")
     click_in_thread(page, "Approve")
     refusal = page.locator("#thread .message.ephemeral")
-    expect(refusal).to_contain_text("bob is not an approver (alice may approve)")  # names
+    expect(refusal).to_contain_text("@bob is not an approver (@alice may approve)")  # names
     shot(page, "sandbox-refused")
     case = httpx.get(f"{demo.api_url}/case/{case_id_shown(page)}").json()["data"]
     assert case["status"] == "WAIT_GATE" and case["version"] == 3

@@ -54,11 +54,13 @@ def test_a_metric_without_data_fails_with_the_reason():
 def test_every_check_must_pass_and_the_first_failure_is_the_reason():
     ok = judge({"checks": [{"metric": "error_rate", "below": 0.01},
                            {"metric": "replicas", "above": 1}]})
-    assert ok.passed and ok.reason == "all 2 checks passed"
+    assert ok.passed and ok.reason.startswith("all 2 checks passed: error_rate = ")
+    assert ", below 0.01; replicas = " in ok.reason  # every check with its reading
     bad = judge({"checks": [{"metric": "error_rate", "below": 0.01},
                             {"metric": "latency_p95_ms", "below": 500}]})
     assert not bad.passed and bad.observed == 640.0
     assert bad.reason.startswith("check 2 of 2: latency_p95_ms = 640")
+    assert "(check 1 of 2 holds: error_rate = " in bad.reason  # the check that held, shown
 
 
 @pytest.mark.parametrize(("verify", "why"), [
@@ -201,8 +203,9 @@ def test_a_time_scale_shrinks_every_window():
     waiting = reading(block, ByTime(2.4, 0.5), 1.5, scale=0.01)
     assert waiting.state == "pending"
     assert waiting.reason == "check 2 of 2: b = 0.5 now, waiting (1.5s of the 3s window after " \
-                             "the change)"
-    assert reading(block, ByTime(2.4, 0.5), 3, scale=0.01).reason == "all 2 checks passed"
+                             "the change) (check 1 of 2 holds: a = 0.5 over 0.6s, below 1)"
+    assert reading(block, ByTime(2.4, 0.5), 3, scale=0.01).reason == \
+        "all 2 checks passed: a = 0.5 over 0.6s, below 1; b = 0.5 over 3s, below 1"
 
 
 @pytest.mark.parametrize(("seconds", "text"), [(300, "300s"), (3.0, "3s"), (0.6, "600ms"),
