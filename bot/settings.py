@@ -7,7 +7,7 @@ from __future__ import annotations
 from pydantic import AliasChoices, Field, SecretStr
 
 from core.settings import OpsgateSettings
-from core.settings.forms import HttpUrl
+from core.settings.forms import HttpUrl, SlackChannelId
 
 
 class SlackSettings(OpsgateSettings):
@@ -30,9 +30,10 @@ class SlackSettings(OpsgateSettings):
         default="https://slack.com/api/",
         description="Base URL of Slack's Web API, ending in '/' (a local sandbox or test server).",
     )
-    incident_channel: str | None = Field(
+    incident_channel: SlackChannelId | None = Field(
         default=None,
-        description="Channel id where cases opened outside Slack (REST, alerts) get their thread.",
+        description="Channel id (C012AB3CD, not #incident) where cases opened outside Slack "
+        "(REST, alerts) get their thread.",
     )
     slack_workers: int = Field(
         default=16, ge=1, le=512,

@@ -39,11 +39,12 @@ from core.api import create_api
 from core.bootstrap import App
 from core.cases.service import CaseService
 from core.db.database import make_engine
-from core.migrate import scratch_schema, upgrade_engine
+from core.migrate import upgrade_engine
 from core.settings import TEST_PREFIX
 from tests.support.apps import make_app
 from tests.support.cases import case_service
 from tests.support.peers import alertmanager_server, metric_service, prometheus_server  # noqa: F401
+from tests.support.pg_schemas import SchemaTemplate
 from tests.support.pgvector import pgvector_engine, pgvector_server  # noqa: F401
 from tests.support.servers import POSTGRES_URL, REDIS_URL, missing
 
@@ -155,10 +156,19 @@ def postgres_admin() -> Iterator[Engine]:
     engine.dispose()
 
 
+@pytest.fixture(scope="session")
+def _pg_template(postgres_admin: Engine) -> Iterator[SchemaTemplate]:
+    """The migrations, run once per test process into a template each test's schema copies."""
+    template = SchemaTemplate(POSTGRES_URL, prefix="t")
+    yield template
+    template.close()
+
+
 @pytest.fixture
-def pg_engine(postgres_admin: Engine) -> Iterator[Engine]:
-    """A fresh migrated schema on the local PostgreSQL, dropped after the test."""
-    with scratch_schema(POSTGRES_URL, prefix="t", pool_size=20) as engine:
+def pg_engine(_pg_template: SchemaTemplate) -> Iterator[Engine]:
+    """A fresh schema at head on the local PostgreSQL, the test's own, dropped after the test
+    (a copy of the migrated template: ``tests/support/pg_schemas.py``)."""
+    with _pg_template.schema(pool_size=20) as engine:
         yield engine
 
 

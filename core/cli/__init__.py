@@ -108,12 +108,13 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def refuse_unknown_settings() -> None:
-    """Before any command runs: an ``OPSGATE_*`` variable that neither core's settings nor a
-    plugged-in layer's read is a mistake (``InvalidSettings``, one line each, exit 2)."""
+    """Before any command runs: an ``OPSGATE_*`` variable, of the environment or of ``.env``,
+    that neither core's settings nor a plugged-in layer's read is a mistake
+    (``InvalidSettings``, one line each, exit 2)."""
     from core.cli.app import plugged_in
-    from core.settings import InvalidSettings, unknown_settings
+    from core.settings import InvalidSettings, env_file_names, unknown_settings
 
-    unknown = unknown_settings(os.environ, *plugged_in().settings)
+    unknown = unknown_settings(os.environ, *plugged_in().settings, env_file=env_file_names())
     if unknown:
         raise InvalidSettings(unknown)
 

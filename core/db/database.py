@@ -11,9 +11,12 @@ checkpoints open the same file, and two copies in one process corrupt it.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
@@ -69,14 +72,22 @@ def _setup_sqlite(engine: Engine) -> None:
 def _load_sqlite_vec(dbapi_connection: Any) -> None:
     import sqlite3
 
-    import sqlite_vec  # type: ignore[import-untyped]
-
     try:
         dbapi_connection.enable_load_extension(True)
-        sqlite_vec.load(dbapi_connection)
+        dbapi_connection.load_extension(_sqlite_vec_path())
         dbapi_connection.enable_load_extension(False)
     except (AttributeError, sqlite3.Error) as exc:  # no extension loading, or a broken file
         log.debug("sqlite-vec not loaded: %s", exc)
+
+
+@cache
+def _sqlite_vec_path() -> str:
+    """The sqlite-vec package's loadable extension (what ``sqlite_vec.loadable_path()`` names),
+    found without running the package's ``__init__``, which imports numpy (a tenth of a second
+    of every process on SQLite) for helpers opsgate does not use."""
+    spec = importlib.util.find_spec("sqlite_vec")
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    return os.path.normpath(os.path.join(folders[0], "vec0")) if folders else "vec0"
 
 
 @contextmanager

@@ -23,17 +23,16 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import anyio
-import httpx2
-from mcp import Client, StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from core.errors import OpsgateError
 from core.settings_errors import InvalidSettings
+
+if TYPE_CHECKING:  # the SDK (a second of imports) loads when a server is first called
+    from mcp import Client
+    from mcp.types import CallToolResult
 
 T = TypeVar("T")
 SERVER_NAME = r"^[a-z][a-z0-9_-]{0,31}$"
@@ -85,6 +84,8 @@ class RemoteServer(BaseModel):
     def transport(self) -> Any:
         """What the SDK's ``Client`` connects with."""
         if self.command is not None:
+            from mcp import StdioServerParameters
+
             env = {name: os.environ[name] for name in self.env_pass if name in os.environ}
             return StdioServerParameters(command=self.command, args=self.args, env=env,
                                          cwd=self.cwd)
@@ -184,6 +185,8 @@ def call_tool(server: RemoteServer, tool: str, arguments: Mapping[str, Any], *,
 
 
 def _result(result: CallToolResult) -> RemoteResult:
+    from mcp.types import TextContent
+
     parts = [block.text if isinstance(block, TextContent) else f"[{block.type} content]"
              for block in result.content]
     return RemoteResult(result.is_error, "\n".join(parts), result.structured_content)
@@ -191,6 +194,11 @@ def _result(result: CallToolResult) -> RemoteResult:
 
 def _with_client(server: RemoteServer, use: Callable[[Client], Awaitable[T]],
                  timeout_s: float) -> T:
+    import anyio
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
     async def session() -> T:
         with anyio.fail_after(timeout_s):
             transport = server.transport()
@@ -221,6 +229,8 @@ def _reason(exc: BaseException) -> str:
 def _blocking(session: Callable[[], Awaitable[T]]) -> T:
     """Run ``session`` to its end from synchronous code; from a thread that already runs an
     event loop, in a thread of its own."""
+    import anyio
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -7,8 +7,10 @@ the environment and are ``SecretStr`` so they never print. A list is JSON or com
 (``U1,U2``); an object is JSON. A mistake is an ``InvalidSettings`` whose problems each fit on one
 line: the variable, what is wrong, and what was expected (``core.settings_errors``);
 ``load_settings`` is the one place that reads. An ``OPSGATE_*`` variable no settings class reads
-is a mistake too (``unknown_settings``: a typo must not leave its setting at the default), except
-the test suite's own ``OPSGATE_TEST_*``.
+is a mistake too (``unknown_settings``: a typo must not leave its setting at the default), in the
+environment and in ``.env`` alike (``env_file_names``), except the test suite's own
+``OPSGATE_TEST_*``. Settings that hold Slack ids are checked for the id's shape (``U…`` for a
+person, ``C…`` for a channel: ``core.settings.forms``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import AliasChoices, BaseModel, PrivateAttr, ValidationError
@@ -44,6 +47,7 @@ __all__ = [
     "InvalidSettings",
     "OpsgateSettings",
     "Settings",
+    "env_file_names",
     "load_settings",
     "placeholders",
     "read_settings",
@@ -57,6 +61,9 @@ READ_PREFIXES = ("OPSGATE_", "SLACK_", "OPENAI_")
 """The environment variables opsgate's settings read."""
 PREFIX = "OPSGATE_"
 """What every variable of opsgate's own settings begins with: one that no class reads is a typo."""
+ENV_FILE = ".env"
+"""The file every settings class reads beside the environment (in the working folder), which
+the environment overrides."""
 TEST_PREFIX = "OPSGATE_TEST_"
 """The test suite's own variables (its peers' binaries, its servers, its shuffle seed): no setting
 begins so, opsgate never reads them, and they are never refused."""
@@ -65,7 +72,7 @@ begins so, opsgate never reads them, and they are never refused."""
 class OpsgateSettings(BaseSettings):
     """What every opsgate settings class reads, core's and the outer layers' alike."""
 
-    model_config = SettingsConfigDict(env_prefix=PREFIX, env_file=".env", extra="ignore",
+    model_config = SettingsConfigDict(env_prefix=PREFIX, env_file=ENV_FILE, extra="ignore",
                                       allow_inf_nan=False)
 
 
@@ -139,15 +146,22 @@ def placeholders(environ: Mapping[str, str]) -> list[str]:
             if name.startswith(READ_PREFIXES) and PLACEHOLDER in value]
 
 
-def unknown_settings(environ: Iterable[str], *layers: type[OpsgateSettings]) -> list[str]:
-    """One line for each ``OPSGATE_*`` name of ``environ`` that neither core's settings nor the
-    outer ``layers`` read, naming the closest one that is (``OPSGATE_APROVERS: no such setting;
-    did you mean OPSGATE_APPROVERS?``); the tests' ``OPSGATE_TEST_*`` are not settings."""
+def unknown_settings(environ: Iterable[str], *layers: type[OpsgateSettings],
+                     env_file: Iterable[str] = ()) -> list[str]:
+    """One line for each ``OPSGATE_*`` name of ``environ`` (then of ``env_file``: the names
+    ``.env`` sets, see ``env_file_names``) that neither core's settings nor the outer ``layers``
+    read, naming the closest one that is (``OPSGATE_APROVERS: no such setting; did you mean
+    OPSGATE_APPROVERS?``, ``OPSGATE_APROVERS in .env: …``); the tests' ``OPSGATE_TEST_*`` are
+    not settings."""
     kinds: tuple[type[OpsgateSettings], ...] = (Settings, *layers)
     known = {name for kind in kinds for name in variable_names(kind)}
     by_stem = {name.removeprefix(PREFIX): name for name in known}  # SLACK_BOT_TOKEN has none
+    environ = sorted(environ)
+    in_environ = {name.upper() for name in environ}
+    from_file = sorted(name for name in env_file if name.upper() not in in_environ)
     lines = []
-    for name in sorted(environ):
+    for name, where in [*((name, "") for name in environ),
+                        *((name, f" in {ENV_FILE}") for name in from_file)]:
         upper = name.upper()  # the settings read the environment case-insensitively
         if not upper.startswith(PREFIX) or upper.startswith(TEST_PREFIX) or upper in known:
             continue
@@ -155,8 +169,19 @@ def unknown_settings(environ: Iterable[str], *layers: type[OpsgateSettings]) -> 
                                             cutoff=0.7)
         hint = (f"did you mean {by_stem[closest[0]]}?" if closest
                 else "docs/operations.md lists every setting")
-        lines.append(f"{name}: no such setting; {hint}")
+        lines.append(f"{name}{where}: no such setting; {hint}")
     return lines
+
+
+def env_file_names(folder: Path | None = None) -> list[str]:
+    """The variable names the ``.env`` file of ``folder`` (the working folder) sets, which the
+    settings read as they read the environment; none when there is no such file."""
+    path = (folder or Path.cwd()) / ENV_FILE
+    if not path.is_file():
+        return []
+    from dotenv import dotenv_values
+
+    return list(dotenv_values(path, encoding="utf-8"))
 
 
 def variable_names(kind: type[BaseModel]) -> set[str]:

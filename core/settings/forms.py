@@ -1,6 +1,7 @@
 """The forms a setting's value takes in the environment, with their validators: lists as JSON or
-comma-separated names, objects as JSON, http(s) and nats URLs, host names and the variable names a
-script may be given. Each names its form for people (``Expect``) for the one-line mistakes."""
+comma-separated names, objects as JSON, http(s) and nats URLs, host names, the variable names a
+script may be given and Slack channel ids. Each names its form for people (``Expect``) for the
+one-line mistakes."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from core.allowed_hosts import host_names
 from core.settings_errors import Expect
 
 __all__ = ["BusUrl", "DirectoryEntries", "EnvNames", "HostNames", "HttpUrl", "Names",
-           "ObjectOfNumbers", "ObjectOfObjects"]
+           "ObjectOfNumbers", "ObjectOfObjects", "SlackChannelId"]
 
 
 def _list_from_text(value: Any) -> Any:
@@ -137,3 +138,18 @@ DirectoryEntries = Annotated[Names, AfterValidator(_directory), Expect(
 EnvNames = Annotated[Names, AfterValidator(_env_names), Expect(
     "variable names or prefixes ending in *, separated by commas (A,B_*) or a JSON list")]
 
+
+SLACK_CHANNEL_ID = re.compile(r"[CG][A-Z0-9]{2,}")
+"""A Slack channel id: ``C…`` (a channel), ``G…`` (a private channel of older workspaces)."""
+
+
+def _slack_channel(value: str | None) -> str | None:
+    if value is None or SLACK_CHANNEL_ID.fullmatch(value):
+        return value
+    if value.startswith("#") or value == value.lower():
+        raise ValueError("a channel's name, not its id")
+    raise ValueError("not a Slack channel id")
+
+
+SlackChannelId = Annotated[str, AfterValidator(_slack_channel), Expect(
+    "a Slack channel id, C… or G… (C012AB3CD: the bottom of the channel's details in Slack)")]

@@ -122,6 +122,12 @@ SETTINGS_MISTAKES = [
     ("OPSGATE_SCRIPT_ENV_ALLOW", "DRAIN_SECONDS,LD_PRELOAD", "OPSGATE_SCRIPT_ENV_ALLOW="
      "DRAIN_SECONDS,LD_PRELOAD: LD_PRELOAD would let a plan change which code a script runs; "
      "expected variable names"),
+    # the Slack channel id (the bot's layer): a channel's name is the usual slip
+    ("OPSGATE_INCIDENT_CHANNEL", "#incident", "OPSGATE_INCIDENT_CHANNEL=#incident: a channel's "
+     "name, not its id; expected a Slack channel id, C… or G… (C012AB3CD: the bottom of the "
+     "channel's details in Slack) (or unset)"),
+    ("OPSGATE_INCIDENT_CHANNEL", "U0LEAD", "OPSGATE_INCIDENT_CHANNEL=U0LEAD: not a Slack "
+     "channel id; expected a Slack channel id, C… or G…"),
 ]
 
 
@@ -228,6 +234,38 @@ def test_serve_with_a_misspelt_setting_exits_2_in_one_line(tmp_path):
         APROVERS, "opsgate: error: OPSGATE_PROMETHEUS_ULR: no such setting; did you mean "
                   "OPSGATE_PROMETHEUS_URL?"]
     assert result.stdout == ""
+
+
+def test_a_misspelt_setting_in_dot_env_is_refused_as_in_the_environment(
+        tmp_path, monkeypatch, capsys):
+    from core.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    for name in [name for name in os.environ if name.startswith("OPSGATE_")]:
+        monkeypatch.delenv(name)
+    (tmp_path / ".env").write_text("# the operator's settings\nOPSGATE_APPROVERS=U0LEAD\n"
+                                   "export OPSGATE_APROVERS=U0LEAD\nOPSGATE_PROMETHEUS_ULR="
+                                   "http://p\nOTHER_TOOL=1\n", encoding="utf-8")
+    assert main(["migrate"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "opsgate: error: OPSGATE_APROVERS in .env: no such setting; did you mean "
+        "OPSGATE_APPROVERS?",
+        "opsgate: error: OPSGATE_PROMETHEUS_ULR in .env: no such setting; did you mean "
+        "OPSGATE_PROMETHEUS_URL?"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == [".env"], "nothing may start"
+
+
+def test_dot_env_settings_are_read_and_held_to_their_form(tmp_path):
+    (tmp_path / ".env").write_text("OPSGATE_INCIDENT_CHANNEL=#incident\n", encoding="utf-8")
+    refused = opsgate(tmp_path, "migrate")
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.startswith("opsgate: error: OPSGATE_INCIDENT_CHANNEL=#incident: a "
+                                     "channel's name, not its id; expected a Slack channel id")
+    assert len(refused.stderr.splitlines()) == 1 and not (tmp_path / "opsgate.db").exists()
+    (tmp_path / ".env").write_text("OPSGATE_INCIDENT_CHANNEL=C0INCIDENT\n", encoding="utf-8")
+    result = opsgate(tmp_path, "migrate")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "opsgate.db").exists()
 
 
 def test_the_layers_settings_and_the_tests_own_variables_are_not_refused(tmp_path):
