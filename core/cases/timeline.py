@@ -13,7 +13,7 @@ from uuid import UUID
 from sqlalchemy import Connection
 
 from core.db import case_store as store
-from core.domain.attempts import FAILED_EVENTS, failed_attempts
+from core.domain.attempts import FAILED_EVENTS, REJECTED, declined_attempts
 from core.domain.fsm import CaseEvent
 from core.domain.views import TimelineEntry
 
@@ -138,17 +138,20 @@ BACK_TO_PLANNING = ("resume", "fix", "plan_ready", "analysis_done")
 
 def attempt_moves(conn: Connection, case_id: UUID, digest: str) -> tuple[Entry, ...]:
     """The case's accepted moves that ``repeat_refusal`` judges the plan ``digest`` by, oldest
-    first, and no others: the approvals and failures (one pair per run of a plan), and, only
-    when ``digest`` failed, the latest move back to planning. ``repeat_refusal`` answers over
-    them what it answers over every accepted move, whether the case went round the gate ten
-    times or ten thousand."""
+    first, and no others: the approvals and failures (one pair per run of a plan), the latest
+    rejection of ``digest`` at the gate, and, only when ``digest`` was declined, the latest move
+    back to planning. ``repeat_refusal`` answers over them what it answers over every accepted
+    move, whether the case went round the gate ten times or ten thousand."""
+    accepted = ("accepted",)
     attempts = entries_of(store.timeline_events(conn, case_id, ATTEMPT_EVENTS,
-                                                outcomes=("accepted",)))
-    if not any(attempt.plan_hash == digest for attempt in failed_attempts(attempts)):
-        return attempts
-    last = store.timeline_events(conn, case_id, BACK_TO_PLANNING, outcomes=("accepted",),
-                                 latest=1)
-    return tuple(sorted((*attempts, *entries_of(last)), key=lambda entry: entry.id))
+                                                outcomes=accepted))
+    rejected = entries_of(store.timeline_events(conn, case_id, (REJECTED,), outcomes=accepted,
+                                                plan_hash=digest, latest=1))
+    moves = tuple(sorted((*attempts, *rejected), key=lambda entry: entry.id))
+    if not any(attempt.plan_hash == digest for attempt in declined_attempts(moves)):
+        return moves
+    last = store.timeline_events(conn, case_id, BACK_TO_PLANNING, outcomes=accepted, latest=1)
+    return tuple(sorted((*moves, *entries_of(last)), key=lambda entry: entry.id))
 
 
 def facts_as(facts: Mapping[str, Any], shape: type[F]) -> F:

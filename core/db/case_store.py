@@ -167,17 +167,21 @@ def read_timeline(conn: Connection, case_id: UUID) -> list[RowMapping]:
 
 def timeline_events(conn: Connection, case_id: UUID, events: Collection[str], *,
                     outcomes: Collection[str] = (), since_id: int | None = None,
-                    latest: int | None = None) -> list[RowMapping]:
+                    latest: int | None = None, plan_hash: str | None = None
+                    ) -> list[RowMapping]:
     """The case's timeline rows of ``events`` only, oldest first, read through the
     ``(case_id, event, id)`` index: what a rule needs, however many other rows (an alert
     group's notes) the case holds. ``outcomes``: only the rows with one of these outcomes
-    (``accepted`` moves...); ``since_id``: from that row on; ``latest``: the last so many."""
+    (``accepted`` moves...); ``since_id``: from that row on; ``latest``: the last so many;
+    ``plan_hash``: only the rows about that plan."""
     query = select(case_timeline).where(case_timeline.c.case_id == case_id,
                                         case_timeline.c.event.in_(sorted(events)))
     if outcomes:
         query = query.where(case_timeline.c.meta["outcome"].as_string().in_(sorted(outcomes)))
     if since_id is not None:
         query = query.where(case_timeline.c.id >= since_id)
+    if plan_hash is not None:
+        query = query.where(case_timeline.c.meta["plan_hash"].as_string() == plan_hash)
     if latest is None:
         return list(conn.execute(query.order_by(case_timeline.c.id)).mappings())
     newest = list(conn.execute(query.order_by(case_timeline.c.id.desc()).limit(latest))

@@ -66,12 +66,13 @@ def failed_plan_with_notes(service: CaseService, notes: int) -> UUID:
 
 
 def gate_round(service: CaseService, case_id: UUID) -> None:
-    """The failed plan refused at the gate, another admitted and rejected, then resumed."""
-    with pytest.raises(GuardFailed, match="already failed on this case"):
-        service.transition(command(case_id, CaseEvent.PLAN_READY), key()).data()
+    """Another plan admitted, rejected and the case resumed without a retry, then
+    the failed plan refused at the gate."""
     service.transition(command(case_id, CaseEvent.PLAN_READY, plan=OTHER), key()).data()
     service.transition(command(case_id, CaseEvent.GATE_REJECTED), key()).data()
-    service.transition(command(case_id, CaseEvent.RESUME), key()).data()
+    service.transition(command(case_id, CaseEvent.RESUME, reason="drain first"), key()).data()
+    with pytest.raises(GuardFailed, match="already failed on this case"):
+        service.transition(command(case_id, CaseEvent.PLAN_READY), key()).data()
 
 
 def test_the_gate_reads_the_same_rows_beside_a_hundred_notes(pg_service: CaseService,
@@ -121,11 +122,12 @@ def test_the_tail_and_the_notes_of_an_event_read_only_those(pg_service: CaseServ
 
 
 def plan_cycles(service: CaseService, case_id: UUID, cycles: int) -> None:
-    """``cycles`` times round the gate: a plan proposed again, rejected, the case resumed."""
+    """``cycles`` times round the gate: a plan proposed again, rejected, the case resumed with
+    a retry (a rejected plan comes back only when a person asks for it)."""
     for _ in range(cycles):
         service.transition(command(case_id, CaseEvent.PLAN_READY, plan=OTHER), key()).data()
         service.transition(command(case_id, CaseEvent.GATE_REJECTED), key()).data()
-        service.transition(command(case_id, CaseEvent.RESUME), key()).data()
+        service.transition(command(case_id, CaseEvent.RESUME, reason="retry"), key()).data()
 
 
 def test_the_gate_reads_the_same_rows_after_many_rounds_of_the_same_plan(
