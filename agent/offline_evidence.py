@@ -60,6 +60,13 @@ class Signal:
     last: float
     peak: float
     changed_at: datetime | None
+    query: str = ""  # what query_metrics read it with: the component's series, its labels on
+
+    @property
+    def measured(self) -> str:
+        """What a verify check of it reads: the query it was read with, which selects the
+        component's series as the plan_ready guard asks (else its bare name)."""
+        return self.query or self.metric
 
     @property
     def kind(self) -> Kind:
@@ -176,7 +183,7 @@ def _no_change(signals: list[Signal]) -> Decision:
     because = ([s.said() for s in ended] + ["the anomaly ended before the report"] if ended
                else ["every metric of the component is steady over the last two hours "
                      "(query_metrics): there is no anomaly to act on"])
-    checks = tuple({"metric": s.metric, "for_s": 60, "below": _round(
+    checks = tuple({"metric": s.measured, "for_s": 60, "below": _round(
         (s.first + s.peak) / 2 if s.state == "ended" else max(s.first, s.last) * RISE)}
         for s in watched[:2])
     return Decision("no change", tuple(because), checks)
@@ -222,12 +229,12 @@ def _oom_killed(pods: Iterable[Mapping[str, Any]]) -> list[str]:
 def _plan_checks(plan: Mapping[str, Any]) -> set[str]:
     verify = plan.get("verify")
     checks = _maps(verify.get("checks")) if isinstance(verify, Mapping) else []
-    return {str(check.get("metric")) for check in checks}
+    return {_metric_of(str(check.get("metric"))) for check in checks}
 
 
 def _check(signal: Signal) -> dict[str, Any]:
     """Below the middle of where it started and where it is: holds once it is back."""
-    return {"metric": signal.metric, "below": _round((signal.first + signal.last) / 2),
+    return {"metric": signal.measured, "below": _round((signal.first + signal.last) / 2),
             "for_s": 300}
 
 
@@ -247,8 +254,10 @@ def _signal(answer: Mapping[str, Any], series: Mapping[str, Any]) -> Signal | No
     if not metric or first is None or last is None or peak is None:
         return None
     change = series.get("change")
+    query = str(answer.get("query") or "")
     return Signal(metric, first, last, peak,
-                  instant(change.get("at")) if isinstance(change, Mapping) else None)
+                  instant(change.get("at")) if isinstance(change, Mapping) else None,
+                  query if _metric_of(query) == metric else "")
 
 
 def _number(value: Any) -> float | None:

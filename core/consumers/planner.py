@@ -18,7 +18,6 @@ from core.consumers.runs import CommandRun, current_run, move_case
 from core.domain.commands import NoteCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.messages import CommandPayload, Topic, payload_as
-from core.domain.plan_templates import load_template
 from core.domain.plans import plan_problems
 from core.errors import GuardFailed, Unavailable
 from core.investigate.scope import OutOfScope
@@ -120,20 +119,20 @@ class Planner:
         catalog template the title picks, made for the case's component when there is a
         service catalog (``core.investigate.templates``); why not, when it cannot be made."""
         template = choose_template(run.case["title"])
-        plan = load_template(template)
         learned = self.library.best_plan_for(str(run.case["title"]), exclude=run.case_id)
         if learned is not None and not plan_problems(learned["plan"]):
             # Evidence before templates: the plan that resolved the most similar verified case.
             return Proposal(template, learned["plan"], learned_reason(learned),
                             {"learned_from": learned["case_id"]})
+        try:
+            made = made_for_case(self.app, run.case, template)
+        except (OutOfScope, Unavailable) as refused:
+            return f"no plan proposed from the template {template}: {refused.message}"
         if self.app.catalog.current().components:
-            try:
-                made = made_for_case(self.app, run.case, template)
-            except (OutOfScope, Unavailable) as refused:
-                return f"no plan proposed from the template {template}: {refused.message}"
             return Proposal(template, made["plan"], f"template {template} chosen from the case "
                             f"title, made for {made['made_for']}", {"template": template})
-        return Proposal(template, plan, f"template {template} chosen from the case title",
+        # No catalog: the template as written, its checks reading the default scope's series.
+        return Proposal(template, made["plan"], f"template {template} chosen from the case title",
                         {"template": template})
 
     def _propose(self, run: CommandRun, proposal: Proposal, correlation_id: str | None,
