@@ -55,16 +55,19 @@ def is_sqlite(engine: Engine) -> bool:
     return engine.dialect.name == "sqlite"
 
 
-def make_engine(url: str, *, pool_size: int = 10, **kwargs: Any) -> Engine:
-    """An engine for ``url`` set up for opsgate's transactions."""
+def make_engine(url: str, *, pool_size: int = 10, connect_args: dict[str, Any] | None = None,
+                **kwargs: Any) -> Engine:
+    """An engine for ``url`` set up for opsgate's transactions; ``connect_args`` add to (or
+    override) the driver arguments it sets."""
     url = normalize_url(url)
+    given = connect_args or {}
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 30}, **kwargs)
+        engine = create_engine(url, connect_args={"timeout": 30, **given}, **kwargs)
         _setup_sqlite(engine)
         return engine
     engine = create_engine(
         url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True,
-        connect_args={"connect_timeout": CONNECT_TIMEOUT_S, **TCP}, **kwargs
+        connect_args={"connect_timeout": CONNECT_TIMEOUT_S, **TCP, **given}, **kwargs
     )
     event.listen(engine, "do_connect", _bounded_connect)
     return engine
