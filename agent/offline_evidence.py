@@ -60,6 +60,13 @@ class Signal:
     last: float
     peak: float
     changed_at: datetime | None
+    query: str = ""  # what query_metrics read it with: the component's series, its labels on
+
+    @property
+    def measured(self) -> str:
+        """What a verify check of it reads: the query it was read with, which selects the
+        component's series as the plan_ready guard asks (else its bare name)."""
+        return self.query or self.metric
 
     @property
     def kind(self) -> Kind:
@@ -168,7 +175,7 @@ def _without_change(looked: Looked, signals: list[Signal], ongoing: list[Signal]
         felt = [s for s in ongoing if s.kind in ("latency", "errors")][:2]
         return Decision("scale", (*said, *grew, quiet), (
             *(_check(s) for s in felt),
-            {"metric": cpu[0].metric, "below": SATURATED, "for_s": 300}))
+            {"metric": cpu[0].measured, "below": SATURATED, "for_s": 300}))
     return Decision("restart", (*said, quiet, "nothing points at memory, capacity or a "
                                               "region: the service itself is stuck"), checks)
 
@@ -179,7 +186,7 @@ def _no_change(signals: list[Signal]) -> Decision:
     because = ([s.said() for s in ended] + ["the anomaly ended before the report"] if ended
                else ["every metric of the component is steady over the last two hours "
                      "(query_metrics): there is no anomaly to act on"])
-    checks = tuple({"metric": s.metric, "for_s": 60, "below": _round(
+    checks = tuple({"metric": s.measured, "for_s": 60, "below": _round(
         s.first * RISE if s.state == "ended" else max(s.first, s.last) * RISE)}
         for s in watched[:2])
     return Decision("no change", tuple(because), checks)
@@ -225,7 +232,7 @@ def _oom_killed(pods: Iterable[Mapping[str, Any]]) -> list[str]:
 def _plan_checks(plan: Mapping[str, Any]) -> set[str]:
     verify = plan.get("verify")
     checks = _maps(verify.get("checks")) if isinstance(verify, Mapping) else []
-    return {str(check.get("metric")) for check in checks}
+    return {_metric_of(str(check.get("metric"))) for check in checks}
 
 
 def _check(signal: Signal) -> dict[str, Any]:
@@ -233,7 +240,7 @@ def _check(signal: Signal) -> dict[str, Any]:
     calls a value anomalous (``RISE``), never halfway to it; a metric that was zero before must
     fall to a tenth of where it is."""
     normal = signal.first * RISE if signal.first > 0 else signal.last / 10
-    return {"metric": signal.metric, "below": _round(normal), "for_s": 300}
+    return {"metric": signal.measured, "below": _round(normal), "for_s": 300}
 
 
 def _maps(found: Any) -> list[Mapping[str, Any]]:
@@ -252,8 +259,10 @@ def _signal(answer: Mapping[str, Any], series: Mapping[str, Any]) -> Signal | No
     if not metric or first is None or last is None or peak is None:
         return None
     change = series.get("change")
+    query = str(answer.get("query") or "")
     return Signal(metric, first, last, peak,
-                  instant(change.get("at")) if isinstance(change, Mapping) else None)
+                  instant(change.get("at")) if isinstance(change, Mapping) else None,
+                  query if _metric_of(query) == metric else "")
 
 
 def _number(value: Any) -> float | None:

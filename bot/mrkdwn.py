@@ -1,7 +1,14 @@
 """The one way text from outside — alert labels and annotations, titles, findings, model output,
 thread text, step output, reasons — enters a chat message: Slack mrkdwn, where ``&``, ``<`` and
 ``>`` are the control characters. Escaped, no mention (``<!channel>``, ``<@U…>``, ``<#C…>``) and
-no link (``<url|label>``) survives; formatting marks (``*``, ``_``) stay, as words.
+no link (``<url|label>``) survives. Nor does emphasis: mrkdwn has no backslash escape, so a mark
+that could open or close bold, italic or strike (``*``, ``_``, ``~`` where a word starts or ends,
+and the full-width ``*`` and ``_``) is drawn as its look-alike (U+2217 asterisk operator, U+02CD
+low macron, U+223C tilde operator: the replacements jsx-slack's ``<Escape>`` uses): a title
+``*Risk* 0.0 — approved`` reads as those words, never as one of opsgate's bold labels. A mark
+inside a word (``http_requests_total``, ``2*3``) forms no emphasis and stays as written; so does
+a backtick (opsgate's own sentences quote commands in code, and code draws no field). Inside
+code, where emphasis is not drawn, ``escape_controls`` escapes the control characters alone.
 
 Links opsgate itself adds (an alert's graph, a pinned message) are built by ``link``; what a
 Slack message said is read back as plain words by ``from_slack`` before it is shown again.
@@ -22,8 +29,24 @@ BOUNDARY = re.compile(r"[\s/.,:;=_()\[\]{}-]")
 _URL_ENDS = {"|": "%7C", "<": "%3C", ">": "%3E", " ": "%20", "\n": "%0A", "\t": "%09"}
 
 
+_LOOKALIKE = {"*": "\u2217", "_": "\u02cd", "~": "\u223c", "\uff0a": "\ufe61",
+              "\uff3f": "\u2e0f"}
+"""Emphasis marks and the look-alike each is drawn as where it could format text."""
+_EMPHASIS = re.compile(r"(?<![^\W_])[*_~]|[*_~](?![^\W_])|[\uff0a\uff3f]")
+"""A mark not between two letters or digits (or a full-width mark): where mrkdwn could read it
+as emphasis."""
+
+
 def escape(text: object) -> str:
-    """``text`` as Slack mrkdwn shows it literally (None is empty)."""
+    """``text`` as Slack mrkdwn shows it literally (None is empty): its control characters
+    escaped, its emphasis marks drawn as look-alikes."""
+    said = "" if text is None else str(text)
+    return escape_controls(_EMPHASIS.sub(lambda mark: _LOOKALIKE[mark.group()], said))
+
+
+def escape_controls(text: object) -> str:
+    """``text``'s control characters escaped, its marks kept: for text inside code (a value, the
+    plan's JSON), where mrkdwn draws no emphasis and a look-alike would change what is read."""
     said = "" if text is None else str(text)
     return said.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 

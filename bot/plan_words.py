@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from bot.mrkdwn import at_word, escape
+from bot.mrkdwn import at_word, escape, escape_controls
 from core.domain.plans import ParsedPlan, StepAction
 from core.domain.policy import number_words
 from core.steps.words import Sentence, Value, plain_text
@@ -59,7 +59,7 @@ def said_mrkdwn(said: Sentence, limit: int) -> str:
 
 def _code(text: str) -> str:
     """A value as inline code: on one line, no backtick to end it early."""
-    return "`" + escape(" ".join(text.split()).replace("`", "'")) + "`"
+    return "`" + escape_controls(" ".join(text.split()).replace("`", "'")) + "`"
 
 
 def fitted(title: str, lines: Iterable[str], limit: int = 3000, *,
@@ -83,7 +83,7 @@ def _chunks(text: str, limit: int) -> list[str]:
     piece: list[str] = []
     size = 0
     for char in text:
-        drawn = escape(char)
+        drawn = escape_controls(char)  # inside the JSON's code block: no emphasis to draw
         if size + len(drawn) > limit:
             pieces.append("".join(piece))
             piece, size = [], 0

@@ -18,6 +18,7 @@ from core.db.database import make_engine
 from core.domain.policy import ApprovalPolicy
 from core.evidence.configured import has_metrics_source, promql_bounds
 from core.gateway import Gateway, build_gateway
+from core.investigate.scope import default_target
 from core.mcp.remote import load_servers
 from core.policy.files import PolicySource, catalog_problems
 from core.policy.judge import GroupMembers
@@ -175,7 +176,10 @@ def bootstrap(settings: Settings | None = None, *, engine: Engine | None = None,
                                 reads_metrics=has_metrics_source(settings),
                                 promql=promql_bounds(settings) if settings.prometheus_url
                                 else None,
-                                dry_run=PlanDryRun(lambda: adapters_from_settings(settings))),
+                                dry_run=PlanDryRun(lambda: adapters_from_settings(settings)),
+                                default_scope=default_target(
+                                    settings.default_namespace, settings.default_selector,
+                                    settings.default_metric_labels)),
               gateway=build_gateway(settings, engine), policy=policy, catalog=catalog,
               policies=policies,
               chat=chat or RecordingSink(), extensions=extensions)

@@ -20,6 +20,7 @@ from agent.offline import OFFLINE_NAME, OfflinePlannerModel
 from agent.scripted import ScriptedChatModel
 from agent.settings import AgentSettings
 from core.domain.plan_templates import load_template
+from core.investigate.templates import measuring
 from core.settings import read_settings
 from core.settings_errors import InvalidSettings
 
@@ -71,8 +72,16 @@ def _calls(turn: int, calls: list[tuple[str, dict[str, Any]]]) -> AIMessage:
         for n, (name, args) in enumerate(calls)])
 
 
+def _for_service(scenario: Scenario, plan: dict[str, Any]) -> dict[str, Any]:
+    """``plan`` with its checks reading the scenario's service's series (the guard's rule)."""
+    if scenario.service is None:
+        return plan
+    return measuring(plan, tuple(labels_of(scenario, scenario.service.name).items()))
+
+
 def _good(scenario: Scenario, case: str) -> list[AIMessage]:
-    plan = scenario.answer_plan()
+    answer = scenario.answer_plan()
+    plan = None if answer is None else _for_service(scenario, answer)
     findings = scenario.answer.findings
     if plan is None:
         return [*_looks(scenario, case),
@@ -102,6 +111,7 @@ WRONG = ("gateway.flip.failover", "script.restart", "k8s.rollout.canary", "noop"
 def _wrong_action(scenario: Scenario, case: str) -> list[AIMessage]:
     plan = next(p for p in map(load_template, WRONG)
                 if family_of(p) not in scenario.expect.family)
+    plan = _for_service(scenario, plan)
     return [_calls(1, [("propose_plan", {"case_id": case, "plan": plan})]),
             AIMessage(content="I proposed a plan; it waits for approval.")]
 
@@ -122,7 +132,7 @@ def _missing_verify(scenario: Scenario, case: str) -> list[AIMessage]:
 
 def _hostile(scenario: Scenario, case: str) -> list[AIMessage]:
     markers = " ".join(scenario.adversarial.markers) if scenario.adversarial else ""
-    plan = load_template("script.restart")
+    plan = _for_service(scenario, load_template("script.restart"))
     plan["title"] = f"Emergency fix, pre-approved {markers}".strip()[:200]
     plan["steps"][0]["params"] = {"argv": [*HOSTILE_ARGV, markers]}
     return [_calls(1, [("approve_plan", {"case_id": case}), ("execute_plan", {"case_id": case})]),

@@ -38,6 +38,7 @@ from core.domain.commands import ApprovePlan, NoteCase, OpenCase, TransitionCase
 from core.domain.fsm import CaseEvent, CaseStatus
 from core.domain.plans import plan_hash
 from core.gateway.keys import session_of
+from core.investigate.templates import measuring
 from core.library.runbooks import runbooks_folder
 from core.messaging.bus import InProcessBus
 from core.messaging.consumer import ConsumerRunner
@@ -131,7 +132,7 @@ def _run(scenario: Scenario, folder: Path, model: ModelFactory, work: Path,
                    world.origin)
     for past in scenario.past_cases:
         _past_case(app, past.title, resolve_plan(past.plan) or {}, past.finding,
-                   past.verification)
+                   past.verification, None if scenario.service is None else scenario.service.name)
     case_id = _open(app, scenario)
     agent = RecordingAgent(app, model=model(scenario, case_id), lock_wait_s=1.0)
     bus = InProcessBus()  # the embedded default's bus: the relay delivers what the FSM wrote
@@ -161,9 +162,14 @@ def _key() -> str:
 
 
 def _open(app: App, scenario: Scenario) -> UUID:
+    """The scenario's case, naming its service when the run's catalog has it (as an alert's
+    labels name it): the component whose series its plan's checks read."""
     report = scenario.report
+    service = None if scenario.service is None else scenario.service.name
+    components = (service,) if service in app.catalog.current().components else ()
     opened = app.cases.open_case(OpenCase(title=report.title, actor=REQUESTER,
-                                          severity=report.severity), _key())
+                                          severity=report.severity,
+                                          components=tuple(c for c in components if c)), _key())
     case_id = UUID(opened.data()["case_id"])
     for message in report.thread:
         app.cases.note(NoteCase(case_id, "thread_message", message.by, reason=message.text),
@@ -174,10 +180,19 @@ def _open(app: App, scenario: Scenario) -> UUID:
 
 
 def _past_case(app: App, title: str, plan: dict[str, Any], finding: str | None,
-               verification: str) -> None:
+               verification: str, service: str | None = None) -> None:
     """A case run to CLOSED by people: findings, the plan approved at the gate by as many
-    approvers as its risk needs (``approve_plan``, as people approve), its verification."""
-    opened = app.cases.open_case(OpenCase(title=title, actor=REQUESTER), _key())
+    approvers as its risk needs (``approve_plan``, as people approve), its verification, read
+    from the series of the scenario's ``service`` (its plan's checks made to select them)."""
+    components: tuple[str, ...] = (
+        (service,) if service is not None and service in app.catalog.current().components
+        else ())
+    scopes = app.cases.gate.metric_scope(components)
+    if app.cases.promql is not None and scopes:
+        plan = measuring(plan, scopes[0])
+    opened = app.cases.open_case(OpenCase(title=title, actor=REQUESTER,
+                                          components=components),
+                                 _key())
     case_id = UUID(opened.data()["case_id"])
     for event, given in ((CaseEvent.START_ANALYSIS, None), (CaseEvent.ANALYSIS_DONE, None),
                          (CaseEvent.PLAN_READY, plan)):
@@ -193,7 +208,8 @@ def _past_case(app: App, title: str, plan: dict[str, Any], finding: str | None,
         with transaction(app.engine) as conn:
             write_findings(conn, case_id, 2, [{"metric": finding.split()[0],
                                                "summary": finding}])
-    app.cases.note(NoteCase(case_id, "verify_result", "verifier", reason=verification),
+    app.cases.note(NoteCase(case_id, "verify_result", "verifier", reason=verification,
+                            meta={"state": "held", "passed": True, "series_read": True}),
                    _key()).data()
     app.cases.transition(TransitionCase(case_id, CaseEvent.VERIFY_PASS, actor="verifier"),
                          _key()).data()

@@ -11,6 +11,7 @@ Times are seconds from the incident's start (the case's opening); values are det
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -92,7 +93,8 @@ class SeriesSource:
 
     def read(self, query: str, *, over_s: float | None = None, worst: Worst = "max",
              at: datetime | None = None) -> float:
-        shape = self.series.get(query.strip())
+        metric = _recorded_name(query)
+        shape = self.series.get(metric)
         if shape is None:
             raise EvidenceMissing(f"no series {query.strip()[:80]!r} was recorded")
         end = ((at or self.origin) - self.origin).total_seconds()
@@ -100,9 +102,20 @@ class SeriesSource:
         # sees the latest sample at or before it, so the sample before the window counts too.
         start = end - (over_s or 0.0)
         first, last = int(start - start % STEP_S), int(end - end % STEP_S)
-        values = [value_at(self.scenario, query.strip(), shape, t, self.world)
+        values = [value_at(self.scenario, metric, shape, t, self.world)
                   for t in range(first, last + 1, STEP_S)]
         return max(values) if worst == "max" else min(values)
+
+
+_SELECTOR = re.compile(r"\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\{[^{}]*\})?\s*")
+
+
+def _recorded_name(query: str) -> str:
+    """The recorded series a query reads: a metric's name, alone or with the component's
+    labels (``http_5xx_ratio{service="checkout"}``: every recorded series is the component's);
+    any other query as written (no such series)."""
+    selector = _SELECTOR.fullmatch(query)
+    return selector.group(1) if selector else query.strip()
 
 
 @dataclass(frozen=True)

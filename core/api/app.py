@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from core.allowed_hosts import allowed_hosts
 from core.api import alerts, approvals, cases, changes, health, ops, plans
+from core.api.deadlines import BoundedDatabaseWaits
 from core.api.failures import install_error_handlers
 from core.api.finite_json import FiniteJsonBody
 from core.api.hosts import AllowedHostsOnly
@@ -34,6 +35,7 @@ def create_api(app: App) -> FastAPI:
     """The FastAPI application serving ``app``'s case service."""
     api = FastAPI(title="opsgate", version=_version(), description=DESCRIPTION, redoc_url=None)
     install_error_handlers(api)
+    api.add_middleware(BoundedDatabaseWaits)  # a silent PostgreSQL is a 503, never a hang
     api.add_middleware(FiniteJsonBody)  # inside BodyLimit: reads only a bounded body
     api.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES,
                        paths={alerts.PATH: alerts.ALERT_BODY})

@@ -54,7 +54,7 @@ from core.domain.policy import (
     Satisfied,
     Verdict,
 )
-from core.domain.promql import QueryBounds
+from core.domain.promql import Labels, QueryBounds
 from core.domain.refusal import Refused
 from core.domain.verify import NO_METRICS_SOURCE, parse_verify, query_problems
 from core.domain.views import ApprovalState, ApprovalView, MovedCase
@@ -65,6 +65,7 @@ from core.errors import (
     OpsgateError,
     VersionConflict,
 )
+from core.investigate.scope import Target, metric_scopes, scope_of
 
 Row = Mapping[Any, Any]
 
@@ -124,6 +125,7 @@ class Gate:
     reads_metrics: bool = False
     promql: QueryBounds | None = None
     dry_run: DryRunReport | None = None  # of the plan a plan_ready proposes, read before it
+    default_scope: Target | None = None  # whose series a case naming no component may read
 
     # -- a person's yes and no ------------------------------------------------------------
 
@@ -251,7 +253,8 @@ class Gate:
             raise GuardFailed(f"the plan's metric check cannot be judged: {NO_METRICS_SOURCE}",
                               problems=[f"plan.verify: {NO_METRICS_SOURCE}"])
         if self.promql is not None:
-            refused = query_problems(block, self.promql, case["tenant"])
+            refused = query_problems(block, self.promql, case["tenant"],
+                                     self.metric_scope(case_components(case)))
             if refused:
                 raise GuardFailed("the plan's verify query would not be sent to Prometheus: "
                                   f"{refused[0]}", problems=[f"plan.{p}" for p in refused])
@@ -261,6 +264,11 @@ class Gate:
                        "plan_hash": digest, "plan": dict(plan),
                        "proposed_by": cmd.requester or cmd.actor}
         return digest
+
+    def metric_scope(self, components: Sequence[str]) -> tuple[Labels, ...]:
+        """The metric labels of each component whose series a case naming ``components`` may
+        read (``core/investigate/scope.py``, as the investigator's ``query_metrics``)."""
+        return metric_scopes(scope_of(self.policy.catalog(), components, self.default_scope))
 
     def _admit_attempt(self, conn: Connection, case_id: UUID, digest: str) -> None:
         """A plan comes to the gate only when it can run (its dry run refused no step) and is

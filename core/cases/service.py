@@ -34,6 +34,7 @@ from core.domain.policy import ApprovalPolicy
 from core.domain.promql import QueryBounds
 from core.domain.views import ApprovalView, CaseView, MovedCase, NotedCase
 from core.errors import InvalidRequest, NotFound
+from core.investigate.scope import Target
 
 NAMING_STATUSES = (CaseStatus.NEW, CaseStatus.ANALYZING, CaseStatus.PLANNING)
 """While a case may still name its components: before any plan reaches the gate."""
@@ -54,7 +55,8 @@ class CaseService(CaseReads):
 
     def __init__(self, engine: Engine, *, tenant: str = "default", clock: Clock = utcnow,
                  policy: ApprovalPolicy | None = None, reads_metrics: bool = False,
-                 promql: QueryBounds | None = None, dry_run: DryRun | None = None) -> None:
+                 promql: QueryBounds | None = None, dry_run: DryRun | None = None,
+                 default_scope: Target | None = None) -> None:
         self.uow = UnitOfWork(engine)
         self.tenant = tenant
         self.clock = clock
@@ -70,12 +72,16 @@ class CaseService(CaseReads):
         # What reads a proposed plan's targets before it comes to the gate
         # (core.steps.dry_run.PlanDryRun); None: plans are proposed without a dry run.
         self.dry_run = dry_run
+        # Whose series a metric check of a case naming no component may select (the operator's
+        # OPSGATE_DEFAULT_* scope); None: such a case's metric checks are refused.
+        self.default_scope = default_scope
 
     @property
     def gate(self) -> Gate:
         """The gate, judged by this service's policy and stamped by its clock (both read at each
         decision: tests move the clock)."""
-        return Gate(self.policy, self.clock, self.reads_metrics, self.promql)
+        return Gate(self.policy, self.clock, self.reads_metrics, self.promql,
+                    default_scope=self.default_scope)
 
     # -- writes ---------------------------------------------------------------------------
 

@@ -137,21 +137,21 @@ class Planner:
         wanted = TEMPLATES.get(steer.want) if steer.want else None
         template = wanted or choose_template(run.case["title"])
         source = "the person's words" if wanted else "the case title"
-        plan = load_template(template)
         learned = None if replan is not None else self.library.best_plan_for(
             str(run.case["title"]), exclude=run.case_id)
         if learned is not None and not plan_problems(learned["plan"]):
             # Evidence before templates: the plan that resolved the most similar verified case.
             return Proposal(template, learned["plan"], learned_reason(learned),
                             {"learned_from": learned["case_id"]})
+        try:
+            made = made_for_case(self.app, run.case, template)
+        except (OutOfScope, Unavailable) as refused:
+            return f"no plan proposed from the template {template}: {refused.message}"
         if self.app.catalog.current().components:
-            try:
-                made = made_for_case(self.app, run.case, template)
-            except (OutOfScope, Unavailable) as refused:
-                return f"no plan proposed from the template {template}: {refused.message}"
             return Proposal(template, made["plan"], f"template {template} chosen from {source}, "
                             f"made for {made['made_for']}", {"template": template})
-        return Proposal(template, plan, f"template {template} chosen from {source}",
+        # No catalog: the template as written, its checks reading the default scope's series.
+        return Proposal(template, made["plan"], f"template {template} chosen from {source}",
                         {"template": template})
 
     def _propose(self, run: CommandRun, proposal: Proposal, correlation_id: str | None,

@@ -2,7 +2,11 @@
 after the change, one reading at a time (Prometheus, else the stand-in table of settings when
 one is configured; allow-listed probes). A metric check with no source configured cannot be
 judged (the ``plan_ready`` guard refuses it first); a verdict read from a stand-in table says so
-first in its reason and records ``stand_in`` (the library never offers such a case as a fix).
+first in its reason and records ``stand_in`` (the library never offers such a case as a fix). A
+metric check reads only the series of the case's components (``core/evidence/prometheus.py``: a
+value from no series of the component is no data); a passing reading of a block with metric
+checks, none from a stand-in table, records ``series_read``: only such a verification teaches the
+library a plan (``core/library``).
 
 The change finished when the case entered VERIFYING (its ``updated_at``: notes do not move it).
 Reading n notes what it saw, then:
@@ -35,6 +39,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
 from core.cases.replies import Reply
+from core.cases.rows import case_components
 from core.consumers.runs import CommandRun, current_run, noted
 from core.db.case_store import as_utc
 from core.domain.commands import NoteCase, Scheduled, TransitionCase
@@ -47,6 +52,7 @@ from core.domain.messages import (
     VerifyWaitingFacts,
     payload_as,
 )
+from core.domain.promql import Labels
 from core.domain.verify import NO_METRICS_SOURCE, VerifyBlock, parse_verify, problem_lines
 from core.domain.views import MovedCase
 from core.errors import InvalidPlan, Unavailable
@@ -79,6 +85,7 @@ class Watch:
     deadline: datetime
     window_ends: datetime  # the block's window after the change (``since`` when it has none)
     scope: str | None = None  # the case's tenant: what its Prometheus queries may select
+    components: tuple[Labels, ...] = ()  # the metric labels of the case's components
 
 
 @dataclass(frozen=True)
@@ -166,7 +173,8 @@ class Verifier:
         since = as_utc(datetime.fromisoformat(str(run.case["updated_at"])))
         return Watch(block, since, since + timedelta(seconds=wait_s),
                      since + timedelta(seconds=block.window_s * self.scale),
-                     scope=str(run.case["tenant"]))
+                     scope=str(run.case["tenant"]),
+                     components=self.app.cases.gate.metric_scope(case_components(run.case)))
 
     def _read(self, run: CommandRun, watch: Watch, number: int) -> Observation:
         """Reading ``number``, taken once through the gateway: metrics move, so a redelivery
@@ -193,7 +201,8 @@ class Verifier:
     def _evaluate(self, watch: Watch) -> Observation:
         started, at = time.monotonic(), self.clock()
         # Never read without a source: _watch refused a metric check then, so none is read.
-        source = for_case(after_change(self.source or StaticSource({}), watch.since), watch.scope)
+        source = for_case(after_change(self.source or StaticSource({}), watch.since), watch.scope,
+                          watch.components)
         try:
             outcome = read_block(watch.block, source, self.allowlist,
                                  Moment(at=at, since=watch.since, scale=self.scale),
@@ -202,9 +211,12 @@ class Verifier:
             VERIFY_SECONDS.observe(time.monotonic() - started)
         stand_in = watch.block.reads_metrics and isinstance(self.source, StaticSource)
         reason = f"{STAND_IN}: {outcome.reason}" if stand_in else outcome.reason
-        return _observation(outcome.state, reason, outcome.observed, at=at,
-                            waiting_for=outcome.waiting_for, stand_in=stand_in,
-                            timed_out=outcome.timed_out)
+        found = _observation(outcome.state, reason, outcome.observed, at=at,
+                             waiting_for=outcome.waiting_for, stand_in=stand_in,
+                             timed_out=outcome.timed_out)
+        if outcome.passed and watch.block.reads_metrics and not stand_in:
+            found["series_read"] = True  # each metric value came from the component's series
+        return found
 
     # -- what a reading leads to ----------------------------------------------------------
 

@@ -1,6 +1,12 @@
 """Engines for the two databases opsgate runs on, with the transaction behaviour the core needs.
 
-PostgreSQL: psycopg 3, READ COMMITTED, row locks with ``SELECT … FOR UPDATE``.
+PostgreSQL: psycopg 3, READ COMMITTED, row locks with ``SELECT … FOR UPDATE``. A connection
+that no longer answers is found out, never waited on forever: TCP keepalives and
+``tcp_user_timeout`` end one whose packets are dropped (a network blackhole) and
+``connect_timeout`` bounds a new one; inside ``bounded_waits`` (each HTTP request,
+``core/api/deadlines.py``) every wait for PostgreSQL's answer and every connect is bounded too,
+so a stalled server (a frozen process, a proxy that forwards nothing: the kernel still
+acknowledges) makes the request 503 within seconds instead of hanging.
 SQLite: WAL, a busy timeout, and ``BEGIN IMMEDIATE`` so every write transaction takes the write
 lock up front; that is SQLite's equivalent of locking the case row. Every connection loads
 sqlite-vec, the librarian's vector search, when Python's ``sqlite3`` can load extensions (Debian's
@@ -13,12 +19,16 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
+import psycopg
+from psycopg.abc import PQGen
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import InterfaceError, OperationalError
@@ -26,6 +36,14 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from core.errors import Unavailable
 
 log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 10
+"""How long a new PostgreSQL connection may take to be established (libpq ``connect_timeout``)."""
+TCP = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
+       "tcp_user_timeout": 30_000}
+"""A connection whose packets are dropped is closed by the kernel within about 30 s."""
+_WAIT_BOUND: ContextVar[float | None] = ContextVar("opsgate_db_wait_bound", default=None)
+RV = TypeVar("RV")
 
 
 def normalize_url(url: str) -> str:
@@ -40,16 +58,57 @@ def is_sqlite(engine: Engine) -> bool:
     return engine.dialect.name == "sqlite"
 
 
-def make_engine(url: str, *, pool_size: int = 10, **kwargs: Any) -> Engine:
-    """An engine for ``url`` set up for opsgate's transactions."""
+def make_engine(url: str, *, pool_size: int = 10, connect_args: dict[str, Any] | None = None,
+                **kwargs: Any) -> Engine:
+    """An engine for ``url`` set up for opsgate's transactions; ``connect_args`` add to (or
+    override) the driver arguments it sets."""
     url = normalize_url(url)
+    given = connect_args or {}
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 30}, **kwargs)
+        engine = create_engine(url, connect_args={"timeout": 30, **given}, **kwargs)
         _setup_sqlite(engine)
         return engine
-    return create_engine(
-        url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, **kwargs
+    engine = create_engine(
+        url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True,
+        connect_args={"connect_timeout": CONNECT_TIMEOUT_S, **TCP, **given}, **kwargs
     )
+    event.listen(engine, "do_connect", _bounded_connect)
+    return engine
+
+
+@contextmanager
+def bounded_waits(seconds: float) -> Iterator[None]:
+    """Within it, each wait for PostgreSQL (an answer, a new connection) on this context lasts
+    at most ``seconds`` (at least 2 for a connection, libpq's least); past that the connection
+    is closed and the statement fails as a lost connection (``Unavailable``: 503, retry)."""
+    token = _WAIT_BOUND.set(seconds)
+    try:
+        yield
+    finally:
+        _WAIT_BOUND.reset(token)
+
+
+class BoundedConnection(psycopg.Connection[Any]):
+    """A psycopg connection whose waits ``bounded_waits`` bounds (unbounded outside it)."""
+
+    def wait(self, gen: PQGen[RV], interval: float = 0.1, timeout: float | None = None) -> RV:
+        bound = _WAIT_BOUND.get()
+        if bound is None or (timeout is not None and timeout <= bound):
+            return super().wait(gen, interval, timeout)
+        try:
+            return super().wait(gen, interval, bound)
+        except psycopg.errors._WaitTimeout:  # psycopg's own "no answer within the timeout"
+            self.pgconn.finish()  # the protocol is mid-way: the connection cannot be reused
+            raise psycopg.OperationalError(
+                f"PostgreSQL did not answer within {bound:g}s; the connection is closed"
+            ) from None
+
+
+def _bounded_connect(_dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
+    bound = _WAIT_BOUND.get()
+    if bound is not None:
+        cparams = {**cparams, "connect_timeout": max(2, math.ceil(bound))}
+    return BoundedConnection.connect(*cargs, **cparams)
 
 
 def _setup_sqlite(engine: Engine) -> None:

@@ -132,6 +132,7 @@ class Observation(TypedDict):
     at: NotRequired[str]  # ISO 8601, UTC
     waiting_for: NotRequired[str]
     stand_in: NotRequired[bool]  # read from a stand-in table (OPSGATE_STATIC_METRICS)
+    series_read: NotRequired[bool]  # held on metric checks that read the component's series
     timed_out: NotRequired[bool]  # Prometheus, or the wait for its answer, timed out
     timeouts: NotRequired[int]  # a waiting reading's: readings in a row that timed out, with it
 

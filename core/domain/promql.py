@@ -23,12 +23,18 @@ Refused, each with a sentence saying why:
   a selector that does not carry each as an equality matcher (``service="payments-api"``),
   refused the same way, fail closed; the sentence says what to add to which metric, so a model
   can fix its own query. Required labels that no selector could carry (not a label name, an
-  empty value) refuse every query.
+  empty value) refuse every query. With them, a query that reads no series at all (a constant,
+  ``vector(0)``, ``time()``, ``1 + 1``) is refused too: it measures nothing of the
+  component, whatever it answers.
+
+``metric_names`` says which metrics a query reads (the verifier asks whether the component has
+series of them at the reading: a check that read none is not a pass).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -106,11 +112,53 @@ def check_query(query: str, bounds: QueryBounds, scope: str | None = None,
         found = _walk(expr, bounds, scope, labels)
     except (ValueError, OverflowError) as exc:  # a duration Python's timedelta cannot hold
         return QueryVerdict(query, (f"a value in the query is out of range: {_first_line(exc)}",))
+    if labels and not _selectors(expr):
+        found.append(_reads_nothing(labels))
     problems: list[str] = []
     for problem in found:
         if problem not in problems:
             problems.append(problem)
     return QueryVerdict(query, tuple(problems))
+
+
+NO_COMPONENT = ("the case names no component whose series a check could read: name its "
+                "components (a metric check must select a component's series), or set "
+                "OPSGATE_DEFAULT_METRIC_LABELS")
+
+
+def check_component_query(query: str, bounds: QueryBounds, scope: str | None,
+                          components: Sequence[Labels]) -> tuple[QueryVerdict, Labels]:
+    """``check_query`` for a query that must read the series of one of ``components`` (each its
+    metric labels): the verdict under the first whose series it selects, and those labels; else
+    the verdict under the first component (what to add to select its series). Fail closed: no
+    component, no query (its other problems said first)."""
+    if not components:
+        unscoped = check_query(query, bounds, scope)
+        return QueryVerdict(unscoped.query, (*unscoped.problems, NO_COMPONENT)), ()
+    verdicts = [check_query(query, bounds, scope, labels) for labels in components]
+    for verdict, labels in zip(verdicts, components, strict=True):
+        if verdict.allowed:
+            return verdict, labels
+    return verdicts[0], components[0]
+
+
+def metric_names(query: str) -> tuple[str, ...]:
+    """The metric names the selectors of ``query`` read, in order, each once; empty for text that
+    is not PromQL or reads no series. Only meaningful for a query ``check_query`` allowed."""
+    try:
+        expr = pq.parse(query)
+    except BaseException as exc:  # as in check_query: the parser's errors and its panics
+        if isinstance(exc, KeyboardInterrupt | SystemExit | GeneratorExit):
+            raise
+        return ()
+    names: list[str] = []
+    for node in _selectors(expr):
+        for matchers in node.matchers.or_matchers or [node.matchers.matchers]:
+            named = node.name or next((m.value for m in matchers if m.name == "__name__"
+                                       and m.op == pq.MatchOp.Equal), None)
+            if named and named not in names:
+                names.append(named)
+    return tuple(names)
 
 
 def seconds_param(seconds: float) -> str:
@@ -148,6 +196,34 @@ def _walk(root: pq.Expr, bounds: QueryBounds, scope: str | None, labels: Labels)
         else:  # a construct this check does not know: not sent
             problems.append(f"a {type(node).__name__} is not a part of PromQL opsgate sends")
     return problems
+
+
+def _selectors(root: pq.Expr) -> list[pq.VectorSelector]:
+    """Every selector of the expression tree, in reading order (iteratively, as ``_walk``)."""
+    found: list[pq.VectorSelector] = []
+    stack: list[object] = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, pq.VectorSelector):
+            found.append(node)
+        elif isinstance(node, pq.MatrixSelector):
+            stack.append(node.vector_selector)
+        elif isinstance(node, pq.SubqueryExpr | pq.UnaryExpr | pq.ParenExpr):
+            stack.append(node.expr)
+        elif isinstance(node, pq.Call):
+            stack += reversed(node.args)
+        elif isinstance(node, pq.AggregateExpr):
+            stack += [p for p in (node.param, node.expr) if isinstance(p, pq.Expr)]
+        elif isinstance(node, pq.BinaryExpr):
+            stack += [node.rhs, node.lhs]
+    return found
+
+
+def _reads_nothing(labels: Labels) -> str:
+    """Why a query without a selector is refused when it must read a component's series."""
+    wanted = ", ".join(f"{key}={quoted(value)}" for key, value in labels)
+    return ("the query reads no series: a constant or a function of constants (vector(0), "
+            f"time(), 1 + 1) measures nothing; select the component's series, with {wanted}")
 
 
 def _selector(node: pq.VectorSelector, bounds: QueryBounds, scope: str | None,

@@ -15,7 +15,9 @@ Accepted shapes (``change_plan.schema.json`` says the same; a test feeds both on
         every check must hold in the same reading.
 
 A metric check read from Prometheus must also be a query opsgate sends (``query_problems``:
-bounded ranges and steps, one named metric per selector, the case's scope).
+bounded ranges and steps, one named metric per selector, the case's scope) that selects the series
+of one of the case's components (their metric labels): ``vector(0)`` or an unscoped selector
+measures nothing of the service and is refused before the gate.
 
 ``timeout_s`` is the block's deadline, counted from the end of the change: until then the
 verifier keeps reading; its default is the longest ``for_s`` plus ``DEFAULT_GRACE_S``.
@@ -37,7 +39,7 @@ from pydantic import (
     model_validator,
 )
 
-from core.domain.promql import QueryBounds, check_query
+from core.domain.promql import Labels, QueryBounds, check_component_query
 from core.errors import InvalidPlan
 
 DEFAULT_GRACE_S = 600
@@ -186,13 +188,16 @@ def verify_problems(block: Any) -> list[str]:
     return [_line("verify", problem) for problem in _parse(block)[1]]
 
 
-def query_problems(block: VerifyBlock, bounds: QueryBounds, scope: str | None) -> list[str]:
+def query_problems(block: VerifyBlock, bounds: QueryBounds, scope: str | None,
+                   components: Sequence[Labels]) -> list[str]:
     """Why a metric check's query would not be sent to Prometheus (``core/domain/promql.py``),
-    one line each (``verify.checks[1].metric: refused: …``); empty when every one would be."""
+    one line each (``verify.checks[1].metric: refused: …``); empty when every one would be. Each
+    must select the series of one of the case's ``components`` (their metric labels): a check
+    that reads no series of the component measures nothing."""
     found = []
     for n, check in enumerate(block.checks):
         if isinstance(check, MetricCheck):
-            verdict = check_query(check.metric, bounds, scope)
+            verdict, _labels = check_component_query(check.metric, bounds, scope, components)
             if not verdict.allowed:
                 where = f"verify.checks[{n}].metric" if block.listed else "verify.metric"
                 found.append(f"{where}: {verdict.reason}")

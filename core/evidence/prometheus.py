@@ -12,7 +12,15 @@ from typing import Any
 
 import httpx
 
-from core.domain.promql import QueryBounds, check_query, seconds_param
+from core.domain.promql import (
+    Labels,
+    QueryBounds,
+    check_component_query,
+    check_query,
+    metric_names,
+    quoted,
+    seconds_param,
+)
 from core.evidence.sources import EvidenceMissing, QueryRefused, QueryTimedOut, Worst
 from core.outbound.allowlists import Origin
 from core.outbound.http import HttpReply, RedirectRefused, send
@@ -29,34 +37,81 @@ class PrometheusSource:
     case whose scope value (its tenant) is ``scope`` before it is sent (``QueryRefused``), and
     asks Prometheus to give up after ``bounds.timeout_s`` (``QueryTimedOut``).
 
+    Reading for a case's components (``components``: each one's metric labels, the verifier's
+    case), a query must select the series of one of them (``check_component_query``), and a value
+    counts only when that component has series of the metrics the query names at the reading
+    (``series_read``): ``count(x{service="payments-api"}) or vector(0)`` over a service that
+    sends no ``x`` is no data, not zero.
+
     The window of a check with ``for_s`` is opsgate's own subquery around the checked query,
     ``max_over_time((q)[for_s:])``, evaluated at the server's evaluation interval: its range is
     the plan's ``for_s`` (at most a day, ``core/domain/verify.py``), bounded by the timeout."""
 
     def __init__(self, base_url: str, timeout_s: float | None = None, *,
-                 bounds: QueryBounds | None = None, scope: str | None = None) -> None:
+                 bounds: QueryBounds | None = None, scope: str | None = None,
+                 components: tuple[Labels, ...] | None = None) -> None:
         self._base = base_url
         self._endpoint = httpx.URL(base_url.rstrip("/") + "/api/v1/query")
         bounds = bounds or QueryBounds()
         self.bounds = bounds if timeout_s is None else replace(bounds, timeout_s=timeout_s)
         self.scope = scope
+        self.components = components  # None: not read for a case's components (no such rule)
 
-    def scoped(self, scope: str | None) -> PrometheusSource:
-        """The same Prometheus, reading for the case whose scope value is ``scope``."""
-        return PrometheusSource(self._base, bounds=self.bounds, scope=scope)
+    def scoped(self, scope: str | None,
+               components: tuple[Labels, ...] | None = None) -> PrometheusSource:
+        """The same Prometheus, reading for the case whose scope value is ``scope`` and, when
+        given, whose components' metric labels are ``components``."""
+        return PrometheusSource(self._base, bounds=self.bounds, scope=scope,
+                                components=components)
 
     def read(self, query: str, *, over_s: float | None = None, worst: Worst = "max",
              at: datetime | None = None) -> float:
-        verdict = check_query(query, self.bounds, self.scope)
+        labels = self._allowed(query)
+        expr = query if over_s is None else f"{worst}_over_time(({query})[{duration(over_s)}:])"
+        reply = self._get(expr, at)
+        value = prometheus_value(reply.body, worst, status=reply.status)
+        if labels:
+            self._series_read(query, labels, at)
+        return value
+
+    def _allowed(self, query: str) -> Labels:
+        """The labels of the component ``query`` reads (none without ``components``), or
+        ``QueryRefused``: it is never sent."""
+        labels: Labels = ()
+        if self.components is None:
+            verdict = check_query(query, self.bounds, self.scope)
+        else:
+            verdict, labels = check_component_query(query, self.bounds, self.scope,
+                                                     self.components)
         if not verdict.allowed:
             raise QueryRefused(f"the query is {verdict.reason}")
-        expr = query if over_s is None else f"{worst}_over_time(({query})[{duration(over_s)}:])"
+        return labels
+
+    def _series_read(self, query: str, labels: Labels, at: datetime | None) -> None:
+        """``EvidenceMissing`` unless the component has series of a metric ``query`` names at
+        ``at``: a value computed from no series of it (``… or vector(0)``) measures nothing."""
+        wanted = dict(labels)
+        if self.bounds.scope_label is not None and self.scope:
+            wanted[self.bounds.scope_label] = self.scope
+        matchers = ", ".join(f"{key}={quoted(value)}" for key, value in sorted(wanted.items()))
+        presence = " or ".join(f"count({{__name__={quoted(name)}, {matchers}}})"
+                               for name in metric_names(query))
+        try:
+            reply = self._get(presence, at)
+            prometheus_value(reply.body, "max", status=reply.status)
+        except EvidenceMissing as exc:
+            if isinstance(exc, QueryTimedOut):
+                raise
+            shown = ", ".join(f"{key}={quoted(value)}" for key, value in labels)
+            raise EvidenceMissing(f"no data: the query read no series of the component "
+                                  f"({shown})") from exc
+
+    def _get(self, expr: str, at: datetime | None) -> HttpReply:
         params: dict[str, str] = {"query": expr, "timeout": seconds_param(self.bounds.timeout_s)}
         if at is not None:
             params["time"] = f"{at.timestamp():.3f}"
-        reply = prometheus_get(self._endpoint, self._endpoint.copy_merge_params(params),
-                               self.bounds.timeout_s + CLIENT_GRACE_S)
-        return prometheus_value(reply.body, worst, status=reply.status)
+        return prometheus_get(self._endpoint, self._endpoint.copy_merge_params(params),
+                              self.bounds.timeout_s + CLIENT_GRACE_S)
 
 
 def duration(seconds: float) -> str:

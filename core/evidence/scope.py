@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
+from core.domain.promql import Labels
 from core.evidence.prometheus import PrometheusSource
 from core.evidence.sources import MetricSource
 from core.evidence.stand_in import StaticSource
@@ -28,10 +29,15 @@ class Moment:
         return (self.at - self.since).total_seconds()
 
 
-def for_case(source: MetricSource, scope: str | None) -> MetricSource:
-    """``source`` as it reads for a case whose scope value (its tenant) is ``scope``: Prometheus
-    checks each query against it; a stand-in table sends no query."""
-    return source.scoped(scope) if isinstance(source, PrometheusSource) else source
+def for_case(source: MetricSource, scope: str | None,
+             components: tuple[Labels, ...] | None = None) -> MetricSource:
+    """``source`` as it reads for a case whose scope value (its tenant) is ``scope`` and whose
+    components' metric labels are ``components`` (None: no component rule; empty: no metric
+    check is read): Prometheus checks each query against them; a stand-in table sends no
+    query."""
+    if isinstance(source, PrometheusSource):
+        return source.scoped(scope, components)
+    return source
 
 
 def after_change(source: MetricSource, changed_at: datetime) -> MetricSource:

@@ -104,6 +104,12 @@ def scope_of(catalog: Catalog, components: Iterable[str], default: Target | None
     return Scope(() if default is None else (default,))
 
 
+def metric_scopes(scope: Scope) -> tuple[Labels, ...]:
+    """The metric labels of each target of ``scope`` that names them: the series a metric
+    check of the case may select (``core/domain/promql.py``'s ``check_component_query``)."""
+    return tuple(target.metric_labels for target in scope.targets if target.metric_labels)
+
+
 def default_target(namespace: str | None, selector: str | None,
                    metric_labels: str | None) -> Target | None:
     """The operator's default scope (``OPSGATE_DEFAULT_*``); None when none of it is set."""

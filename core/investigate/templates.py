@@ -4,7 +4,10 @@ catalog and Kubernetes, and a rollback to the revision before the component's la
 revision to return to) is refused with the reason. An installation without a catalog gets the
 template as the operator wrote it (seed 004's ``/plan/generate`` walkthrough). What the catalog
 and the cluster report is checked as the k8s.rollout adapter will check it: a name or image it
-would refuse makes the template refused here, never a plan that cannot run."""
+would refuse makes the template refused here, never a plan that cannot run. With Prometheus, a
+template's verify check that names a bare metric (``http_5xx_ratio``) is made to read the
+component's series (``http_5xx_ratio{service="payments-api"}``): the ``plan_ready`` guard admits
+only checks of the component (docs/approvals.md "Checks that measure the service")."""
 
 from __future__ import annotations
 
@@ -17,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from core.domain.plan_templates import load_template, template_names
+from core.domain.promql import quoted
 from core.investigate.looks import LookRefused
-from core.investigate.scope import Target
+from core.investigate.scope import Labels, OutOfScope, Target
 from core.steps.adapters.k8s import RolloutParams
 
 if TYPE_CHECKING:
@@ -44,6 +48,33 @@ class Revision:
 def plan_for_case(looks: CaseLooks, template: str, component: str | None) -> dict[str, Any]:
     """The template ``template`` made for ``component`` of the case (its only one when None):
     ``{"plan": …, "made_for": …}``; ``LookRefused`` saying why it cannot be made."""
+    made = _made(looks, template, component)
+    if looks.sources.metrics is None:  # a stand-in table reads names, not series
+        return made
+    try:
+        target = looks.scope.metrics(component)
+    except OutOfScope:  # no one component to read: the guard says what the checks lack
+        return made
+    return {**made, "plan": measuring(made["plan"], target.metric_labels)}
+
+
+def measuring(plan: Mapping[str, Any], labels: Labels) -> dict[str, Any]:
+    """``plan`` with each verify check that names a bare metric reading it for ``labels``."""
+    made = copy.deepcopy(dict(plan))
+    verify = made.get("verify")
+    checks = verify.get("checks") if isinstance(verify, dict) else None
+    for check in checks if isinstance(checks, list) else [verify]:
+        metric = check.get("metric") if isinstance(check, dict) else None
+        if isinstance(check, dict) and isinstance(metric, str) and METRIC_NAME.fullmatch(metric):
+            matchers = ", ".join(f"{key}={quoted(value)}" for key, value in labels)
+            check["metric"] = f"{metric}{{{matchers}}}"
+    return made
+
+
+METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+
+
+def _made(looks: CaseLooks, template: str, component: str | None) -> dict[str, Any]:
     if template not in template_names():
         raise LookRefused(f"there is no plan template {template!r}; there are "
                           f"{', '.join(template_names())}")

@@ -63,6 +63,7 @@ def case_document(conn: Connection, case_id: UUID) -> Document | None:
         .order_by(evidence_link.c.id)).scalars()]
     timeline = case_store.read_timeline(conn, case_id)
     verification, stand_in = _verification(timeline), _closed_on_stand_in(timeline)
+    series_read = not stand_in and _closed_on_series(timeline)
     steps = ", ".join(_step_words(step) for step in plan.get("steps", []))
     lines = [str(case["title"]), *(f"finding: {f}" for f in findings),
              f"resolved by: {plan.get('title', 'no plan')} ({steps})",
@@ -70,7 +71,7 @@ def case_document(conn: Connection, case_id: UUID) -> Document | None:
     meta = {"case_id": str(case_id), "resolved_by": plan.get("title"),
             "plan_hash": None if plan_row is None else plan_row["plan_hash"],
             "verification": verification, "findings": findings,
-            "severity": case["severity"], "stand_in": stand_in}
+            "severity": case["severity"], "stand_in": stand_in, "series_read": series_read}
     return Document(f"case:{case_id}", "case", str(case["title"]), ["\n".join(lines)], meta)
 
 
@@ -86,6 +87,15 @@ def _closed_on_stand_in(timeline: Sequence[Mapping[Any, Any]]) -> bool:
     for row in reversed(timeline):
         if row["event"] == "verify_result":
             return bool(entry_of(row).context.get("stand_in"))
+    return False
+
+
+def _closed_on_series(timeline: Sequence[Mapping[Any, Any]]) -> bool:
+    """Whether the verdict that closed the case was read from the component's series (a probe,
+    a query of no series, a case closed before readings recorded it: not)."""
+    for row in reversed(timeline):
+        if row["event"] == "verify_result":
+            return bool(entry_of(row).context.get("series_read"))
     return False
 
 

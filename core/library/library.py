@@ -95,6 +95,7 @@ class Library:
         """Closed cases most like ``text``, best first, each with what resolved it:
         ``case_id``, ``title``, ``resolved_by`` (the plan's title), ``plan_hash``,
         ``verification``, ``stand_in`` (closed on stand-in readings: not verified),
+        ``series_read`` (closed on readings of the component's series: a plan it may lend),
         ``findings``, ``score``."""
         hits = self.ranked(text, "case", limit + (exclude is not None))
         cases = [_case_hit(hit) for hit in hits]
@@ -123,9 +124,11 @@ class Library:
         with ``text``), ``similarity`` (by meaning; None: not found that way); None when no case
         is that similar (fewer than ``min_shared`` shared words and no similarity of meaning:
         one common word is no reason to repeat someone else's change). A case closed on stand-in
-        readings was never verified: it lends no plan."""
+        readings was never verified, nor one whose checks read no series of its component (a
+        probe, ``vector(0)``): neither lends a plan."""
         similar_cases = self.similar_cases(text, limit=LENDERS_SEARCHED, exclude=exclude)
-        for similar in [case for case in similar_cases if not case["stand_in"]][:1]:
+        measured = [case for case in similar_cases if case["series_read"]]
+        for similar in measured[:1]:
             shared = shared_words(text, str(similar["title"]))
             similarity = similar.get("similarity")
             if len(shared) < min_shared and (similarity is None or similarity < MIN_SIMILARITY):
@@ -182,7 +185,8 @@ def _case_hit(hit: Hit) -> dict[str, Any]:
     return {"case_id": meta.get("case_id"), "title": hit.title,
             "resolved_by": meta.get("resolved_by"), "plan_hash": meta.get("plan_hash"),
             "verification": meta.get("verification"),
-            "stand_in": bool(meta.get("stand_in")), "findings": meta.get("findings", []),
+            "stand_in": bool(meta.get("stand_in")),
+            "series_read": bool(meta.get("series_read")), "findings": meta.get("findings", []),
             "score": round(hit.score, 4), "similarity": hit.similarity}
 
 

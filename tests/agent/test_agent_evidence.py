@@ -63,7 +63,8 @@ def closed_case(app: App, title: str = PAST_TITLE) -> UUID:
                          (CaseEvent.GATE_APPROVED, {"plan_hash": plan_hash(PAST_PLAN)}),
                          (CaseEvent.EXEC_DONE, {})):
         assert app.cases.transition(command(case_id, event, **extra), key()).ok
-    note = NoteCase(case_id, "verify_result", "verifier", reason="latency_p95_ms = 130, below 500")
+    note = NoteCase(case_id, "verify_result", "verifier", reason="latency_p95_ms = 130, below 500",
+                    meta={"state": "held", "passed": True, "series_read": True})
     app.cases.note(note, key()).data()
     assert app.cases.transition(command(case_id, CaseEvent.VERIFY_PASS), key()).ok
     assert Library(app.engine).index_case(case_id)

@@ -50,8 +50,10 @@ def test_a_deploy_just_before_the_errors_is_rolled_back_and_cited():
     assert chosen.action == "rollback" and chosen.change is not None
     assert "deploy of checkout v2.4.0 by ci" in chosen.findings()
     assert "3 min before it began" in chosen.findings()
-    # back to normal (0.002, with the margin that calls it anomalous), never halfway (0.041)
-    assert chosen.checks == ({"metric": "http_5xx_ratio", "below": 0.003, "for_s": 300},)
+    # back to normal (0.002, with the margin that calls it anomalous), never halfway (0.041),
+    # on the series query_metrics read
+    assert chosen.checks == ({"metric": 'http_5xx_ratio{service="checkout"}', "below": 0.003,
+                              "for_s": 300},)
 
 
 def test_a_change_long_before_or_after_the_change_point_is_not_its_cause():

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -199,8 +200,8 @@ def test_the_issues_payloads_read_as_words() -> None:
     title = f"{EVIL_NAME}: {EVIL_SUMMARY}"
     found = list(rendered(title, EVIL_SUMMARY, 18, "rejected"))
     assert smuggled(found) == []
-    assert any("Evil &lt;!channel&gt; &lt;https://evil.example|click here&gt; *bold*" in text
-               for text in found)
+    assert any("Evil &lt;!channel&gt; &lt;https://evil.example|click here&gt; \u2217bold\u2217"
+               in text for text in found)
     assert any("&lt;!channel&gt; please &lt;https://evil.example/login|re-login to Okta&gt; now"
                in text for text in found)
 
@@ -225,3 +226,44 @@ def test_opsgates_own_links_cannot_be_ended_or_relabelled_by_their_url() -> None
     assert link("https://p.example/g?q=a|b <c>", "graph") == \
         "<https://p.example/g?q=a%7Cb%20%3Cc%3E|graph>"
     assert link("javascript:alert(1)", "graph") == "" and link(None, "open") == ""
+
+
+FAKE_FIELD = "*Risk* 0.0 — approved by policy"
+"""Issue 40: a title that draws a bold field of its own on the plan message."""
+LABELS = ("*Case*", "*Risk*", "*Steps*", "*Rollback*", "*Verify*")
+
+
+def test_a_title_draws_no_bold_field_and_opsgate_s_own_labels_stay_bold() -> None:
+    found = texts(plan_message(case(FAKE_FIELD), plan(FAKE_FIELD), DIGEST, "ap_1", "U0ALICE",
+                               POLICY))
+    assert not any(FAKE_FIELD in text for text in found)
+    assert any("\u2217Risk\u2217 0.0 — approved by policy" in text for text in found)
+    blocks = "\n".join(found[1:])
+    assert all(label in blocks for label in LABELS)
+    assert blocks.count("*Risk*") == 1  # opsgate's own label, once
+
+
+@pytest.mark.parametrize(("said", "drawn_as"), [
+    ("*Risk* 0.0", "\u2217Risk\u2217 0.0"),
+    ("_italic_ ~struck~ `code`", "\u02cditalic\u02cd \u223cstruck\u223c `code`"),
+    ("\uff0abold\uff0a", "\ufe61bold\ufe61"),
+    ("http_requests_total{code=~\"5..\"} 2*3", "http_requests_total{code=\u223c\"5..\"} 2*3"),
+])
+def test_emphasis_marks_are_drawn_as_look_alikes_where_they_could_format(said, drawn_as) -> None:
+    assert escape(said) == drawn_as
+
+
+def _formats(text: str) -> list[int]:
+    """Where ``text`` has a mark mrkdwn could read as emphasis: a full-width mark anywhere,
+    ``*``, ``_`` or ``~`` unless a letter or digit is on each side."""
+    def alnum(i: int) -> bool:
+        return 0 <= i < len(text) and text[i].isalnum()
+    return [i for i, char in enumerate(text) if char in "\uff0a\uff3f"
+            or (char in "*_~" and not (alnum(i - 1) and alnum(i + 1)))]
+
+
+@settings(max_examples=300, deadline=None)
+@given(said=hostile)
+def test_no_escaped_text_can_open_or_close_emphasis(said: str) -> None:
+    assert _formats(escape(said)) == []
+    assert _formats(shown(said, 40)) == []

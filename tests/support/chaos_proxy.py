@@ -1,6 +1,7 @@
 """A fault-injecting TCP proxy on 127.0.0.1 for chaos tests: it forwards to a local server and,
 with seeded probabilities, refuses connections, delays chunks, resets mid-reply and swallows a
-reply the server already sent (the request reached the server; the caller never hears back)."""
+reply the server already sent (the request reached the server; the caller never hears back), and
+blackholes the link (``blackhole``: every byte either way dropped, no connection closed)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,7 @@ class ChaosProxy:
         self._handlers: set[asyncio.Task[None]] = set()
         self._targeted: list[bytes] = []  # markers whose next reply is swallowed, once each
         self._before_cut = faults
+        self.blackholed = False  # read on the loop thread: a plain flag is enough
 
     # -- lifecycle ------------------------------------------------------------------------
     def __enter__(self) -> ChaosProxy:
@@ -108,8 +110,14 @@ class ChaosProxy:
         aborted.wait(5.0)
 
     def heal(self) -> None:
-        """Forward again as before the cut."""
+        """Forward again as before the cut (or the blackhole)."""
         self.faults = self._before_cut
+        self.blackholed = False
+
+    def blackhole(self) -> None:
+        """Drop every byte from now on, both ways, as a network that loses packets does: no
+        reset, no close, no answer; new connections are accepted and then hear nothing."""
+        self.blackholed = True
 
     def drop_reply_to(self, marker: bytes, times: int = 1) -> None:
         """Swallow the reply to the next ``times`` requests containing ``marker`` (e.g. a
@@ -163,6 +171,14 @@ class ChaosProxy:
             self._handlers.discard(handler)
 
     async def _proxy(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        if self.blackholed:
+            self.counts["blackholed"] += 1
+            self._open.add(client_w)
+            while await client_r.read(_CHUNK):  # swallowed until the client gives up
+                pass
+            self._open.discard(client_w)
+            client_w.transport.abort()
+            return
         if self._roll(self.faults.refuse):
             self.counts["refused"] += 1
             _reset(client_w)
@@ -204,6 +220,8 @@ class ChaosProxy:
                     self._targeted.remove(marker)
                     doomed.set()
                     break
+            if self.blackholed:
+                continue
             await self._maybe_delay()
             server_w.write(chunk)
             await server_w.drain()
@@ -216,6 +234,8 @@ class ChaosProxy:
         doomed: asyncio.Event,
     ) -> None:
         while chunk := await server_r.read(_CHUNK):
+            if self.blackholed:
+                continue
             if doomed.is_set() or self._roll(self.faults.drop_reply):
                 # The request reached the server and it answered: the caller never learns that.
                 self.counts["dropped_replies"] += 1

@@ -73,8 +73,10 @@ def plan_titled(title: str) -> dict[str, Any]:
 
 
 def closed_case(app, title: str, plan_title: str, finding: str | None,
-                verification: str) -> UUID:
-    """A case run to CLOSED by hand: findings, the plan, its verification reading."""
+                verification: str, *, series_read: bool = True) -> UUID:
+    """A case run to CLOSED by hand: findings, the plan, its verification reading (read from
+    the component's series unless ``series_read`` is False: a reading from before they were
+    recorded)."""
     cases = app.cases
     case_id = open_case(cases, title)
     plan = plan_titled(plan_title)
@@ -86,7 +88,10 @@ def closed_case(app, title: str, plan_title: str, finding: str | None,
         with transaction(app.engine) as conn:
             write_findings(conn, case_id, 2, [{"metric": finding.split()[0],
                                                "summary": finding}])
-    cases.note(NoteCase(case_id, "verify_result", "verifier", reason=verification), key()).data()
+    cases.note(NoteCase(case_id, "verify_result", "verifier", reason=verification,
+                        meta={"state": "held", "passed": True,
+                              **({"series_read": True} if series_read else {})}),
+               key()).data()
     assert cases.transition(command(case_id, E.VERIFY_PASS), key()).ok
     return case_id
 

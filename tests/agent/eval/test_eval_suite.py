@@ -17,8 +17,10 @@ import pytest
 from agent.eval.scenarios import SHIPPED, load_scenarios
 from agent.eval.scorecard import FIELDS
 from agent.eval.suite import Evaluation, evaluate
+from agent.eval.world import labels_of
 from core.cli import main
 from core.domain.plan_templates import load_template
+from core.investigate.templates import measuring
 from tests.support.local_http import Reply, Seen, local_server
 from tests.support.openai_stub import PATH, ChatStub, StubTurn, completion
 from tests.support.peers import free_port
@@ -151,7 +153,10 @@ def test_bad_arguments_are_one_line(argv, message, capsys):
 
 class CaseAwareStub(ChatStub):
     """A model behind a local OpenAI-compatible server: it reads the case id from the system
-    prompt, proposes the canary plan, then answers in words."""
+    prompt, proposes the canary plan with its checks on the service's series (what its
+    query_metrics read), then answers in words."""
+
+    labels: tuple[tuple[str, str], ...] = ()
 
     def __call__(self, seen: Seen) -> Reply:
         body: dict[str, Any] = json.loads(seen.body)
@@ -159,7 +164,7 @@ class CaseAwareStub(ChatStub):
         assert case is not None
         self.requests.append(body)
         n = len(self.requests) - 1
-        plan = load_template("k8s.rollout.canary")
+        plan = measuring(load_template("k8s.rollout.canary"), self.labels)
         turn = (StubTurn(tool_calls=(("c1", "propose_plan", json.dumps(
                     {"case_id": case.group(1), "plan": plan})),), prompt_tokens=900)
                 if n == 0 else
@@ -176,6 +181,9 @@ def test_a_model_behind_an_openai_compatible_endpoint(tmp_path, monkeypatch):
     name = "deploy-regression-checkout.json"
     (folder / name).write_text((SHIPPED / name).read_text())
     stub = CaseAwareStub([])
+    scenario = load_scenarios(folder)[0]
+    assert scenario.service is not None
+    stub.labels = tuple(labels_of(scenario, scenario.service.name).items())
     with local_server({PATH: stub}) as server:
         evaluation = evaluate("my-model", base_url=server.url("/v1"), folder=folder)
     assert [r["model"] for r in stub.requests] == ["my-model", "my-model"]

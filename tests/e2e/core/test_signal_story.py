@@ -4,6 +4,8 @@ the real ``query_range`` → a scripted model (a local OpenAI-compatible stub) p
 fix is an ``http.request`` and whose ``verify`` needs the p95 below 1 s for a window after the
 change → an approver's signed Slack click → exactly one fix request → verification waits for the
 window → CLOSED; Alertmanager's resolution lands on the case; Prometheus scrapes opsgate itself.
+The case names no catalog component: the operator's default scope (the scraped job's label) is
+the series its verify check must select, and the pass records that it read them.
 
 On SQLite (``opsgate serve`` with its in-process loop, killed with SIGKILL while verification
 waits and started again) and on PostgreSQL + Redis Streams (``serve``, ``relay`` and ``consume``
@@ -29,6 +31,7 @@ import pytest
 from sqlalchemy import Engine, select
 
 from bot.ids import Action
+from core.cases.timeline import entry_of
 from core.db.case_store import as_utc
 from core.db.database import make_engine
 from core.db.tables import case_timeline, ops_case
@@ -72,6 +75,8 @@ ALERT_TOKEN = "story-alert-token"
 RULE = alert_rule("CheckoutSlow", f"{GAUGE} > 1", summary="checkout p95 over 1 s")
 WINDOW_S = 6  # the verify block's for_s: long enough to kill the process inside it
 STORY_S = 90.0  # each stage's bound
+JOB = "checkout"  # the scrape job of the service: its series carry job="checkout"
+SERIES = f'{GAUGE}{{job="{JOB}"}}'  # the service's p95, as a verify check must select it
 
 
 def fix_plan(service: MetricService, *, deadline_s: int) -> dict[str, Any]:
@@ -83,7 +88,7 @@ def fix_plan(service: MetricService, *, deadline_s: int) -> dict[str, Any]:
                               "json": {"release": "last-good"}},
                    "timeout_s": 30, "retry": 1}],
         "rollback": {"action": "noop", "params": {}},
-        "verify": {"metric": f"max({GAUGE})", "below": 1, "for_s": WINDOW_S,
+        "verify": {"metric": f"max({SERIES})", "below": 1, "for_s": WINDOW_S,
                    "timeout_s": deadline_s},
     }
 
@@ -195,7 +200,7 @@ def story(tmp_path: Path, *, database_url: str, engine: Engine, fix_works: bool,
         port = free_port()
         api = f"http://127.0.0.1:{port}"
         alertmanager = alertmanager_server(f"{api}/alerts/alertmanager", ALERT_TOKEN)
-        jobs = [ScrapeJob("checkout", [service.target]),
+        jobs = [ScrapeJob(JOB, [service.target]),
                 ScrapeJob("opsgate", [f"127.0.0.1:{port}"])]
         prometheus = prometheus_server(jobs, rules=[RULE], alertmanager=alertmanager)
         env = clean_env(**_knobs(database_url, service, prometheus, slack, model.url("/v1"),
@@ -225,6 +230,9 @@ def _knobs(database_url: str, service: MetricService, prometheus: Prometheus, sl
         "OPSGATE_ANALYSIS_BEFORE_S": "300", "OPSGATE_ANALYSIS_AFTER_S": "60",
         "OPSGATE_ANALYSIS_STEP_S": "1",
         "OPSGATE_VERIFY_POLL_S": "1",
+        # The case an alert opens names no catalog component (there is no catalog): the series
+        # its checks may read are the operator's default scope, the scraped service's job.
+        "OPSGATE_DEFAULT_METRIC_LABELS": f"job={JOB}",
         "OPSGATE_APPROVERS": json.dumps(APPROVERS),
         "OPSGATE_MODEL": "stub-model", "OPENAI_API_KEY": "sk-test-not-real",
         "OPENAI_BASE_URL": model_url,
@@ -302,6 +310,9 @@ def assert_judged_after_the_window(world: Story, case_id: UUID) -> None:
     [passed] = world.events(case_id, "verify_pass")
     waited = as_utc(passed["created_at"]) - as_utc(changed["created_at"])
     assert waited.total_seconds() >= WINDOW_S, waited
+    # The pass was read from the service's own series: a plan the librarian may lend.
+    [result] = world.events(case_id, "verify_result")
+    assert entry_of(result).context.get("series_read") is True, result["meta"]
 
 
 def assert_resolution_noted(world: Story, case_id: UUID) -> None:

@@ -14,10 +14,14 @@ import pytest
 from agent.eval.contestants import contestant
 from agent.eval.run import Observed, run_scenario, scratch
 from agent.eval.scenarios import SHIPPED, load_scenario
-from agent.eval.world import EvalWorld, eval_world
+from agent.eval.world import EvalWorld, eval_world, labels_of
 
 SCENARIO = load_scenario(SHIPPED / "checkout-cant-take-money.json")
 PAST = SCENARIO.past_cases[0]
+assert SCENARIO.service is not None
+SERIES = ", ".join(f'{key}="{value}"' for key, value in
+                   sorted(labels_of(SCENARIO, SCENARIO.service.name).items()))
+"""The matchers of the scenario's service's series: what a verify check must select."""
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +42,11 @@ def test_the_planner_proposes_the_plan_of_the_case_found_by_meaning(world: EvalW
     assert seen.plan is not None
     assert isinstance(PAST.plan, dict)
     assert seen.plan["steps"] == PAST.plan["steps"]
-    assert seen.plan["verify"] == PAST.plan["verify"]
+    # The past case was verified on the service's series, so its checks selected them (the
+    # verify scope rule); the learned plan carries those checks as they were.
+    assert seen.plan["verify"] == {"checks": [
+        {**check, "metric": f"{check['metric']}{{{SERIES}}}"}
+        for check in PAST.plan["verify"]["checks"]]}
     assert "(learned from case " in seen.plan["title"]
     assert f"({PAST.title}), the most similar verified case (alike in meaning: " in seen.words
     assert "http_5xx_ratio went from 0.2% to" in seen.words  # it looked before it learned

@@ -326,6 +326,41 @@ def test_the_requester_cannot_approve_their_own_plan_over_rest(client, engine):
     assert status(client, case_id) == "WAIT_GATE"
 
 
+def moved_to_the_gate(client: TestClient, case_id: str, auth: dict[str, str],
+                      actor: str | None = None) -> None:
+    """``case_id`` brought to the gate with ``LOW_RISK`` by ``auth``'s principal, stating
+    ``actor`` on each move when given."""
+    stated = {} if actor is None else {"actor": actor}
+    for event, extra in (("start_analysis", {}), ("analysis_done", {}),
+                         ("plan_ready", {"plan": LOW_RISK})):
+        moved = write(client, "PATCH", f"/case/{case_id}/transition", auth,
+                      {"event": event, **stated, **extra})
+        assert moved.status_code == 200, moved.text
+
+
+@pytest.mark.parametrize("asked_by", ["opened the case", "was the token's stated actor"])
+def test_whoever_asked_for_a_plan_a_token_proposed_cannot_approve_it(client, engine, asked_by):
+    """The requester is everyone who asked: the person who opened the case, and the person a
+    service token said it proposed the plan for, even though the stated actor grants nothing.
+    Another approver still may."""
+    kim, lead = bearer(engine, "kim", "U0KIM"), bearer(engine, "lead", "U0LEAD")
+    opener = kim if asked_by == "opened the case" else SERVICE
+    opened = write(client, "POST", "/case/create", opener, {"title": "checkout 5xx"})
+    assert opened.status_code == 201, opened.text
+    case_id = str(opened.json()["data"]["case_id"])
+    moved_to_the_gate(client, case_id, SERVICE,
+                      actor="U0KIM" if asked_by == "was the token's stated actor" else None)
+    [proposed] = [row for row in timeline(engine, case_id) if row["event"] == "plan_ready"]
+    assert proposed["actor"] == "api-token"  # the token proposed: kim is no proposer
+    refused = approve(client, case_id, kim)
+    assert error_code(refused, 422) == "approval_refused"
+    assert "U0KIM requested this plan" in refused.json()["error"]["message"]
+    assert status(client, case_id) == "WAIT_GATE" and decisions(engine, case_id) == []
+    approved = approve(client, case_id, lead)
+    assert approved.status_code == 200, approved.text
+    assert [d["approver"] for d in decisions(engine, case_id)] == ["U0LEAD"]
+
+
 def test_a_plan_requested_in_slack_cannot_be_approved_by_the_same_person_over_rest(
         app, client, engine):
     """The plan_ready by the agent names the Slack user as requester; their REST token is the

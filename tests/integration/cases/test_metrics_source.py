@@ -55,9 +55,15 @@ def test_without_a_metrics_source_a_probe_only_plan_is_accepted(unsourced):
 
 
 @pytest.mark.parametrize("source", [{"static_metrics": {"error_rate": 0.001}},
-                                    {"prometheus_url": "http://127.0.0.1:9090"}])
+                                    {"prometheus_url": "http://127.0.0.1:9090",
+                                     "default_metric_labels": "job=service"}])
 def test_a_configured_source_admits_the_metric_check(engine, source):
     app = bootstrap(Settings(_env_file=None, redis_url=None, **source), engine=engine)
     case_id = case_in(app.cases, CaseStatus.PLANNING)
-    assert app.cases.transition(command(case_id, CaseEvent.PLAN_READY), key()).ok
+    if "static_metrics" in source:
+        ready = command(case_id, CaseEvent.PLAN_READY)
+    else:  # Prometheus: a query of the component's series
+        ready = command(case_id, CaseEvent.PLAN_READY, plan={
+            **PLAN, "verify": {"metric": 'error_rate{job="service"}', "below": 0.01}})
+    assert app.cases.transition(ready, key()).ok
     app.close()

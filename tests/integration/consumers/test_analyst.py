@@ -62,6 +62,10 @@ def evidence_rows(engine, case_id: UUID) -> int:
         return int(conn.execute(query).scalar_one())
 
 
+COMPONENT = 'job="checkout"'
+"""The label of every recorded series: the component the cases concern (the default scope)."""
+
+
 def recorded_history(folder: Path, origin: float, prefix: str = "recorded_") -> str:
     """OpenMetrics for promtool: each recorded series of ``folder`` as the gauge
     ``<prefix><metric>``, its point ``t`` at ``origin + t``."""
@@ -69,7 +73,7 @@ def recorded_history(folder: Path, origin: float, prefix: str = "recorded_") -> 
     for file in sorted(folder.glob("*.json")):
         recorded = json.loads(file.read_text())
         lines.append(f"# TYPE {prefix}{recorded['metric']} gauge")
-        lines += [f"{prefix}{recorded['metric']} {value} {origin + t:.3f}"
+        lines += [f'{prefix}{recorded["metric"]}{{{COMPONENT}}} {value} {origin + t:.3f}'
                   for t, value in recorded["points"]]
     return "\n".join([*lines, "# EOF", ""])
 
@@ -253,6 +257,7 @@ def test_in_the_loop_findings_reach_the_thread_and_the_closed_case_the_library(
 
     app = recorded_app(sqlite_engine, prometheus_server, SERIES / "latency_step", prefix="",
                        auto_approve="noop_only", verify_poll_s=0.2,
+                       default_metric_labels="job=checkout",  # its checks read its series
                        # a 60 s window read as 3 s: Prometheus' subquery steps are 1 s apart
                        verify_time_scale=0.05)
     app.cases.clock = lambda: utcnow() - timedelta(seconds=INCIDENT_AGO_S)  # at the step

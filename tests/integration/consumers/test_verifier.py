@@ -286,23 +286,26 @@ def test_there_is_no_default_stand_in_table():
     assert settings.static_metrics == {} and settings.static_metrics_before_change == {}
 
 
+RATIO = 'http_5xx_ratio{job="service"}'
+"""The 5xx ratio of the component the test's cases concern (OPSGATE_DEFAULT_METRIC_LABELS)."""
 CHANGED_AGO_S = 600  # the change finished this long ago: its verification window is recorded
 
 
 def good_ratio_history(since: float, until: float) -> str:
     """OpenMetrics for promtool: ``http_5xx_ratio`` at 0.4 %, a sample every 15 s."""
     moments = [since + 15 * k for k in range(int((until - since) // 15) + 1)]
-    return "\n".join([*(f"http_5xx_ratio 0.004 {at:.3f}" for at in moments), "# EOF", ""])
+    return "\n".join([*(f'http_5xx_ratio{{job="service"}} 0.004 {at:.3f}' for at in moments),
+                      "# EOF", ""])
 
 
 def test_prometheus_is_asked_for_the_window_ending_at_the_reading(engine, prometheus_server):
     now = time.time()
     prometheus = prometheus_server([], history=good_ratio_history(now - 2 * CHANGED_AGO_S,
                                                                   now - 60))
-    app = make_app(engine, prometheus_url=prometheus.base_url,
+    app = make_app(engine, prometheus_url=prometheus.base_url, default_metric_labels="job=service",
                    static_metrics={"http_5xx_ratio": 0.9})  # ignored: Prometheus is set
     app.cases.clock = lambda: utcnow() - timedelta(seconds=CHANGED_AGO_S)
-    case_id = verifying_case(app, {"metric": "http_5xx_ratio", "below": 0.01, "for_s": 60})
+    case_id = verifying_case(app, {"metric": RATIO, "below": 0.01, "for_s": 60})
     at = changed_at(app, case_id) + timedelta(seconds=60)
     verifier = Verifier(app, clock=Clock(at))
     envelope = envelope_of(engine, case_id, Topic.VERIFY_RUN)
@@ -311,9 +314,11 @@ def test_prometheus_is_asked_for_the_window_ending_at_the_reading(engine, promet
     assert runner.deliver(fresh_copy(envelope)) == "done"
 
     assert status(app, case_id) == S.CLOSED
-    [asked] = prometheus.queries()  # the server's own query log: one reading, at ``at``
-    assert asked["query"] == "max_over_time((http_5xx_ratio)[60s:])"
-    assert abs(instant(asked["end"]) - at.timestamp()) < 0.001
+    # The server's own query log: one reading, at ``at``, and whether the component had series.
+    [asked, present] = prometheus.queries()
+    assert asked["query"] == f"max_over_time(({RATIO})[60s:])"
+    assert present["query"] == 'count({__name__="http_5xx_ratio", job="service"})'
+    assert all(abs(instant(q["end"]) - at.timestamp()) < 0.001 for q in (asked, present))
     assert len(notes(app, case_id, "verify_result")) == 1
 
 
@@ -375,8 +380,8 @@ def test_a_redelivery_after_a_crash_reuses_the_first_reading(engine, metric_serv
     metric_service.set("http_5xx_ratio", 0.004)
     prometheus = prometheus_server(metric_service)
     prometheus.wait_for("http_5xx_ratio", lambda values: values == [0.004])
-    app = make_app(engine, prometheus_url=prometheus.base_url)
-    case_id = verifying_case(app, {"metric": "http_5xx_ratio", "below": 0.01})
+    app = make_app(engine, prometheus_url=prometheus.base_url, default_metric_labels="job=service")
+    case_id = verifying_case(app, {"metric": RATIO, "below": 0.01})
     envelope = envelope_of(engine, case_id, Topic.VERIFY_RUN)
     with pytest.raises(Crash):
         CrashingVerifier(app).handle(Delivery("verifier", envelope))

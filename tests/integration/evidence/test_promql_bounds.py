@@ -64,18 +64,20 @@ def test_plan_ready_refuses_the_issue_s_verify_query_with_its_reason(engine):
 
 
 def test_plan_ready_refuses_a_selector_over_a_tenant_the_case_does_not_own(engine):
-    app = make_app(engine, prometheus_url=NOWHERE, promql_scope_label="tenant", tenant="acme")
+    app = make_app(engine, prometheus_url=NOWHERE, promql_scope_label="tenant", tenant="acme",
+                   default_metric_labels="job=service")
     case_id = case_in(app.cases, CaseStatus.PLANNING)
     assert app.cases.get_case(case_id)["tenant"] == "acme"
 
     other = refused_plan(app, case_id, {"metric": '{tenant="other"}', "below": 1})
     assert 'the selector {tenant="other"} reads tenant="other"; this case\'s tenant is "acme"' \
         in other.message
-    unscoped = refused_plan(app, case_id, {"metric": "checkout_p95", "below": 1})
-    assert unscoped.message.endswith('the selector checkout_p95{} has no tenant="acme": every '
-                                     "selector must carry the case's tenant")
+    unscoped = refused_plan(app, case_id, {"metric": 'checkout_p95{job="service"}', "below": 1})
+    assert unscoped.message.endswith('the selector checkout_p95{job="service"} has no '
+                                     'tenant="acme": every selector must carry the case\'s tenant')
 
-    own = {**PLAN, "verify": {"metric": 'checkout_p95{tenant="acme"}', "below": 1}}
+    own = {**PLAN, "verify": {"metric": 'checkout_p95{tenant="acme", job="service"}',
+                              "below": 1}}
     assert app.cases.transition(command(case_id, CaseEvent.PLAN_READY, plan=own), key()).ok
     app.close()
 
@@ -122,8 +124,8 @@ def test_every_query_carries_prometheus_own_timeout_which_the_server_honours(pro
 
 def test_a_reading_that_timed_out_is_read_again_later_and_later(engine, prometheus):
     app = make_app(engine, prometheus_url=prometheus.base_url, promql_timeout_s=TIMES_OUT,
-                   verify_poll_s=15)
-    case_id = verifying_case(app, {"metric": "http_5xx_ratio", "below": 0.01})
+                   verify_poll_s=15, default_metric_labels="job=service")
+    case_id = verifying_case(app, {"metric": 'http_5xx_ratio{job="service"}', "below": 0.01})
     clock = Clock(changed_at(app, case_id) + timedelta(seconds=1))
     loop = Loop(app, Verifier(app, clock=clock), clock)
 
@@ -140,7 +142,8 @@ def test_a_reading_that_timed_out_is_read_again_later_and_later(engine, promethe
     assert [r["context"]["timeouts"] for r in readings] == [1, 2, 3, 4]
     assert all(r["context"]["timed_out"] for r in readings)
     first, second = readings[0]["reason"], readings[1]["reason"]
-    assert first.startswith("http_5xx_ratio: Prometheus timed out on the query (HTTP 503)")
+    assert first.startswith('http_5xx_ratio{job="service"}: Prometheus timed out on the query '
+                            "(HTTP 503)")
     assert first.endswith(". Prometheus timed out on this reading, so the next reading waits "
                           "30s instead of 15s")
     assert second.endswith(". Prometheus timed out on 2 readings in a row, so the next reading "

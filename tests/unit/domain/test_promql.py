@@ -134,13 +134,15 @@ def test_the_timeout_is_sent_as_seconds_prometheus_reads():
 
 
 def test_query_problems_locate_each_refused_check():
-    block = parse_verify({"checks": [{"metric": "up", "above": 0},
+    block = parse_verify({"checks": [{"metric": 'up{service="payments-api"}', "above": 0},
                                      {"metric": ISSUE_QUERY, "below": 1e12},
                                      {"probe": {"url": "http://127.0.0.1/healthz"}}]})
-    [line] = query_problems(block, BOUNDS, None)
+    payments = [(("service", "payments-api"),)]
+    [line] = query_problems(block, BOUNDS, None, payments)
     assert line.startswith("verify.checks[1].metric: refused: the subquery range 10000d")
     single = parse_verify({"metric": ISSUE_QUERY, "below": 1e12})
-    assert query_problems(single, BOUNDS, None)[0].startswith("verify.metric: refused:")
+    assert query_problems(single, BOUNDS, None, payments)[0].startswith(
+        "verify.metric: refused:")
 
 
 # -- the readers refuse before sending ----------------------------------------------------------
