@@ -197,7 +197,7 @@ def test_scale_is_bounded_by_the_annotation_and_checks_what_users_feel():
     assert plan["steps"][0] == {"action": "k8s.scale", "timeout_s": 120, "retry": 1, "params": {
         "namespace": "ledger", "deployment": "ledger", "replicas": 5}}
     assert {c["metric"]: c["below"] for c in plan["verify"]["checks"]} == {
-        "latency_p95_ms": 255, "cpu_usage_ratio": 0.75}
+        'latency_p95_ms{service="checkout"}': 255, 'cpu_usage_ratio{service="checkout"}': 0.75}
 
 
 def test_failover_flips_the_real_route_between_the_real_regions():
