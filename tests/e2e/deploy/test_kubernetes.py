@@ -156,7 +156,8 @@ def test_every_placeholder_refuses_in_one_line_until_filled(rendered, monkeypatc
     for name in left:  # filled, as an operator fills them
         monkeypatch.setenv(name, env[name].replace(PLACEHOLDER, "filled").replace(
             "CHANGE-ME", "filled"))
-    monkeypatch.setenv("OPSGATE_APPROVERS", "U0ALICE")
+    monkeypatch.setenv("OPSGATE_APPROVERS", "U0ALICE")  # Slack ids have their shape
+    monkeypatch.setenv("OPSGATE_INCIDENT_CHANNEL", "C0INCIDENT")
     monkeypatch.setenv("OPSGATE_CATALOG", str(ROOT / "docs/examples/catalog"))
     monkeypatch.setenv("OPSGATE_POLICY", str(ROOT / "docs/examples/policies"))
     settings = load_settings(*plugged_in().settings)
