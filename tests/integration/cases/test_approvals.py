@@ -224,7 +224,7 @@ def test_a_re_proposed_plan_starts_without_the_old_proposals_approvals(service, 
     approve(service, case_id, "bob", HIGH_RISK).data()
     service.reject_plan(RejectPlan(case_id, plan_hash(HIGH_RISK), "carol", "not now"),
                         key()).data()
-    assert service.transition(command(case_id, E.RESUME), key()).ok
+    assert service.transition(command(case_id, E.RESUME, reason="retry"), key()).ok  # asked again
     assert service.transition(command(case_id, E.PLAN_READY, plan=HIGH_RISK), key()).ok
     again = approve(service, case_id, "dave", HIGH_RISK).data()
     assert (again["status"], again["approval"]["approvers"]) == ("WAIT_GATE", ["dave"])
