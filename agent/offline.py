@@ -51,7 +51,7 @@ from agent.usage import estimated
 from core.alerts.text import shortened
 from core.consumers.planner import DEFAULT_TEMPLATE, choose_template
 from core.domain.fsm import CaseStatus
-from core.domain.plan_templates import template_names
+from core.domain.plan_templates import load_template, template_names
 
 CASE_ID = re.compile(r"case ([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
 WANTS_PLAN = ("plan", "propose", "fix", "mitigat", "remediat")
@@ -181,18 +181,17 @@ class OfflinePlannerModel(BaseChatModel):
 
     def _unlooked(self, turn: int, case_id: str, case: dict[str, Any], answers: Answers,
                   evidence: dict[str, Any], incident: str, asked: Asked) -> AIMessage:
-        """Nothing could be looked at (no catalog, no component): with a catalog in which
-        nothing shows a symptom, no plan and a person asked to name the service; after a
-        person's words, the template they pick; else the plan that resolved the most similar
-        verified case, else the template the incident's words pick, as written."""
+        """Nothing could be looked at (no catalog, no component): after a person's words, the
+        template they pick; else the plan that resolved the most similar verified case, else
+        the template the incident's words pick, as written."""
         latest = {name: dict(found[-1][1]) for name, found in answers.by_tool.items()}
         nameless = unnamed(answers)
         if nameless is not None:  # a catalog, and nothing in it to look at: no unrelated plan
-            # and no plan at all: with no component, no check could read the service's series
-            return AIMessage(content=f"{nameless.rstrip('.')}. I did not propose a plan: with "
-                                     "no service named, no check could read its series; a "
-                                     "person names the service (its catalog name) in this "
-                                     "thread.")
+            asking = {**load_template("noop"), "title": (
+                f"No change: {nameless[:1].lower()}{nameless[1:].rstrip('.')}; a person names "
+                "the service "
+                "(/case resume <id> <service>)")[:200]}
+            return self._calls(turn, [("propose_plan", {"case_id": case_id, "plan": asking})])
         plan = None if asked != Asked() else learned_plan(evidence, str(case.get("title", "")))
         said = ""
         if plan is None:
